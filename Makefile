@@ -1,0 +1,64 @@
+# SPDX-License-Identifier: GPL-2.0
+#
+# kverbs: Linux kernel RDMA verbs in safe Rust.
+#
+#   make            build the modules against the kverbs test kernel
+#                   (built and cached on first use; see tools/build-kernel.sh)
+#   make KDIR=DIR   build the modules against your own Rust-enabled kernel
+#   make run        boot the test kernel in QEMU, create soft-RoCE devices,
+#                   load the example module and show what it finds
+#   make check      run the kselftests in QEMU (KTAP, then "N passed, N failed")
+#   make rustfmt / rustfmtcheck / clippy / clean
+#
+# Kbuild (the file `Kbuild`) says what the modules are made of.
+
+TOP := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))
+export PATH := $(HOME)/.cargo/bin:$(PATH)
+
+# The toolchain of the test kernel; with your own KDIR pass your own
+# (LLVM=1, RUSTC=...) on the command line: it reaches the kernel's make.
+TEST_KERNEL_VARS := LLVM=-19 RUSTC=/usr/bin/rustc RUSTFMT=/usr/bin/rustfmt \
+	CLIPPY_DRIVER=/usr/bin/clippy-driver BINDGEN=bindgen
+
+ifeq ($(KDIR),)
+kdir = $$($(TOP)/tools/build-kernel.sh)
+kvars = $(TEST_KERNEL_VARS)
+setup = $(TOP)/tools/setup.sh &&
+else
+kdir = $(KDIR)
+kvars =
+setup =
+endif
+
+RUST_SOURCES = $(shell find $(TOP)/rust $(TOP)/samples -name '*.rs' ! -name '*_generated.rs')
+
+.PHONY: all modules setup kernel run check rustfmt rustfmtcheck clippy clean
+
+all: modules
+
+setup:
+	@$(TOP)/tools/setup.sh
+
+kernel: setup
+	@$(TOP)/tools/build-kernel.sh >/dev/null
+
+modules:
+	@$(setup) kdir=$(kdir) && $(MAKE) -C "$$kdir" M=$(TOP) $(kvars) modules
+
+clippy:
+	@$(setup) kdir=$(kdir) && $(MAKE) -C "$$kdir" M=$(TOP) $(kvars) CLIPPY=1 modules
+
+run: modules
+	@$(TOP)/tools/vm/run.sh demo
+
+check: modules
+	@$(TOP)/tools/vm/run.sh check
+
+rustfmt:
+	@/usr/bin/rustfmt --config-path $(TOP)/.rustfmt.toml $(RUST_SOURCES)
+
+rustfmtcheck:
+	@/usr/bin/rustfmt --check --config-path $(TOP)/.rustfmt.toml $(RUST_SOURCES)
+
+clean:
+	@kdir=$(kdir) && $(MAKE) -C "$$kdir" M=$(TOP) $(kvars) clean

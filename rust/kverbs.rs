@@ -1,0 +1,66 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! kverbs: safe Rust abstractions of the Linux kernel RDMA verbs.
+//!
+//! This crate is the layer between kernel RDMA upper-layer protocols (ULPs)
+//! written in safe Rust and the C verbs of `drivers/infiniband/core`.  It is
+//! built out of tree with the kernel's Kbuild: the crate is compiled to an
+//! object plus metadata, and every module that uses it (see `samples/`) links
+//! that object into its own `.ko`, together with the C wrappers bindgen
+//! generates for the static inline verbs.
+//!
+//! What it offers so far:
+//!
+//! - [`client`]: registration as an RDMA client (`ib_register_client`), with
+//!   per-device data created by `add` and handed back to `remove`.
+//! - [`device`]: a borrowed or reference-counted RDMA [`device::Device`] and
+//!   safe queries of its attributes, ports and GID table.
+//! - [`debugfs`] and [`sysfs`]: files that show (and optionally take) text,
+//!   removed on drop, safe against removal while a reader is inside.
+//!
+//! All `unsafe` code of the project lives in this crate; its users are safe
+//! Rust and are built with `#![deny(unsafe_code)]`.
+
+#![deny(clippy::undocumented_unsafe_blocks)]
+
+// The prefix of this crate's `pr_*` messages.
+const __LOG_PREFIX: &[u8] = b"kverbs\0";
+
+#[allow(
+    dead_code,
+    non_camel_case_types,
+    non_upper_case_globals,
+    non_snake_case,
+    improper_ctypes,
+    unreachable_pub,
+    unsafe_op_in_unsafe_fn,
+    missing_docs,
+    clippy::all,
+    clippy::undocumented_unsafe_blocks
+)]
+mod bindings {
+    use kernel::ffi;
+
+    // Blocklisted in the bindgen call, as in the kernel's own bindings, so
+    // that they map to Rust's pointer-sized integers.
+    type __kernel_size_t = usize;
+    type __kernel_ssize_t = isize;
+    type __kernel_ptrdiff_t = isize;
+
+    include!("bindings_generated.rs");
+}
+
+// The crate root sits beside its directory, as `rust/kernel/` does not:
+// name the module files.
+#[path = "kverbs/client.rs"]
+pub mod client;
+#[path = "kverbs/debugfs.rs"]
+pub mod debugfs;
+#[path = "kverbs/device.rs"]
+pub mod device;
+#[path = "kverbs/show.rs"]
+mod show;
+#[path = "kverbs/sysfs.rs"]
+pub mod sysfs;
+
+pub use show::{Show, Store};

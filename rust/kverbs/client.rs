@@ -1,0 +1,238 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! RDMA clients: upper-layer protocols told about every RDMA device.
+//!
+//! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
+//!
+//! A module implements [`Client`] and keeps a [`Registration`] alive for as
+//! long as it wants to be told.  The RDMA core then calls [`Client::add`] for
+//! every device, present or future, and [`Client::remove`] when a device goes
+//! (`rdma link del`, driver unload) or when the registration is dropped.
+//!
+//! The C callbacks are given only the device, not the client, so the
+//! registration is found through a per-client static [`Slot`], declared by
+//! [`crate::client_slot!`].  The slot is set while the client is registered
+//! and cleared after `ib_unregister_client` has returned, when no callback
+//! can be running any more.
+
+use crate::bindings;
+use crate::device::Device;
+use core::{
+    ptr,
+    sync::atomic::{AtomicPtr, Ordering},
+};
+use kernel::{
+    ffi::{c_int, c_void},
+    prelude::*,
+    str::CStr,
+    types::{ForeignOwnable, Opaque},
+};
+
+/// An RDMA client.
+///
+/// # Examples
+///
+/// ```ignore
+/// struct Ulp;
+///
+/// impl kverbs::client::Client for Ulp {
+///     type DeviceData = KBox<PerDevice>;
+///     kverbs::client_slot!();
+///
+///     fn add(&self, dev: &Device) -> Result<KBox<PerDevice>> { ... }
+///     fn remove(&self, dev: &Device, data: KBox<PerDevice>) {}
+/// }
+///
+/// let reg = Registration::new(c_str!("ulp"), Ulp)?;
+/// ```
+pub trait Client: Send + Sync + Sized + 'static {
+    /// What the client keeps for each device, from `add` to `remove`.
+    type DeviceData: ForeignOwnable + Send + Sync;
+
+    /// The static slot through which callbacks find the registration;
+    /// implemented by [`crate::client_slot!`].
+    fn slot() -> &'static Slot;
+
+    /// A device appeared (or was present when the client registered).
+    ///
+    /// On error the device is ignored by this client: `remove` will not be
+    /// called for it.  Called in process context; may sleep.
+    fn add(&self, dev: &Device) -> Result<Self::DeviceData>;
+
+    /// A device is going away.  When this returns, the client must no longer
+    /// use the device: everything created on it must have been destroyed
+    /// (dropping `data` is the usual way).  May sleep.
+    fn remove(&self, dev: &Device, data: Self::DeviceData) {
+        let _ = dev;
+        drop(data);
+    }
+}
+
+/// Where the callbacks of a [`Client`] find its [`Registration`].
+///
+/// Declare one per client type with [`crate::client_slot!`].
+pub struct Slot(AtomicPtr<c_void>);
+
+impl Slot {
+    /// An empty slot.
+    #[allow(clippy::new_without_default)]
+    pub const fn new() -> Self {
+        Slot(AtomicPtr::new(ptr::null_mut()))
+    }
+}
+
+/// Implements [`Client::slot`] with a static of its own.
+#[macro_export]
+macro_rules! client_slot {
+    () => {
+        fn slot() -> &'static $crate::client::Slot {
+            static SLOT: $crate::client::Slot = $crate::client::Slot::new();
+            &SLOT
+        }
+    };
+}
+
+/// The registered `ib_client` and the client it calls.
+struct Inner<T> {
+    client: Opaque<bindings::ib_client>,
+    ctx: T,
+}
+
+/// A registered RDMA client; unregistered on drop.
+///
+/// # Invariants
+///
+/// `inner.client` is registered with the RDMA core, and `T::slot()` points to
+/// `inner`.
+pub struct Registration<T: Client> {
+    inner: Pin<KBox<Inner<T>>>,
+}
+
+// SAFETY: The `ib_client` is only touched by the RDMA core (under its own
+// locks) and by `drop`; the client `T` is `Send`.
+unsafe impl<T: Client> Send for Registration<T> {}
+// SAFETY: `&Registration<T>` only gives `&T`, and `T` is `Sync`.
+unsafe impl<T: Client> Sync for Registration<T> {}
+
+impl<T: Client> Registration<T> {
+    /// Registers `ctx` as the RDMA client `name` (shown by the core in its
+    /// messages). `add` is called for the devices already present before
+    /// this returns.
+    ///
+    /// Fails with `EBUSY` if a registration of `T` already exists.
+    pub fn new(name: &'static CStr, ctx: T) -> Result<Self> {
+        let client = bindings::ib_client {
+            name: name.as_char_ptr(),
+            add: Some(add_callback::<T>),
+            remove: Some(remove_callback::<T>),
+            ..Default::default()
+        };
+        let inner = KBox::pin(
+            Inner {
+                client: Opaque::new(client),
+                ctx,
+            },
+            GFP_KERNEL,
+        )?;
+        let inner_ptr = ptr::from_ref::<Inner<T>>(&inner)
+            .cast_mut()
+            .cast::<c_void>();
+        T::slot()
+            .0
+            .compare_exchange(
+                ptr::null_mut(),
+                inner_ptr,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .map_err(|_| EBUSY)?;
+        // SAFETY: The client is pinned in `inner`, which is freed only after
+        // `ib_unregister_client` (in `drop`) or right here on failure, when
+        // it was never registered. Its callbacks find `inner` through the
+        // slot, set above.
+        let ret = unsafe { bindings::ib_register_client(inner.client.get()) };
+        if ret != 0 {
+            T::slot().0.store(ptr::null_mut(), Ordering::Release);
+            return Err(Error::from_errno(ret));
+        }
+        // INVARIANT: registered above, slot set above.
+        Ok(Registration { inner })
+    }
+
+    /// The client.
+    pub fn client(&self) -> &T {
+        &self.inner.ctx
+    }
+}
+
+impl<T: Client> Drop for Registration<T> {
+    fn drop(&mut self) {
+        // SAFETY: By the type invariant the client is registered. This
+        // calls `remove` for every device it was added to and returns when
+        // no callback runs any more.
+        unsafe { bindings::ib_unregister_client(self.inner.client.get()) };
+        T::slot().0.store(ptr::null_mut(), Ordering::Release);
+    }
+}
+
+/// Finds the registration of `T` from inside one of its callbacks.
+///
+/// # Safety
+///
+/// Must be called from an `ib_client` callback of `T`'s registration.
+unsafe fn inner<'a, T: Client>() -> &'a Inner<T> {
+    let p = T::slot().0.load(Ordering::Acquire);
+    // SAFETY: Callbacks run only between `ib_register_client` and the return
+    // of `ib_unregister_client`, while the slot points to the live `Inner`.
+    unsafe { &*p.cast::<Inner<T>>() }
+}
+
+/// `add` of the `ib_client` of `T`.
+///
+/// # Safety
+///
+/// Called by the RDMA core for `T`'s registered client, with `dev` a device
+/// whose registration count the core holds.
+unsafe extern "C" fn add_callback<T: Client>(dev: *mut bindings::ib_device) -> c_int {
+    // SAFETY: The RDMA core calls this as `T`'s `add`.
+    let inner = unsafe { inner::<T>() };
+    // SAFETY: The core holds the device's registration count around `add`
+    // and until `remove` has returned.
+    let device = unsafe { Device::from_raw(dev) };
+    match inner.ctx.add(device) {
+        Ok(data) => {
+            // SAFETY: `dev` is the device being added to our client, which
+            // is registered. The data is given back in `remove_callback`.
+            unsafe {
+                bindings::ib_set_client_data(
+                    dev,
+                    inner.client.get(),
+                    data.into_foreign().cast_mut(),
+                )
+            };
+            0
+        }
+        Err(e) => e.to_errno(),
+    }
+}
+
+/// `remove` of the `ib_client` of `T`.
+///
+/// # Safety
+///
+/// Called by the RDMA core for `T`'s registered client, once per device
+/// whose `add` succeeded, with the data `add_callback` stored.
+unsafe extern "C" fn remove_callback<T: Client>(
+    dev: *mut bindings::ib_device,
+    client_data: *mut c_void,
+) {
+    // SAFETY: The RDMA core calls this as `T`'s `remove`.
+    let inner = unsafe { inner::<T>() };
+    // SAFETY: The core holds the device's registration count during
+    // `remove`.
+    let device = unsafe { Device::from_raw(dev) };
+    // SAFETY: `remove` is called only for devices whose `add` succeeded,
+    // once, with the data `add_callback` stored from `into_foreign`.
+    let data = unsafe { T::DeviceData::from_foreign(client_data) };
+    inner.ctx.remove(device, data);
+}

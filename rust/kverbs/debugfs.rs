@@ -1,0 +1,342 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! debugfs directories and files.
+//!
+//! C header: [`include/linux/debugfs.h`](srctree/include/linux/debugfs.h)
+//!
+//! A [`Dir`] is reference counted: every subdirectory and [`File`] holds a
+//! reference to its parent, so a directory is removed only after everything
+//! in it, and removal never races with a child's own removal.
+//!
+//! Files are created with the full debugfs proxy: removing a file waits for
+//! the readers and writers inside its callbacks, and later calls on a file
+//! that is still open fail with `-EIO`.  The file operations are owned by
+//! the module this crate is linked into, so an open file holds a reference
+//! to the module and `rmmod` is refused (`-EBUSY`) until it is closed.
+
+use crate::bindings;
+use crate::show::{Show, Store};
+use core::{fmt, ptr};
+use kernel::{
+    error::from_err_ptr,
+    ffi::{c_char, c_int, c_void},
+    prelude::*,
+    str::CStr,
+    sync::Arc,
+    types::Opaque,
+    uaccess::UserSlice,
+};
+
+/// The largest write a control file takes in one `write(2)` call.
+pub const MAX_WRITE: usize = 4096;
+
+/// A debugfs directory, removed (with its contents) when the last reference
+/// to it is dropped.
+#[derive(Clone)]
+pub struct Dir(Arc<DirInner>);
+
+/// # Invariants
+///
+/// `dentry` is a debugfs directory created by `debugfs_create_dir` and not
+/// yet removed. `parent`, if any, is the directory it was created in.
+struct DirInner {
+    dentry: *mut bindings::dentry,
+    _parent: Option<Dir>,
+}
+
+// SAFETY: The dentry pointer is only used to create children and to remove
+// the directory, both of which debugfs allows from any thread.
+unsafe impl Send for DirInner {}
+// SAFETY: `&DirInner` gives no access to anything but the same thread-safe
+// debugfs calls.
+unsafe impl Sync for DirInner {}
+
+impl Drop for DirInner {
+    fn drop(&mut self) {
+        // SAFETY: By the type invariant `dentry` is a live debugfs directory;
+        // every child holds a reference to this directory, so it is empty.
+        unsafe { bindings::debugfs_remove(self.dentry) };
+    }
+}
+
+impl Dir {
+    /// Creates a directory `name` at the debugfs root.
+    pub fn new(name: &CStr) -> Result<Self> {
+        Self::create(name, None)
+    }
+
+    /// Creates a directory `name` inside this one.
+    pub fn subdir(&self, name: &CStr) -> Result<Self> {
+        Self::create(name, Some(self))
+    }
+
+    fn create(name: &CStr, parent: Option<&Dir>) -> Result<Self> {
+        let parent_dentry = parent.map_or(ptr::null_mut(), |p| p.0.dentry);
+        // SAFETY: `name` is a valid C string; `parent_dentry` is null or a
+        // live directory kept alive by `parent`.
+        let dentry = from_err_ptr(unsafe {
+            bindings::debugfs_create_dir(name.as_char_ptr(), parent_dentry)
+        })?;
+        // INVARIANT: `dentry` was just created in `parent`.
+        let inner = DirInner {
+            dentry,
+            _parent: parent.cloned(),
+        };
+        match Arc::new(inner, GFP_KERNEL) {
+            Ok(inner) => Ok(Dir(inner)),
+            // Dropping the `DirInner` inside the error removes the dentry.
+            Err(_) => Err(ENOMEM),
+        }
+    }
+
+    /// Creates a read-only (mode 0444) file `name` showing `data`.
+    pub fn file<T: Show + 'static>(&self, name: &CStr, data: T) -> Result<File<T>> {
+        File::create(self, name, 0o444, data, &FOPS_RO.0, Entry::<T>::VTABLE_RO)
+    }
+
+    /// Creates a control file `name` (mode 0600): reading it shows `data`,
+    /// writing to it calls [`Store::store`].
+    pub fn control_file<T: Show + Store + 'static>(&self, name: &CStr, data: T) -> Result<File<T>> {
+        File::create(self, name, 0o600, data, &FOPS_RW.0, Entry::<T>::VTABLE_RW)
+    }
+}
+
+/// Erased per-type operations of a file, found through `inode->i_private`.
+struct VTable {
+    show: unsafe fn(*const Header, &mut dyn fmt::Write) -> Result,
+    store: Option<unsafe fn(*const Header, &[u8]) -> Result>,
+}
+
+/// The start of every [`Entry`], the only part the C callbacks know.
+#[repr(C)]
+struct Header {
+    vtable: &'static VTable,
+}
+
+/// What `inode->i_private` points to: the operations, then the data.
+#[repr(C)]
+struct Entry<T> {
+    header: Header,
+    data: T,
+}
+
+impl<T: Show> Entry<T> {
+    const VTABLE_RO: &'static VTable = &VTable {
+        show: Self::show,
+        store: None,
+    };
+
+    /// # Safety
+    ///
+    /// `header` must point to the header of a live `Entry<T>`.
+    unsafe fn show(header: *const Header, out: &mut dyn fmt::Write) -> Result {
+        // SAFETY: `Header` is the first field of the `#[repr(C)]` `Entry<T>`
+        // and the caller guarantees that this entry is live.
+        let entry = unsafe { &*header.cast::<Entry<T>>() };
+        entry.data.show(out)
+    }
+}
+
+impl<T: Show + Store> Entry<T> {
+    const VTABLE_RW: &'static VTable = &VTable {
+        show: Self::show,
+        store: Some(Self::store),
+    };
+
+    /// # Safety
+    ///
+    /// `header` must point to the header of a live `Entry<T>`.
+    unsafe fn store(header: *const Header, input: &[u8]) -> Result {
+        // SAFETY: As in `show`.
+        let entry = unsafe { &*header.cast::<Entry<T>>() };
+        entry.data.store(input)
+    }
+}
+
+/// A debugfs file showing (and, for a control file, taking) text; removed on
+/// drop.
+///
+/// # Invariants
+///
+/// `dentry` is a debugfs file in `dir`, created with `entry` as its
+/// `i_private` and one of this module's `FOPS_*` tables, and not yet
+/// removed.
+pub struct File<T> {
+    dentry: *mut bindings::dentry,
+    entry: KBox<Entry<T>>,
+    _dir: Dir,
+}
+
+// SAFETY: The dentry is only used to remove the file, which any thread may
+// do; the data is `Send` as `Show` requires it.
+unsafe impl<T: Send> Send for File<T> {}
+// SAFETY: `&File<T>` only gives `&T`, and `T: Sync` as `Show` requires it.
+unsafe impl<T: Sync> Sync for File<T> {}
+
+impl<T> File<T> {
+    fn create(
+        dir: &Dir,
+        name: &CStr,
+        mode: u16,
+        data: T,
+        fops: &'static bindings::file_operations,
+        vtable: &'static VTable,
+    ) -> Result<Self> {
+        let entry = KBox::new(
+            Entry {
+                header: Header { vtable },
+                data,
+            },
+            GFP_KERNEL,
+        )?;
+        let private = ptr::from_ref(&entry.header).cast_mut().cast::<c_void>();
+        // SAFETY: `name` is a valid C string, `dir.0.dentry` a live
+        // directory. `private` stays valid until the file is removed:
+        // `File::drop` removes the file before the box is freed.
+        let dentry = from_err_ptr(unsafe {
+            bindings::debugfs_create_file(name.as_char_ptr(), mode, dir.0.dentry, private, fops)
+        })?;
+        // INVARIANT: the file was created above with `entry` and `fops`.
+        Ok(File {
+            dentry,
+            entry,
+            _dir: dir.clone(),
+        })
+    }
+
+    /// The data this file shows.
+    pub fn data(&self) -> &T {
+        &self.entry.data
+    }
+}
+
+impl<T> Drop for File<T> {
+    fn drop(&mut self) {
+        // SAFETY: By the type invariant the file exists. `debugfs_remove`
+        // returns only once no callback runs on it any more, so `entry` may
+        // be freed afterwards (fields are dropped after this function).
+        unsafe { bindings::debugfs_remove(self.dentry) };
+    }
+}
+
+/// A file operations table: plain data, never written after compile time.
+#[repr(transparent)]
+struct Fops(bindings::file_operations);
+
+// SAFETY: The table is immutable; its pointers are to functions and to the
+// module itself, which are valid from any thread.
+unsafe impl Sync for Fops {}
+
+extern "C" {
+    /// The module this crate is linked into (defined by modpost).
+    static __this_module: Opaque<bindings::module>;
+}
+
+// SAFETY: An all-zero `file_operations` is valid: every member is an
+// optional function pointer, a pointer or an integer.
+const NO_FOPS: bindings::file_operations = unsafe { core::mem::zeroed() };
+
+static FOPS_RO: Fops = Fops(bindings::file_operations {
+    // SAFETY: Only the address of the module is taken, nothing is read.
+    owner: unsafe { __this_module.get() },
+    open: Some(open_callback),
+    read: Some(bindings::seq_read),
+    llseek: Some(bindings::seq_lseek),
+    release: Some(bindings::single_release),
+    ..NO_FOPS
+});
+
+static FOPS_RW: Fops = Fops(bindings::file_operations {
+    write: Some(write_callback),
+    ..FOPS_RO.0
+});
+
+/// `open` of every kverbs debugfs file: a `seq_file` over its [`Entry`].
+///
+/// # Safety
+///
+/// Called by the VFS through the debugfs proxy with a valid `inode` and
+/// `file` of a file created by [`File::create`].
+unsafe extern "C" fn open_callback(
+    inode: *mut bindings::inode,
+    file: *mut bindings::file,
+) -> c_int {
+    // SAFETY: `inode` is valid (function safety requirement); its
+    // `i_private` is the entry header the file was created with, live while
+    // the proxy holds the file (until `File::drop`).
+    unsafe { bindings::single_open(file, Some(show_callback), (*inode).i_private) }
+}
+
+/// `show` of the `seq_file` opened by [`open_callback`].
+///
+/// # Safety
+///
+/// Called by `seq_read` on a `seq_file` opened by [`open_callback`].
+unsafe extern "C" fn show_callback(m: *mut bindings::seq_file, _v: *mut c_void) -> c_int {
+    // SAFETY: `m` is valid; `private` is the header given to `single_open`.
+    let header = unsafe { (*m).private }.cast::<Header>();
+    let mut out = SeqWriter(m);
+    // SAFETY: The debugfs proxy keeps the file (hence the entry) alive for
+    // the duration of this read; `header` is an entry's header.
+    match unsafe { ((*header).vtable.show)(header, &mut out) } {
+        Ok(()) => 0,
+        Err(e) => e.to_errno(),
+    }
+}
+
+/// `write` of control files: copies the user's bytes and calls `store`.
+///
+/// # Safety
+///
+/// Called by the VFS through the debugfs proxy on a file opened by
+/// [`open_callback`], with `buf` a user pointer to `count` bytes.
+unsafe extern "C" fn write_callback(
+    file: *mut bindings::file,
+    buf: *const c_char,
+    count: usize,
+    _ppos: *mut bindings::loff_t,
+) -> isize {
+    if count > MAX_WRITE {
+        pr_warn!(
+            "debugfs: write of {} bytes refused, at most {} are taken\n",
+            count,
+            MAX_WRITE
+        );
+        return EINVAL.to_errno() as isize;
+    }
+    let mut input = KVec::new();
+    if let Err(e) = UserSlice::new(buf as usize, count).read_all(&mut input, GFP_KERNEL) {
+        return e.to_errno() as isize;
+    }
+    // SAFETY: `single_open` set `private_data` to the `seq_file`, whose
+    // `private` is the entry header; the proxy keeps the entry alive.
+    let header =
+        unsafe { (*(*file).private_data.cast::<bindings::seq_file>()).private }.cast::<Header>();
+    // SAFETY: As above, `header` is a live entry's header.
+    let store = match unsafe { (*header).vtable.store } {
+        Some(store) => store,
+        None => return EPERM.to_errno() as isize,
+    };
+    // SAFETY: `header` belongs to an `Entry<T>` whose vtable has this `store`.
+    match unsafe { store(header, &input) } {
+        Ok(()) => count as isize,
+        Err(e) => e.to_errno() as isize,
+    }
+}
+
+/// Writes text into a `seq_file`.
+///
+/// # Invariants
+///
+/// The pointer is a `seq_file` inside its `show` callback.
+struct SeqWriter(*mut bindings::seq_file);
+
+impl fmt::Write for SeqWriter {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        // SAFETY: By the type invariant the `seq_file` is valid; `s` is
+        // valid for `s.len()` bytes. An overflow is recorded in the
+        // `seq_file`, which then calls `show` again with a larger buffer.
+        unsafe { bindings::seq_write(self.0, s.as_ptr().cast(), s.len()) };
+        Ok(())
+    }
+}

@@ -1,0 +1,181 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Read-only sysfs attributes in a directory under `/sys/kernel/`.
+//!
+//! C header: [`include/linux/sysfs.h`](srctree/include/linux/sysfs.h)
+//!
+//! Like [`crate::debugfs`], an [`Attribute`] holds a reference to its
+//! [`KernelDir`], so the directory goes only after its attributes.  Removing
+//! an attribute waits for the `show` calls inside it (kernfs drains them);
+//! later reads of a file still open fail with `-ENODEV`, so module unload is
+//! allowed at any time.
+
+use crate::bindings;
+use crate::show::Show;
+use core::{fmt, ptr};
+use kernel::{ffi::c_char, page::PAGE_SIZE, prelude::*, str::CStr, sync::Arc};
+
+/// A directory `/sys/kernel/<name>`, removed when the last reference to it
+/// is dropped.
+#[derive(Clone)]
+pub struct KernelDir(Arc<KobjInner>);
+
+/// # Invariants
+///
+/// `kobj` is a kobject from `kobject_create_and_add`, holding the reference
+/// that call returned.
+struct KobjInner {
+    kobj: *mut bindings::kobject,
+}
+
+// SAFETY: The kobject is only used to add and remove attributes and to drop
+// the reference, which the kobject core allows from any thread.
+unsafe impl Send for KobjInner {}
+// SAFETY: `&KobjInner` allows nothing but those same calls.
+unsafe impl Sync for KobjInner {}
+
+impl Drop for KobjInner {
+    fn drop(&mut self) {
+        // SAFETY: By the type invariant we own a reference; dropping the last
+        // one removes the directory.
+        unsafe { bindings::kobject_put(self.kobj) };
+    }
+}
+
+impl KernelDir {
+    /// Creates `/sys/kernel/<name>`.
+    pub fn new(name: &CStr) -> Result<Self> {
+        // SAFETY: `name` is a valid C string; `kernel_kobj` is the kobject of
+        // `/sys/kernel`, which exists for the kernel's lifetime.
+        let kobj =
+            unsafe { bindings::kobject_create_and_add(name.as_char_ptr(), bindings::kernel_kobj) };
+        if kobj.is_null() {
+            // The kobject core has said why in the kernel log.
+            return Err(ENOMEM);
+        }
+        // INVARIANT: `kobj` was just created; we own its reference. On
+        // allocation failure the `KobjInner` is dropped, which puts it.
+        Ok(KernelDir(Arc::new(KobjInner { kobj }, GFP_KERNEL)?))
+    }
+
+    /// Adds a read-only (0444) attribute `name` showing `data`.
+    pub fn attribute<T: Show + 'static>(
+        &self,
+        name: &'static CStr,
+        data: T,
+    ) -> Result<Attribute<T>> {
+        let inner = KBox::new(
+            AttrInner {
+                // SAFETY: An all-zero `kobj_attribute` is valid (null name,
+                // no callbacks); the fields that matter are set below.
+                kattr: unsafe { core::mem::zeroed() },
+                data,
+            },
+            GFP_KERNEL,
+        )?;
+        let kattr = ptr::from_ref(&inner.kattr).cast_mut();
+        // SAFETY: `kattr` points into the box we own and nobody else sees
+        // yet; the attribute name is `'static`.
+        unsafe {
+            (*kattr).attr.name = name.as_char_ptr();
+            (*kattr).attr.mode = 0o444;
+            (*kattr).show = Some(show_callback::<T>);
+            bindings::kverbs_sysfs_attr_init(&raw mut (*kattr).attr);
+        }
+        // SAFETY: The kobject is live (type invariant of `KobjInner`);
+        // the attribute lives in `inner` until `Attribute::drop` removes it.
+        kernel::error::to_result(unsafe {
+            bindings::sysfs_create_file_ns(self.0.kobj, &raw const (*kattr).attr, ptr::null())
+        })?;
+        // INVARIANT: the attribute was added above.
+        Ok(Attribute {
+            inner,
+            dir: self.clone(),
+        })
+    }
+}
+
+/// The `kobj_attribute` sysfs calls back with, followed by the data.
+#[repr(C)]
+struct AttrInner<T> {
+    kattr: bindings::kobj_attribute,
+    data: T,
+}
+
+/// A read-only sysfs attribute, removed on drop.
+///
+/// # Invariants
+///
+/// `inner.kattr` is an attribute of `dir`'s kobject whose `show` is
+/// `show_callback::<T>`.
+pub struct Attribute<T> {
+    inner: KBox<AttrInner<T>>,
+    dir: KernelDir,
+}
+
+// SAFETY: The raw pointers inside `kobj_attribute` are to static data; the
+// data is `Send` as `Show` requires.
+unsafe impl<T: Send> Send for Attribute<T> {}
+// SAFETY: `&Attribute<T>` gives only `&T`, which is `Sync`.
+unsafe impl<T: Sync> Sync for Attribute<T> {}
+
+impl<T> Attribute<T> {
+    /// The data this attribute shows.
+    pub fn data(&self) -> &T {
+        &self.inner.data
+    }
+}
+
+impl<T> Drop for Attribute<T> {
+    fn drop(&mut self) {
+        // SAFETY: By the type invariant the attribute was added to this
+        // kobject. Removal drains the `show` calls running on it, so
+        // `inner` may be freed once this returns.
+        unsafe {
+            bindings::sysfs_remove_file_ns(self.dir.0.kobj, &self.inner.kattr.attr, ptr::null())
+        };
+    }
+}
+
+/// `show` of every kverbs attribute.
+///
+/// # Safety
+///
+/// Called by sysfs with `kattr` the attribute of a live [`Attribute<T>`]
+/// and `buf` a buffer of `PAGE_SIZE` bytes.
+unsafe extern "C" fn show_callback<T: Show>(
+    _kobj: *mut bindings::kobject,
+    kattr: *mut bindings::kobj_attribute,
+    buf: *mut c_char,
+) -> isize {
+    // SAFETY: `kattr` is the first field of the `#[repr(C)]` `AttrInner<T>`
+    // that `Attribute<T>` keeps alive until the attribute is removed.
+    let inner = unsafe { &*kattr.cast::<AttrInner<T>>() };
+    let mut out = PageWriter { buf, len: 0 };
+    match inner.data.show(&mut out) {
+        Ok(()) => out.len as isize,
+        Err(e) => e.to_errno() as isize,
+    }
+}
+
+/// Writes text into a sysfs page; what does not fit is dropped, as
+/// `sysfs_emit` does.
+///
+/// # Invariants
+///
+/// `buf` is valid for writes of `PAGE_SIZE` bytes; `len <= PAGE_SIZE`.
+struct PageWriter {
+    buf: *mut c_char,
+    len: usize,
+}
+
+impl fmt::Write for PageWriter {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        let n = s.len().min(PAGE_SIZE - self.len);
+        // SAFETY: By the type invariant, `buf + len .. buf + len + n` lies
+        // within the page; `s` is valid for `n` bytes and does not overlap.
+        unsafe { ptr::copy_nonoverlapping(s.as_ptr(), self.buf.add(self.len), n) };
+        self.len += n;
+        Ok(())
+    }
+}

@@ -1,0 +1,17 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * The C declarations the kverbs safe layer binds to.  bindgen reads this file
+ * with the kernel's own C flags (see Kbuild) and writes
+ * rust/bindings_generated.rs plus rust/kverbs_extern.c, the C wrappers that
+ * make the static inline verbs callable from Rust.
+ */
+#include <linux/debugfs.h>
+#include <linux/fs.h>
+#include <linux/kobject.h>
+#include <linux/seq_file.h>
+#include <linux/sysfs.h>
+#include <rdma/ib_verbs.h>
+#include <rdma/ib_cache.h>
+#include <rdma/rdma_cm.h>
+
+#include "kverbs_helpers.h"
