@@ -1,0 +1,250 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! kverbs example: an RDMA client written in safe Rust.
+//!
+//! On load it registers as an RDMA client. For every RDMA device, present or
+//! added later, it creates `/sys/kernel/debug/kverbs_example/<dev>/info`
+//! showing the device, its ports and their GID tables; the directory goes
+//! when the device does. `/sys/kernel/kverbs_example/devices` lists the
+//! devices the client has been given.
+
+#![deny(unsafe_code)]
+
+use core::fmt::Write;
+use kernel::{c_str, new_mutex, prelude::*, str::CString, sync::Arc, sync::Mutex, types::ARef};
+use kverbs::{
+    client::{Client, Registration},
+    debugfs::{Dir, File},
+    device::{Device, LinkLayer},
+    sysfs::{Attribute, KernelDir},
+    Show,
+};
+
+module! {
+    type: KverbsExample,
+    name: "kverbs_example",
+    author: "kverbs developers",
+    description: "kverbs example: an RDMA client in safe Rust",
+    license: "GPL",
+}
+
+/// The devices this client has now; a removed device leaves a free slot.
+type Devices = Mutex<KVec<Option<CString>>>;
+
+/// `/sys/kernel/kverbs_example/devices`: one device name per line.
+struct DeviceList(Arc<Devices>);
+
+impl Show for DeviceList {
+    fn show(&self, out: &mut dyn Write) -> Result {
+        for name in self.0.lock().iter().flatten() {
+            writeln!(out, "{}", name.to_str()?)?;
+        }
+        Ok(())
+    }
+}
+
+/// `info`: the device as `ibv_devinfo -v` and `rdma link` describe it.
+struct Info(ARef<Device>);
+
+impl Show for Info {
+    fn show(&self, out: &mut dyn Write) -> Result {
+        let dev = &self.0;
+        let attr = dev.attrs();
+        writeln!(out, "hca_id: {}", dev.name())?;
+        writeln!(out, "driver: {}", dev.driver())?;
+        writeln!(out, "fw_ver: {}", dev.fw_version())?;
+        writeln!(out, "node_guid: {}", dev.node_guid())?;
+        writeln!(out, "sys_image_guid: {}", attr.sys_image_guid())?;
+        writeln!(out, "vendor_id: {:#06x}", attr.vendor_id())?;
+        writeln!(out, "vendor_part_id: {}", attr.vendor_part_id())?;
+        writeln!(out, "hw_ver: {:#x}", attr.hw_ver())?;
+        writeln!(out, "phys_port_cnt: {}", dev.ports().count())?;
+        writeln!(out, "max_mr_size: {:#x}", attr.max_mr_size())?;
+        writeln!(out, "page_size_cap: {:#x}", attr.page_size_cap())?;
+        writeln!(out, "max_qp: {}", attr.max_qp())?;
+        writeln!(out, "max_qp_wr: {}", attr.max_qp_wr())?;
+        writeln!(
+            out,
+            "device_cap_flags: {:#010x}",
+            attr.device_cap_flags() & 0xffff_ffff
+        )?;
+        writeln!(
+            out,
+            "max_sge: {}",
+            attr.max_send_sge().min(attr.max_recv_sge())
+        )?;
+        writeln!(out, "max_cq: {}", attr.max_cq())?;
+        writeln!(out, "max_cqe: {}", attr.max_cqe())?;
+        writeln!(out, "max_mr: {}", attr.max_mr())?;
+        writeln!(out, "max_pd: {}", attr.max_pd())?;
+        writeln!(out, "max_qp_rd_atom: {}", attr.max_qp_rd_atom())?;
+        writeln!(out, "max_qp_init_rd_atom: {}", attr.max_qp_init_rd_atom())?;
+        writeln!(out, "max_srq: {}", attr.max_srq())?;
+        writeln!(out, "max_mcast_grp: {}", attr.max_mcast_grp())?;
+        writeln!(out, "max_mcast_qp_attach: {}", attr.max_mcast_qp_attach())?;
+        writeln!(out, "max_ah: {}", attr.max_ah())?;
+        writeln!(out, "max_pkeys: {}", attr.max_pkeys())?;
+        for port in dev.ports() {
+            writeln!(out, "port: {}", port)?;
+            let pa = match dev.query_port(port) {
+                Ok(pa) => pa,
+                Err(e) => {
+                    writeln!(out, "\tquery_port: error {}", e.to_errno())?;
+                    continue;
+                }
+            };
+            let ll = dev.link_layer(port);
+            writeln!(out, "\tstate: {} ({})", pa.state().name(), pa.state_raw())?;
+            writeln!(
+                out,
+                "\tmax_mtu: {} ({})",
+                pa.max_mtu().bytes(),
+                pa.max_mtu().raw()
+            )?;
+            writeln!(
+                out,
+                "\tactive_mtu: {} ({})",
+                pa.active_mtu().bytes(),
+                pa.active_mtu().raw()
+            )?;
+            writeln!(out, "\tsm_lid: {}", pa.sm_lid())?;
+            writeln!(out, "\tport_lid: {}", pa.lid())?;
+            writeln!(out, "\tmax_msg_sz: {:#x}", pa.max_msg_sz())?;
+            writeln!(out, "\tgid_tbl_len: {}", pa.gid_tbl_len())?;
+            writeln!(out, "\tpkey_tbl_len: {}", pa.pkey_tbl_len())?;
+            writeln!(
+                out,
+                "\tphys_state: {} ({})",
+                phys_state_name(pa.phys_state()),
+                pa.phys_state()
+            )?;
+            writeln!(out, "\tlink_layer: {}", ll.name())?;
+            if let Some(ndev) = dev.netdev_name(port) {
+                writeln!(out, "\tnetdev: {}", ndev)?;
+            }
+            for index in 0..pa.gid_tbl_len() {
+                // Empty entries fail with ENODATA and are not shown, as in
+                // `ibv_devinfo -v`.
+                let Ok(gid) = dev.gid_attr(port, index) else {
+                    continue;
+                };
+                let g = gid.gid();
+                if ll != LinkLayer::Ethernet {
+                    writeln!(out, "\tGID[{:3}]: {}", index, g)?;
+                } else if gid.gid_type() == kverbs::device::GidType::RoceV2 {
+                    writeln!(out, "\tGID[{:3}]: {}, RoCE v2", index, g.ipv6())?;
+                } else {
+                    writeln!(out, "\tGID[{:3}]: {}, RoCE v1", index, g)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Physical port states as `ibv_devinfo` names them.
+fn phys_state_name(state: u8) -> &'static str {
+    match state {
+        1 => "SLEEP",
+        2 => "POLLING",
+        3 => "DISABLED",
+        4 => "PORT_CONFIGURATION_TRAINNING",
+        5 => "LINK_UP",
+        6 => "LINK_ERROR_RECOVERY",
+        7 => "PHY_TEST",
+        _ => "invalid physical state",
+    }
+}
+
+/// What the client keeps per device. Fields drop in order: the files go
+/// before the directory, the directory before the device reference.
+struct PerDevice {
+    _info: File<Info>,
+    _dir: Dir,
+    name: CString,
+    devices: Arc<Devices>,
+}
+
+impl Drop for PerDevice {
+    fn drop(&mut self) {
+        let mut list = self.devices.lock();
+        for slot in list.as_mut_slice() {
+            if slot.as_ref().map(|n| n.as_bytes()) == Some(self.name.as_bytes()) {
+                *slot = None;
+            }
+        }
+    }
+}
+
+struct Example {
+    root: Dir,
+    devices: Arc<Devices>,
+}
+
+impl Client for Example {
+    type DeviceData = KBox<PerDevice>;
+    kverbs::client_slot!();
+
+    fn add(&self, dev: &Device) -> Result<KBox<PerDevice>> {
+        let name = CString::try_from_fmt(kernel::fmt!("{}", dev.name()))?;
+        let dir = self.root.subdir(&name)?;
+        let info = dir.file(c_str!("info"), Info(dev.into()))?;
+        let entry = CString::try_from_fmt(kernel::fmt!("{}", dev.name()))?;
+        {
+            let mut list = self.devices.lock();
+            match list.as_mut_slice().iter_mut().find(|slot| slot.is_none()) {
+                Some(slot) => *slot = Some(entry),
+                None => list.push(Some(entry), GFP_KERNEL)?,
+            }
+        }
+        pr_info!(
+            "{}: added ({} driver, {} port(s))\n",
+            dev.name(),
+            dev.driver(),
+            dev.ports().count()
+        );
+        Ok(KBox::new(
+            PerDevice {
+                _info: info,
+                _dir: dir,
+                name,
+                devices: self.devices.clone(),
+            },
+            GFP_KERNEL,
+        )?)
+    }
+
+    fn remove(&self, dev: &Device, data: KBox<PerDevice>) {
+        drop(data);
+        pr_info!("{}: removed\n", dev.name());
+    }
+}
+
+struct KverbsExample {
+    // Dropped first: removes every device's directory.
+    _reg: Registration<Example>,
+    _devices_attr: Attribute<DeviceList>,
+    _sysfs: KernelDir,
+}
+
+impl kernel::Module for KverbsExample {
+    fn init(_module: &'static ThisModule) -> Result<Self> {
+        let devices = Arc::pin_init(new_mutex!(KVec::new()), GFP_KERNEL)?;
+        let sysfs = KernelDir::new(c_str!("kverbs_example"))?;
+        let attr = sysfs.attribute(c_str!("devices"), DeviceList(devices.clone()))?;
+        let root = Dir::new(c_str!("kverbs_example"))?;
+        let reg = Registration::new(c_str!("kverbs_example"), Example { root, devices })?;
+        pr_info!("registered as an RDMA client\n");
+        Ok(KverbsExample {
+            _reg: reg,
+            _devices_attr: attr,
+            _sysfs: sysfs,
+        })
+    }
+}
+
+impl Drop for KverbsExample {
+    fn drop(&mut self) {
+        pr_info!("unregistering\n");
+    }
+}
