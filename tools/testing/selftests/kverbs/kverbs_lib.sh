@@ -1,0 +1,149 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+#
+# Helpers shared by the kverbs kselftests: KTAP through the kernel's
+# ktap_helpers.sh, soft-RoCE devices, the example module, and the checks run
+# after every test case (kernel log) and every test program (kmemleak).
+
+KV_DIR="$(dirname "$(readlink -f "$0")")"
+# shellcheck source=/dev/null
+. "$KV_DIR/../kselftest/ktap_helpers.sh"
+
+KV_MODDIR=${KV_MODDIR:-/kverbs}
+KV_MOD=kverbs_example
+KV_DEBUGFS=/sys/kernel/debug/kverbs_example
+KV_SYSFS=/sys/kernel/kverbs_example
+KV_KMEMLEAK=/sys/kernel/debug/kmemleak
+
+# What a kernel report looks like in dmesg.
+KV_SPLAT='WARNING:|BUG:|Oops|KASAN|UBSAN|general protection|Call Trace|kernel BUG|lockdep|possible circular locking|possible recursive locking|inconsistent lock state|suspicious RCU usage|sleeping function called from invalid context|ODEBUG:|list_add corruption|list_del corruption|refcount_t:|INFO: task .* blocked|panic|rcu_sched self-detected stall'
+
+kv_msg() {
+	ktap_print_msg "$@"
+}
+
+# Prints stdin as KTAP diagnostics.
+kv_diag() {
+	sed 's/^/# /'
+}
+
+kv_load() {
+	insmod "$KV_MODDIR/$KV_MOD.ko" "$@"
+}
+
+kv_unload() {
+	rmmod "$KV_MOD"
+}
+
+kv_loaded() {
+	grep -q "^$KV_MOD " /proc/modules
+}
+
+# kv_rxe_add NAME NETDEV: a soft-RoCE device on NETDEV.
+kv_rxe_add() {
+	rdma link add "$1" type rxe netdev "$2"
+}
+
+kv_rxe_del() {
+	rdma link delete "$1"
+}
+
+kv_rxe_del_all() {
+	local d
+	for d in $(ls /sys/class/infiniband 2>/dev/null); do
+		rdma link delete "$d" 2>/dev/null
+	done
+}
+
+# dummy0 with a link-local address: a netdev rxe can sit on besides lo.
+kv_dummy_up() {
+	if [ ! -e /sys/class/net/dummy0 ]; then
+		ip link add dummy0 type dummy || return 1
+		ip addr add 169.254.1.1/16 dev dummy0 || return 1
+	fi
+	ip link set dummy0 up
+}
+
+# kv_wait COND...: polls COND for up to 10 s.
+kv_wait() {
+	local i
+	for i in $(seq 100); do
+		"$@" && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+kv_cleanup() {
+	kv_loaded && kv_unload
+	kv_rxe_del_all
+	return 0
+}
+
+# The kernel log since the marker of test case $1.
+kv_log_since() {
+	dmesg | sed -n "/kverbs-selftest: begin $1\$/,\$p"
+}
+
+# kv_case NAME FUNC [ARGS...]: runs one test case; it passes if FUNC
+# succeeds and the kernel logged no report while it ran.
+kv_case() {
+	local name=$1 ok=1 splat start
+	shift
+	start=$(cut -d' ' -f1 /proc/uptime)
+	echo "kverbs-selftest: begin $name" >/dev/kmsg
+	"$@" || ok=0
+	kv_msg "$name: $(awk -v s="$start" '{ printf "%.1f", $1 - s }' /proc/uptime) s"
+	splat=$(kv_log_since "$name" | grep -E "$KV_SPLAT")
+	if [ -n "$splat" ]; then
+		kv_msg "kernel report during $name:"
+		kv_log_since "$name" | tail -n 60 | kv_diag
+		ok=0
+	fi
+	if [ $ok = 1 ]; then
+		ktap_test_pass "$name"
+	else
+		ktap_test_fail "$name"
+	fi
+}
+
+# Everything the test program left allocated must be freed: kmemleak must
+# report no new unreferenced object (reports from before the program were
+# cleared by kv_begin).
+kv_kmemleak_check() {
+	local report
+	[ -e "$KV_KMEMLEAK" ] || {
+		kv_msg "no kmemleak in this kernel"
+		return 1
+	}
+	# A leak is reported by the second scan that finds it unreferenced and
+	# unchanged, if it is older than 5 s by then; one scan takes longer.
+	echo scan >"$KV_KMEMLEAK"
+	echo scan >"$KV_KMEMLEAK"
+	report=$(cat "$KV_KMEMLEAK")
+	if [ -n "$report" ]; then
+		kv_msg "kmemleak:"
+		echo "$report" | head -n 80 | kv_diag
+		echo clear >"$KV_KMEMLEAK"
+		return 1
+	fi
+	return 0
+}
+
+# kv_begin PLAN: the KTAP header; PLAN counts the cases plus the final
+# kmemleak case.
+kv_begin() {
+	ktap_print_header
+	ktap_set_plan "$1"
+	kv_cleanup
+	if [ -e "$KV_KMEMLEAK" ]; then
+		echo scan >"$KV_KMEMLEAK"
+		echo clear >"$KV_KMEMLEAK"
+	fi
+}
+
+kv_end() {
+	kv_cleanup
+	kv_case "kmemleak_clean_$(basename "$0" .sh)" kv_kmemleak_check
+	ktap_finished
+}

@@ -1,0 +1,104 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+#
+# Removal at any moment: module unload while devices exist and while a
+# reader holds `info` open, device removal under readers.  Nothing may
+# crash, hang or leak; an open file pins the module (rmmod says it is in
+# use) and reads of a removed device's file fail with EIO.
+
+. "$(dirname "$(readlink -f "$0")")/kverbs_lib.sh"
+
+setup() {
+	kv_dummy_up && kv_rxe_add rxe_lo lo && kv_rxe_add rxe_dummy dummy0 && kv_load
+}
+
+rmmod_refused_while_info_open() {
+	local line
+	exec 3<"$KV_DEBUGFS/rxe_lo/info" || return 1
+	read -r line <&3
+	[ "$line" = "hca_id: rxe_lo" ] || { kv_msg "read '$line'"; exec 3<&-; return 1; }
+	if kv_unload 2>/dev/null; then
+		kv_msg "rmmod succeeded with a file open"
+		exec 3<&-
+		return 1
+	fi
+	kv_loaded || { exec 3<&-; return 1; }
+	exec 3<&-
+	kv_unload || { kv_msg "rmmod failed after close"; return 1; }
+	! kv_loaded
+}
+
+read_after_device_removed_fails() {
+	local line err
+	kv_load || return 1
+	exec 3<"$KV_DEBUGFS/rxe_dummy/info" || return 1
+	read -r line <&3
+	kv_rxe_del rxe_dummy || { exec 3<&-; return 1; }
+	[ ! -e "$KV_DEBUGFS/rxe_dummy" ] || { exec 3<&-; return 1; }
+	err=$(cat <&3 2>&1 >/dev/null)
+	exec 3<&-
+	kv_msg "read after removal: $err"
+	echo "$err" | grep -q "Input/output error"
+}
+
+readers() {
+	local f=$1
+	while [ -e /tmp/readers_run ]; do
+		cat "$f" >/dev/null 2>&1
+	done
+}
+
+link_del_under_readers() {
+	local i
+	kv_rxe_add rxe_dummy dummy0 || return 1
+	touch /tmp/readers_run
+	for i in 1 2 3; do
+		readers "$KV_DEBUGFS/rxe_dummy/info" &
+	done
+	sleep 1
+	kv_rxe_del rxe_dummy
+	local r=$?
+	sleep 0.5
+	kv_rxe_add rxe_dummy dummy0 || r=1
+	rm -f /tmp/readers_run
+	wait
+	return $r
+}
+
+rmmod_under_readers() {
+	local i unloaded=0
+	touch /tmp/readers_run
+	for i in 1 2 3; do
+		readers "$KV_DEBUGFS/rxe_lo/info" &
+	done
+	sleep 1
+	# The readers' open files pin the module: retry until a moment when
+	# none is open.
+	for i in $(seq 200); do
+		if kv_unload 2>/dev/null; then
+			unloaded=1
+			break
+		fi
+	done
+	rm -f /tmp/readers_run
+	wait
+	[ $unloaded = 1 ] || kv_unload || return 1
+	[ ! -e "$KV_DEBUGFS" ]
+}
+
+rmmod_with_devices_present() {
+	kv_load || return 1
+	[ -d "$KV_DEBUGFS/rxe_lo" ] || return 1
+	kv_unload || return 1
+	[ -e /sys/class/infiniband/rxe_lo ] || { kv_msg "the device went with the module"; return 1; }
+	[ ! -e "$KV_DEBUGFS" ]
+}
+
+kv_begin 7
+kv_case setup_rxe_lo_rxe_dummy_and_load setup
+kv_case rmmod_refused_while_info_open_then_succeeds rmmod_refused_while_info_open
+kv_case read_of_removed_device_info_fails_with_eio read_after_device_removed_fails
+kv_case rdma_link_del_under_concurrent_readers link_del_under_readers
+kv_case rmmod_under_concurrent_readers rmmod_under_readers
+kv_case rmmod_with_devices_present rmmod_with_devices_present
+kv_end

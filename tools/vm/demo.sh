@@ -1,0 +1,39 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+#
+# What `make run` shows inside the test VM: soft-RoCE devices are created,
+# the example module is loaded and says what it found.
+
+set -u
+step() {
+	echo
+	echo "### $*"
+}
+run() {
+	echo "\$ $*"
+	"$@"
+}
+
+step "Soft-RoCE (rdma_rxe) on lo and on dummy0"
+[ -e /sys/class/net/dummy0 ] || ip link add dummy0 type dummy
+ip addr add 169.254.1.1/16 dev dummy0
+ip link set dummy0 up
+run rdma link add rxe_lo type rxe netdev lo
+run rdma link add rxe_dummy type rxe netdev dummy0
+run rdma link show
+
+step "Load the kverbs example module"
+run insmod /kverbs/kverbs_example.ko
+dmesg | grep kverbs_example
+run cat /sys/kernel/kverbs_example/devices
+
+step "What the module shows of each device"
+for f in /sys/kernel/debug/kverbs_example/*/info; do
+	run cat "$f"
+done
+
+step "Device removal and module unload"
+run rdma link delete rxe_dummy
+run ls /sys/kernel/debug/kverbs_example
+run rmmod kverbs_example
+dmesg | grep kverbs_example | tail -n 3

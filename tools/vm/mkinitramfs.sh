@@ -1,0 +1,72 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+#
+# mkinitramfs.sh OUT KSRC MODULE...
+#
+# Builds the initramfs the kverbs test VM boots: static busybox, bash, the
+# rdma-core and iproute2 tools the tests compare against (with the shared
+# libraries they need, taken from this machine), the kverbs modules, the
+# kselftests with the kernel's ktap_helpers.sh, and tools/vm/guest-init.sh
+# as /init.
+
+set -euo pipefail
+
+out=$1 ksrc=$2
+shift 2
+top=$(cd "$(dirname "$0")/../.." && pwd)
+root=$(mktemp -d)
+trap 'rm -rf "$root"' EXIT
+
+mkdir -p "$root"/{bin,sbin,etc,proc,sys,dev,tmp,run,root,lib64,kverbs,usr/bin}
+mkdir -p "$root"/kselftest/{kselftest,kverbs}
+
+cp /bin/busybox "$root/bin/busybox"
+
+# Dynamically linked tools, with every library ldd names.
+tools=(/bin/bash /usr/bin/rdma /sbin/ip /usr/bin/ibv_devinfo /usr/bin/ibv_devices)
+for opt in /usr/bin/rping /usr/bin/mckey /usr/bin/ucmatose /usr/bin/ibv_rc_pingpong \
+	/usr/bin/ib_write_bw /usr/bin/ib_write_lat /usr/bin/ib_read_bw /usr/bin/ib_send_bw; do
+	[ -x "$opt" ] && tools+=("$opt")
+done
+provider=(/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav*.so)
+copy_with_libs() {
+	local f lib
+	for f in "$@"; do
+		mkdir -p "$root$(dirname "$f")"
+		cp -L "$f" "$root$f"
+		for lib in $(ldd "$f" 2>/dev/null | grep -o '/[^ ]*'); do
+			[ -e "$root$lib" ] && continue
+			mkdir -p "$root$(dirname "$lib")"
+			cp -L "$lib" "$root$lib"
+		done
+	done
+}
+copy_with_libs "${tools[@]}" "${provider[@]}"
+# The tools live in /bin for the guest's PATH.
+for t in "${tools[@]}"; do
+	[ -e "$root/bin/$(basename "$t")" ] || ln -s "$t" "$root/bin/$(basename "$t")"
+done
+mkdir -p "$root/etc/libibverbs.d"
+cp /etc/libibverbs.d/rxe.driver "$root/etc/libibverbs.d/"
+echo 'root:x:0:0:root:/root:/bin/bash' >"$root/etc/passwd"
+echo 'root:x:0:' >"$root/etc/group"
+
+for m in "$@"; do
+	cp "$m" "$root/kverbs/"
+done
+
+cp "$ksrc/tools/testing/selftests/kselftest/ktap_helpers.sh" "$root/kselftest/kselftest/"
+sel="$top/tools/testing/selftests/kverbs"
+cp "$sel"/*.sh "$sel/settings" "$root/kselftest/kverbs/"
+# The test list, in the order of TEST_PROGS in the selftest Makefile.
+make -s -f - -C "$sel" print-progs <<'MK' >"$root/kselftest/kverbs/TEST_PROGS"
+include Makefile
+print-progs:
+	@echo $(TEST_PROGS)
+MK
+cp "$top/tools/vm/guest-init.sh" "$root/init"
+cp "$top/tools/vm/demo.sh" "$root/kverbs/demo.sh"
+chmod +x "$root/init" "$root"/kselftest/kverbs/*.sh "$root/kverbs/demo.sh"
+
+(cd "$root" && find . | cpio -o -H newc --quiet) >"$out.tmp"
+mv "$out.tmp" "$out"

@@ -1,0 +1,77 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+#
+# run.sh check|demo
+#
+# Boots the kverbs test kernel in QEMU (TCG: no KVM needed, no network
+# outside the guest) with an initramfs holding the freshly built modules and
+# the kselftests, and runs them (check) or the demo (demo).  The console is
+# printed as it comes; in check mode the KTAP totals of all tests are summed
+# up into the last line, "N passed, N failed[, N skipped]", and the exit
+# status is non-zero unless every test ran and none failed.
+
+set -euo pipefail
+
+mode=${1:-check}
+top=$(cd "$(dirname "$0")/../.." && pwd)
+kdir=$("$top/tools/build-kernel.sh")
+ksrc=$(readlink -f "$kdir/source")
+work=${XDG_CACHE_HOME:-$HOME/.cache}/kverbs/vm
+mkdir -p "$work"
+
+mods=("$top"/kverbs_example.ko)
+for m in "${mods[@]}"; do
+	[ -f "$m" ] || { echo "kverbs: $m is not built (make modules)" >&2; exit 1; }
+done
+
+initrd="$work/initramfs-$mode.cpio"
+"$top/tools/vm/mkinitramfs.sh" "$initrd" "$ksrc" "${mods[@]}"
+
+log="$work/$mode.log"
+append="console=ttyS0 loglevel=1 log_buf_len=8M panic=-1 kmemleak=on kverbs.mode=$mode"
+qemu=(qemu-system-x86_64 -accel tcg -cpu max -smp 2 -m 1024
+	-kernel "$kdir/arch/x86/boot/bzImage" -initrd "$initrd" -append "$append"
+	-display none -monitor none -serial stdio -nic none -no-reboot)
+
+set +e
+timeout "${KVERBS_VM_TIMEOUT:-2400}" "${qemu[@]}" </dev/null 2>&1 | tr -d '\r' | tee "$log"
+set -e
+
+if ! grep -q '^kverbs-vm: done' "$log"; then
+	echo "kverbs: the VM did not finish (crash or timeout); console log: $log"
+	finished=0
+else
+	finished=1
+fi
+
+[ "$mode" = check ] || exit $((1 - finished))
+
+# Sum the KTAP totals of the test programs.  A program that ended without
+# totals (killed by its timeout, or the VM died inside it) counts as one
+# failure; so does a program the VM never reached.
+awk -v finished=$finished$top/tools/testing/selftests/kverbs/TEST_PROGS.list" 2>/dev/null || echo 0)" '
+	/^1\.\.[0-9]+$/ && !plan { plan = substr($0, 4) + 0 }
+	/^# # Totals: / {
+		for (i = 4; i <= NF; i++) {
+			split($i, kv, ":")
+			t[kv[1]] += kv[2]
+		}
+		have_totals = 1
+	}
+	/^(not )?ok [0-9]+ selftests: kverbs: / {
+		ran++
+		if (!have_totals && $1 == "not")
+			broken++
+		have_totals = 0
+	}
+	END {
+		pass = t["pass"] + t["xfail"]
+		fail = t["fail"] + t["xpass"] + t["error"] + broken + (plan > ran ? plan - ran : 0)
+		if (!finished && fail == 0)
+			fail = 1
+		line = pass " passed, " fail " failed"
+		if (t["skip"])
+			line = line ", " t["skip"] " skipped"
+		print line
+		exit fail > 0
+	}' "$log"
