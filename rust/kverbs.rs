@@ -54,13 +54,58 @@ mod bindings {
 // name the module files.
 #[path = "kverbs/client.rs"]
 pub mod client;
+#[path = "kverbs/cq.rs"]
+pub mod cq;
 #[path = "kverbs/debugfs.rs"]
 pub mod debugfs;
 #[path = "kverbs/device.rs"]
 pub mod device;
+#[path = "kverbs/dma.rs"]
+pub mod dma;
+#[path = "kverbs/mr.rs"]
+pub mod mr;
+#[path = "kverbs/pd.rs"]
+pub mod pd;
+#[path = "kverbs/qp.rs"]
+pub mod qp;
 #[path = "kverbs/show.rs"]
 mod show;
 #[path = "kverbs/sysfs.rs"]
 pub mod sysfs;
+#[path = "kverbs/wc.rs"]
+pub mod wc;
 
 pub use show::{Show, Store};
+
+/// The monotonic clock, in nanoseconds (`ktime_get_ns`).
+pub fn now_ns() -> u64 {
+    // SAFETY: Reads the clock; callable from any context.
+    unsafe { bindings::kverbs_ktime_get_ns() }
+}
+
+/// Error codes the `kernel` crate of 6.12 does not name.
+pub mod errno {
+    use kernel::error::Error;
+
+    macro_rules! errno {
+        ($($(#[$m:meta])* $f:ident = $c:ident;)*) => {$(
+            $(#[$m])*
+            pub fn $f() -> Error {
+                Error::from_errno(-(kernel::bindings::$c as i32))
+            }
+        )*};
+    }
+
+    errno! {
+        /// `ETIMEDOUT`: a wait ran out of time.
+        etimedout = ETIMEDOUT;
+        /// `ECANCELED`: a wait was cancelled.
+        ecanceled = ECANCELED;
+        /// `EOPNOTSUPP`: not supported.
+        eopnotsupp = EOPNOTSUPP;
+        /// `EMSGSIZE`: a message too long.
+        emsgsize = EMSGSIZE;
+        /// `ECONNREFUSED`: nobody listens.
+        econnrefused = ECONNREFUSED;
+    }
+}

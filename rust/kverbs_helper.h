@@ -13,5 +13,7 @@
 #include <rdma/ib_verbs.h>
 #include <rdma/ib_cache.h>
 #include <rdma/rdma_cm.h>
+#include <linux/scatterlist.h>
+#include <linux/wait.h>
 
 #include "kverbs_helpers.h"

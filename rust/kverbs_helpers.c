@@ -4,11 +4,61 @@
  * Rust.  Static inline functions need no helper here: bindgen wraps them in
  * the generated rust/kverbs_extern.c.
  */
+#include <linux/delay.h>
+#include <linux/scatterlist.h>
+#include <linux/sched.h>
+#include <linux/sched/signal.h>
 #include <linux/sysfs.h>
+#include <linux/timekeeping.h>
+#include <linux/wait.h>
 
 #include "kverbs_helpers.h"
 
 void kverbs_sysfs_attr_init(struct attribute *attr)
 {
 	sysfs_attr_init(attr);
+}
+
+void kverbs_init_waitqueue_head(struct wait_queue_head *wq)
+{
+	init_waitqueue_head(wq);
+}
+
+void kverbs_wake_up(struct wait_queue_head *wq)
+{
+	wake_up(wq);
+}
+
+long kverbs_wait_u32(struct wait_queue_head *wq, const u32 *v, u32 want,
+		     unsigned int timeout_ms)
+{
+	return wait_event_interruptible_timeout(*wq, READ_ONCE(*v) == want,
+						msecs_to_jiffies(timeout_ms));
+}
+
+void kverbs_sg_set_dma(struct scatterlist *sg, u64 dma_addr, unsigned int len)
+{
+	sg_init_table(sg, 1);
+	sg_dma_address(sg) = dma_addr;
+	sg_dma_len(sg) = len;
+}
+
+bool kverbs_signal_pending(void)
+{
+	return signal_pending(current);
+}
+
+void kverbs_cond_resched(void)
+{
+	cond_resched();
+}
+
+unsigned long kverbs_msleep_interruptible(unsigned int ms)
+{
+	return msleep_interruptible(ms);
+}
+
+u64 kverbs_ktime_get_ns(void)
+{
+	return ktime_get_ns();
 }

@@ -6,9 +6,41 @@
 #ifndef KVERBS_HELPERS_H
 #define KVERBS_HELPERS_H
 
+#include <linux/types.h>
+
 struct attribute;
+struct scatterlist;
+struct wait_queue_head;
 
 /* sysfs_attr_init(): gives a dynamically allocated attribute a lockdep key. */
 void kverbs_sysfs_attr_init(struct attribute *attr);
+
+/* init_waitqueue_head(), with one lockdep class for all kverbs queues. */
+void kverbs_init_waitqueue_head(struct wait_queue_head *wq);
+
+/* wake_up(). */
+void kverbs_wake_up(struct wait_queue_head *wq);
+
+/*
+ * wait_event_interruptible_timeout(*wq, READ_ONCE(*v) == want, ms): > 0 once
+ * *v == want, 0 on timeout, -ERESTARTSYS on a signal.
+ */
+long kverbs_wait_u32(struct wait_queue_head *wq, const u32 *v, u32 want,
+		     unsigned int timeout_ms);
+
+/* A one-entry scatterlist for an already DMA-mapped buffer. */
+void kverbs_sg_set_dma(struct scatterlist *sg, u64 dma_addr, unsigned int len);
+
+/* signal_pending(current). */
+bool kverbs_signal_pending(void);
+
+/* cond_resched(). */
+void kverbs_cond_resched(void);
+
+/* msleep_interruptible(). */
+unsigned long kverbs_msleep_interruptible(unsigned int ms);
+
+/* ktime_get_ns(). */
+u64 kverbs_ktime_get_ns(void);
 
 #endif

@@ -487,6 +487,13 @@ impl PortAttr {
 pub struct Mtu(u32);
 
 impl Mtu {
+    /// 256 bytes.
+    pub const MTU_256: Mtu = Mtu(1);
+    /// 1024 bytes.
+    pub const MTU_1024: Mtu = Mtu(3);
+    /// 4096 bytes.
+    pub const MTU_4096: Mtu = Mtu(5);
+
     /// The enum value, as `ibv_devinfo` shows in parentheses.
     pub fn raw(self) -> u32 {
         self.0
@@ -534,7 +541,7 @@ impl LinkLayer {
 }
 
 /// A GID: 16 bytes, network order.
-#[derive(Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Clone, Copy, PartialEq, Eq, Default, Debug)]
 pub struct Gid(pub [u8; 16]);
 
 impl Gid {

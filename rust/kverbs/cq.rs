@@ -1,0 +1,167 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Completion queues.
+//!
+//! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
+//!
+//! A [`Cq`] is allocated with `ib_alloc_cq`, so the RDMA core polls it and
+//! calls the `done` function of each work request's `ib_cqe`.  kverbs'
+//! `done` ([`crate::qp`]) records the completion in the work request's slot
+//! and wakes the CQ's wait queue.  The polling context is chosen per CQ:
+//!
+//! - [`PollCtx::Direct`]: nobody polls but the waiter, which calls
+//!   `ib_process_cq_direct` in a loop (lowest latency, burns a CPU);
+//! - [`PollCtx::Softirq`]: the core polls in softirq context on interrupt;
+//! - [`PollCtx::Workqueue`]: the core polls from a workqueue.
+
+use crate::bindings;
+use crate::device::Device;
+use core::ptr::NonNull;
+use kernel::{error::from_err_ptr, prelude::*, sync::Arc, types::ARef, types::Opaque};
+
+/// Where completions are polled.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum PollCtx {
+    /// By the waiter itself (`IB_POLL_DIRECT`).
+    Direct,
+    /// In softirq context (`IB_POLL_SOFTIRQ`).
+    Softirq,
+    /// In a workqueue (`IB_POLL_WORKQUEUE`).
+    Workqueue,
+}
+
+impl PollCtx {
+    /// The name used in control strings and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            PollCtx::Direct => "direct",
+            PollCtx::Softirq => "softirq",
+            PollCtx::Workqueue => "workqueue",
+        }
+    }
+
+    /// Parses a name.
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "direct" => Some(PollCtx::Direct),
+            "softirq" => Some(PollCtx::Softirq),
+            "workqueue" => Some(PollCtx::Workqueue),
+            _ => None,
+        }
+    }
+}
+
+/// A completion queue, freed when the last of its users (queue pairs, this
+/// handle) is dropped.
+#[derive(Clone)]
+pub struct Cq(Arc<CqInner>);
+
+/// # Invariants
+///
+/// `cq` was allocated by `__ib_alloc_cq` on `dev` with `cq_context` pointing
+/// to `*wq`, an initialised wait queue that lives in its own allocation as
+/// long as the CQ.
+pub(crate) struct CqInner {
+    cq: NonNull<bindings::ib_cq>,
+    ctx: PollCtx,
+    wq: Pin<KBox<Opaque<bindings::wait_queue_head>>>,
+    dev: ARef<Device>,
+}
+
+// SAFETY: A CQ may be used and freed from any thread.
+unsafe impl Send for CqInner {}
+// SAFETY: The operations on `&CqInner` (polling, waking, waiting) are thread
+// safe.
+unsafe impl Sync for CqInner {}
+
+impl Cq {
+    /// Allocates a CQ of at least `nr_cqe` entries on `dev`.
+    pub fn new(dev: &Device, nr_cqe: u32, ctx: PollCtx) -> Result<Self> {
+        let wq = KBox::pin_init(
+            Opaque::ffi_init(|slot: *mut bindings::wait_queue_head| {
+                // SAFETY: `slot` is valid for writes and pinned.
+                unsafe { bindings::kverbs_init_waitqueue_head(slot) }
+            }),
+            GFP_KERNEL,
+        )?;
+        let poll = match ctx {
+            PollCtx::Direct => bindings::IB_POLL_DIRECT,
+            PollCtx::Softirq => bindings::IB_POLL_SOFTIRQ,
+            PollCtx::Workqueue => bindings::IB_POLL_WORKQUEUE,
+        };
+        // SAFETY: `dev` is live; the context is the pinned wait queue, which
+        // outlives the CQ (freed after `ib_free_cq` in `drop`).
+        let cq = from_err_ptr(unsafe {
+            bindings::__ib_alloc_cq(
+                dev.as_raw(),
+                wq.get().cast(),
+                nr_cqe.try_into()?,
+                0,
+                poll,
+                kernel::c_str!("kverbs").as_char_ptr(),
+            )
+        })?;
+        let cq = NonNull::new(cq).ok_or(ENOMEM)?;
+        // INVARIANT: allocated above with `wq` as its context. If the `Arc`
+        // cannot be allocated, dropping the `CqInner` frees the CQ.
+        Ok(Cq(Arc::new(
+            CqInner {
+                cq,
+                ctx,
+                wq,
+                dev: dev.into(),
+            },
+            GFP_KERNEL,
+        )?))
+    }
+
+    pub(crate) fn as_raw(&self) -> *mut bindings::ib_cq {
+        self.0.cq.as_ptr()
+    }
+
+    /// The polling context.
+    pub fn poll_ctx(&self) -> PollCtx {
+        self.0.ctx
+    }
+
+    /// The device.
+    pub fn device(&self) -> &Device {
+        &self.0.dev
+    }
+
+    /// The wait queue woken for each completion.
+    pub(crate) fn wait_queue(&self) -> *mut bindings::wait_queue_head {
+        self.0.wq.get()
+    }
+
+    /// For [`PollCtx::Direct`]: processes up to `budget` completions now,
+    /// calling their `done` functions. Returns how many there were.
+    pub(crate) fn process_direct(&self, budget: i32) -> i32 {
+        if self.0.ctx != PollCtx::Direct {
+            return 0;
+        }
+        // SAFETY: The CQ is live and polled directly, by this call only
+        // (the queue pairs' waiters are serialised by their owners).
+        unsafe { bindings::ib_process_cq_direct(self.as_raw(), budget) }
+    }
+}
+
+/// Wakes the waiters of the CQ whose `cq_context` is a kverbs wait queue.
+///
+/// # Safety
+///
+/// `cq` must be a CQ allocated by [`Cq::new`], inside a `done` callback.
+pub(crate) unsafe fn wake_waiters(cq: *mut bindings::ib_cq) {
+    // SAFETY: By the type invariant of `CqInner` the context is the live
+    // wait queue; `done` callbacks run while the CQ exists.
+    unsafe { bindings::kverbs_wake_up((*cq).cq_context.cast()) };
+}
+
+impl Drop for CqInner {
+    fn drop(&mut self) {
+        // SAFETY: By the type invariant the CQ is live; this is the last
+        // reference, so every QP using it has been destroyed. The wait queue
+        // is freed after this (fields drop after `drop`).
+        unsafe { bindings::ib_free_cq(self.cq.as_ptr()) };
+    }
+}

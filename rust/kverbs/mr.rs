@@ -1,0 +1,167 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Memory regions registered by fast registration (FRWR).
+//!
+//! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
+//!
+//! An [`Mr`] is allocated once (`ib_alloc_mr`, `IB_MR_TYPE_MEM_REG`) and
+//! registered on a buffer by posting `IB_WR_REG_MR` with the access rights
+//! given, nothing more; its rkey then lets peers reach the buffer.
+//! [`Mr::invalidate`] posts `IB_WR_LOCAL_INV`, after which the rkey is dead.
+//! While registered the MR holds the buffer, so remote access can never
+//! reach freed memory; dropping the MR deregisters it (`ib_dereg_mr`) before
+//! the buffer is released.
+
+use crate::bindings;
+use crate::dma::DmaBuf;
+use crate::pd::Pd;
+use crate::qp::{Access, Cancel, Qp, RemoteBuf, Rts};
+use core::ptr::NonNull;
+use kernel::{error::from_err_ptr, new_mutex, page::PAGE_SIZE, prelude::*, sync::Arc, sync::Mutex};
+
+/// What a memory region is registered on.
+struct MrState {
+    buf: Option<Arc<DmaBuf>>,
+    rkey: u32,
+}
+
+/// # Invariants
+///
+/// `mr` was allocated by `ib_alloc_mr` in `pd` and is not yet deregistered;
+/// while it is registered, `state.buf` is the buffer it maps.
+#[pin_data(PinnedDrop)]
+pub(crate) struct MrInner {
+    mr: NonNull<bindings::ib_mr>,
+    pd: Pd,
+    #[pin]
+    state: Mutex<MrState>,
+}
+
+// SAFETY: An MR may be used and deregistered from any thread.
+unsafe impl Send for MrInner {}
+// SAFETY: The verbs on MRs are thread safe; the state is locked.
+unsafe impl Sync for MrInner {}
+
+impl MrInner {
+    pub(crate) fn as_raw(&self) -> *mut bindings::ib_mr {
+        self.mr.as_ptr()
+    }
+}
+
+#[pinned_drop]
+impl PinnedDrop for MrInner {
+    fn drop(self: Pin<&mut Self>) {
+        // SAFETY: By the type invariant the MR is live; the last reference
+        // is gone, so no work request names it. The buffer is released
+        // after (fields drop after this).
+        unsafe { bindings::ib_dereg_mr(self.mr.as_ptr()) };
+    }
+}
+
+/// A fast-registration memory region.
+pub struct Mr(Arc<MrInner>);
+
+impl Mr {
+    /// Allocates an MR able to map `max_len` bytes.
+    pub fn new(pd: &Pd, max_len: usize) -> Result<Self> {
+        let pages = max_len.div_ceil(PAGE_SIZE) + 1;
+        // SAFETY: The PD is live.
+        let mr = from_err_ptr(unsafe {
+            bindings::ib_alloc_mr(pd.as_raw(), bindings::IB_MR_TYPE_MEM_REG, pages.try_into()?)
+        })?;
+        let mr = NonNull::new(mr).ok_or(ENOMEM)?;
+        let inner = Arc::pin_init(
+            try_pin_init!(MrInner {
+                mr,
+                pd: pd.clone(),
+                state <- new_mutex!(MrState { buf: None, rkey: 0 }),
+            }),
+            GFP_KERNEL,
+        );
+        match inner {
+            // INVARIANT: allocated above in `pd`.
+            Ok(inner) => Ok(Mr(inner)),
+            Err(e) => {
+                // SAFETY: Allocated above, never used.
+                unsafe { bindings::ib_dereg_mr(mr.as_ptr()) };
+                Err(e)
+            }
+        }
+    }
+
+    /// Registers the MR on `buf` with `access` (the narrowest the peer
+    /// needs) through `qp`, and waits for the registration to complete.
+    /// Returns what to advertise to the peer.
+    pub fn register(
+        &self,
+        qp: &Qp<Rts>,
+        buf: &Arc<DmaBuf>,
+        access: Access,
+        timeout_ms: u32,
+        cancel: &Cancel,
+    ) -> Result<RemoteBuf> {
+        let inner = &self.0;
+        let mut state = inner.state.lock();
+        if state.buf.is_some() {
+            return Err(EBUSY);
+        }
+        let len: u32 = buf.len().try_into()?;
+        let mut sg = bindings::scatterlist::default();
+        // SAFETY: `sg` is a valid one-entry list; the buffer is mapped.
+        unsafe { bindings::kverbs_sg_set_dma(&mut sg, buf.dma_addr(0), len) };
+        // SAFETY: The MR is live and not registered; `sg` describes mapped
+        // memory that `state.buf` will hold while the MR maps it.
+        let n = unsafe {
+            bindings::ib_map_mr_sg(
+                inner.as_raw(),
+                &mut sg,
+                1,
+                core::ptr::null_mut(),
+                PAGE_SIZE as u32,
+            )
+        };
+        if n != 1 {
+            pr_err!("ib_map_mr_sg of {} bytes mapped {} entries\n", len, n);
+            return Err(if n < 0 { Error::from_errno(n) } else { EINVAL });
+        }
+        // A new key for each registration, so a stale rkey never matches.
+        // SAFETY: The MR is live and not in use by the device.
+        let rkey = unsafe {
+            let key = ((*inner.as_raw()).rkey as u8).wrapping_add(1);
+            bindings::ib_update_fast_reg_key(inner.as_raw(), key);
+            (*inner.as_raw()).rkey
+        };
+        // The buffer is held from the post on: a peer may use the rkey as
+        // soon as the registration has executed.
+        state.buf = Some(buf.clone());
+        state.rkey = rkey;
+        let id = qp.post_reg_mr(inner, rkey, access)?;
+        let wc = qp.wait(id, timeout_ms, cancel)?;
+        if wc.result().is_err() {
+            pr_err!("REG_MR failed: {}\n", wc.status);
+            return Err(EIO);
+        }
+        // SAFETY: The MR is live; `iova` is set by the mapping above.
+        let addr = unsafe { (*inner.as_raw()).iova };
+        Ok(RemoteBuf { addr, rkey, len })
+    }
+
+    /// Invalidates the registration through `qp` (`IB_WR_LOCAL_INV`) and
+    /// waits for it: the rkey no longer gives access, and the buffer is
+    /// released.
+    pub fn invalidate(&self, qp: &Qp<Rts>, timeout_ms: u32, cancel: &Cancel) -> Result {
+        let inner = &self.0;
+        let mut state = inner.state.lock();
+        if state.buf.is_none() {
+            return Err(EINVAL);
+        }
+        let id = qp.post_local_inv(inner, state.rkey)?;
+        let wc = qp.wait(id, timeout_ms, cancel)?;
+        if wc.result().is_err() {
+            pr_err!("LOCAL_INV failed: {}\n", wc.status);
+            return Err(EIO);
+        }
+        state.buf = None;
+        Ok(())
+    }
+}

@@ -1,0 +1,890 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Queue pairs and work requests.
+//!
+//! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
+//!
+//! # The state machine in the types
+//!
+//! A [`Qp<S>`] is created in [`Reset`]. Each transition consumes the QP and
+//! returns it in the next state, taking exactly the attributes the verbs
+//! require for it: [`Qp::<Reset>::to_init`], [`Qp::<Init>::to_rtr`],
+//! [`Qp::<Rtr>::to_rts`]; any state may go to [`ErrorState`] with
+//! [`Qp::to_error`]. A transition the verbs forbid does not compile. A
+//! modify the device rejects returns its errno, and the attribute mask is
+//! named in the kernel log; the QP is then destroyed.
+//!
+//! Receives may be posted from [`Init`] on, sends only in [`Rts`].
+//!
+//! # Work requests and buffer lifetimes
+//!
+//! Every posted work request takes a slot of the QP's send or receive
+//! queue. The slot holds an `ib_cqe`, whose `done` records the completion
+//! in the slot and wakes the CQ's waiters, and, until the completion has
+//! been reaped, the resources the request uses: an `Arc<DmaBuf>` for its
+//! local buffer, the memory region it registers. So a buffer cannot be freed
+//! while the device may still access it, whatever the caller does.
+//! [`Qp::wait`] reaps a completion and releases its slot; an unsignalled send
+//! is released when a later signalled send completes. When the QP is
+//! dropped it is drained first (`ib_drain_qp`): every outstanding request
+//! completes (flushed), then the QP is destroyed and all slots released.
+//! The QP holds its CQs and PD, which are thus freed after it:
+//! drain, QP, CQ, PD.
+
+use crate::bindings;
+use crate::cq::{self, Cq, PollCtx};
+use crate::device::{Device, Gid, Mtu, PortNum};
+use crate::dma::DmaBuf;
+use crate::mr::MrInner;
+use crate::pd::Pd;
+use crate::wc::Wc;
+use core::{
+    cell::UnsafeCell,
+    marker::PhantomData,
+    ptr::{self, NonNull},
+    sync::atomic::{AtomicBool, AtomicU32, Ordering},
+};
+use kernel::{
+    error::from_err_ptr,
+    new_mutex,
+    prelude::*,
+    sync::{Arc, Mutex},
+    types::Opaque,
+};
+
+/// QP states, as type parameters of [`Qp`].
+pub trait State: private::Sealed {
+    /// The state's name in messages.
+    const NAME: &'static str;
+}
+/// Receives may be posted in this state.
+pub trait CanPostRecv: State {}
+
+mod private {
+    pub trait Sealed {}
+}
+
+macro_rules! states {
+    ($($(#[$m:meta])* $name:ident = $s:literal;)*) => {$(
+        $(#[$m])*
+        pub struct $name;
+        impl private::Sealed for $name {}
+        impl State for $name {
+            const NAME: &'static str = $s;
+        }
+    )*};
+}
+
+states! {
+    /// Just created (`IB_QPS_RESET`).
+    Reset = "RESET";
+    /// Initialised (`IB_QPS_INIT`).
+    Init = "INIT";
+    /// Ready to receive (`IB_QPS_RTR`).
+    Rtr = "RTR";
+    /// Ready to send (`IB_QPS_RTS`).
+    Rts = "RTS";
+    /// In error (`IB_QPS_ERR`): outstanding requests are flushed.
+    ErrorState = "ERR";
+}
+impl CanPostRecv for Init {}
+impl CanPostRecv for Rtr {}
+impl CanPostRecv for Rts {}
+
+/// Memory access rights (`enum ib_access_flags`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct Access(u32);
+
+impl Access {
+    /// No rights beyond local read.
+    pub const NONE: Access = Access(0);
+    /// The local HCA may write (needed for receives and RDMA READ targets).
+    pub const LOCAL_WRITE: Access = Access(bindings::IB_ACCESS_LOCAL_WRITE);
+    /// Peers may RDMA WRITE.
+    pub const REMOTE_WRITE: Access = Access(bindings::IB_ACCESS_REMOTE_WRITE);
+    /// Peers may RDMA READ.
+    pub const REMOTE_READ: Access = Access(bindings::IB_ACCESS_REMOTE_READ);
+    /// Peers may do atomics.
+    pub const REMOTE_ATOMIC: Access = Access(bindings::IB_ACCESS_REMOTE_ATOMIC);
+
+    /// The raw flags.
+    pub fn bits(self) -> u32 {
+        self.0
+    }
+}
+
+impl core::ops::BitOr for Access {
+    type Output = Access;
+    fn bitor(self, rhs: Access) -> Access {
+        Access(self.0 | rhs.0)
+    }
+}
+
+/// Queue sizes of a new QP.
+#[derive(Clone, Copy, Debug)]
+pub struct QpCaps {
+    /// Send work requests outstanding at once.
+    pub max_send_wr: u32,
+    /// Receive work requests outstanding at once.
+    pub max_recv_wr: u32,
+}
+
+/// Attributes of RESET to INIT.
+#[derive(Clone, Copy, Debug)]
+pub struct InitAttr {
+    /// P_Key index.
+    pub pkey_index: u16,
+    /// Access peers get through this QP.
+    pub access: Access,
+}
+
+/// An address vector with a GRH (RoCE, or IB across subnets).
+#[derive(Clone, Copy, Debug)]
+pub struct AddressVector {
+    /// Destination GID.
+    pub dgid: Gid,
+    /// Index of our source GID in the port's table.
+    pub sgid_index: u8,
+    /// Hop limit.
+    pub hop_limit: u8,
+    /// Flow label.
+    pub flow_label: u32,
+    /// Traffic class.
+    pub traffic_class: u8,
+    /// Service level.
+    pub sl: u8,
+}
+
+/// Attributes of INIT to RTR for an RC QP.
+#[derive(Clone, Copy, Debug)]
+pub struct RtrAttr {
+    /// Path MTU.
+    pub path_mtu: Mtu,
+    /// The peer's QP number.
+    pub dest_qp_num: u32,
+    /// The first PSN expected from the peer.
+    pub rq_psn: u32,
+    /// RDMA READ/atomic requests from the peer outstanding at once.
+    pub max_dest_rd_atomic: u8,
+    /// Minimum RNR NAK timer (encoded as the verbs say).
+    pub min_rnr_timer: u8,
+    /// Where the peer is.
+    pub av: AddressVector,
+}
+
+/// Attributes of RTR to RTS for an RC QP.
+#[derive(Clone, Copy, Debug)]
+pub struct RtsAttr {
+    /// Local ACK timeout (4.096 us * 2^timeout).
+    pub timeout: u8,
+    /// Transport retries.
+    pub retry_cnt: u8,
+    /// RNR retries (7: infinite).
+    pub rnr_retry: u8,
+    /// Our first PSN.
+    pub sq_psn: u32,
+    /// Our RDMA READ/atomic requests outstanding at once.
+    pub max_rd_atomic: u8,
+}
+
+/// A buffer of a peer, as it advertised it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RemoteBuf {
+    /// Its address in the peer's memory region.
+    pub addr: u64,
+    /// The memory region's rkey.
+    pub rkey: u32,
+    /// Its length.
+    pub len: u32,
+}
+
+/// The operation of a send work request.
+#[derive(Clone, Copy, Debug)]
+pub enum SendOp {
+    /// SEND.
+    Send,
+    /// SEND with immediate data.
+    SendWithImm(u32),
+    /// RDMA WRITE to the peer's buffer.
+    Write(RemoteBuf),
+    /// RDMA WRITE with immediate data.
+    WriteWithImm(RemoteBuf, u32),
+    /// RDMA READ of the peer's buffer.
+    Read(RemoteBuf),
+}
+
+/// Cancels the waits of a run from another thread (for instance when the
+/// device is being removed).
+#[derive(Default)]
+pub struct Cancel(AtomicBool);
+
+impl Cancel {
+    /// A new, not cancelled, token.
+    pub const fn new() -> Self {
+        Cancel(AtomicBool::new(false))
+    }
+    /// Cancels: waits return `ECANCELED` within 100 ms.
+    pub fn cancel(&self) {
+        self.0.store(true, Ordering::Release);
+    }
+    /// Clears the token for the next run.
+    pub fn reset(&self) {
+        self.0.store(false, Ordering::Release);
+    }
+    /// Whether it was cancelled.
+    pub fn is_cancelled(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+}
+
+/// The queue of a work request.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Queue {
+    Send,
+    Recv,
+}
+
+/// Identifies a posted work request, to [`Qp::wait`] for it.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct WrId {
+    queue: Queue,
+    index: usize,
+    seq: u64,
+}
+
+const SLOT_FREE: u32 = 0;
+const SLOT_POSTED: u32 = 1;
+const SLOT_DONE: u32 = 2;
+
+/// The part of a slot the `done` callback touches.
+///
+/// # Invariants
+///
+/// `cqe` is the first field, so a pointer to it is a pointer to the slot.
+/// `wc` is written by `done` only while `state` is `SLOT_POSTED`, and read
+/// only after `state` was seen `SLOT_DONE` (release/acquire).
+#[repr(C)]
+struct Slot {
+    cqe: Opaque<bindings::ib_cqe>,
+    state: AtomicU32,
+    wc: UnsafeCell<Option<Wc>>,
+}
+
+/// What a posted request keeps alive until it is reaped.
+#[derive(Default)]
+struct SlotRes {
+    busy: bool,
+    signaled: bool,
+    seq: u64,
+    _buf: Option<Arc<DmaBuf>>,
+    _mr: Option<Arc<MrInner>>,
+}
+
+/// Process-context bookkeeping of the slots.
+struct Book {
+    send: KVec<SlotRes>,
+    recv: KVec<SlotRes>,
+    seq: u64,
+    posted_any: bool,
+}
+
+/// # Invariants
+///
+/// `qp` was created by `ib_create_qp` with `send_cq`, `recv_cq` and `pd`,
+/// which the fields keep alive, and is not yet destroyed. The slot arrays
+/// are never reallocated; their `ib_cqe`s are the `wr_cqe` of every request
+/// posted on `qp`.
+#[pin_data(PinnedDrop)]
+struct QpInner {
+    qp: NonNull<bindings::ib_qp>,
+    port: PortNum,
+    send_slots: KVec<Slot>,
+    recv_slots: KVec<Slot>,
+    #[pin]
+    book: Mutex<Book>,
+    send_cq: Cq,
+    recv_cq: Cq,
+    pd: Pd,
+}
+
+/// An RC queue pair in state `S`.
+pub struct Qp<S: State> {
+    inner: Pin<KBox<QpInner>>,
+    _state: PhantomData<S>,
+}
+
+// SAFETY: The QP and its bookkeeping (under a mutex) may be used from any
+// thread; the slots are shared with `done` callbacks through atomics.
+unsafe impl<S: State> Send for Qp<S> {}
+// SAFETY: All methods of `&Qp` are thread safe (the verbs are; the
+// bookkeeping is locked).
+unsafe impl<S: State> Sync for Qp<S> {}
+
+fn new_slots(n: u32) -> Result<KVec<Slot>> {
+    let mut v = KVec::with_capacity(n as usize, GFP_KERNEL)?;
+    for _ in 0..n {
+        v.push(
+            Slot {
+                cqe: Opaque::new(bindings::ib_cqe {
+                    done: Some(slot_done),
+                }),
+                state: AtomicU32::new(SLOT_FREE),
+                wc: UnsafeCell::new(None),
+            },
+            GFP_KERNEL,
+        )?;
+    }
+    Ok(v)
+}
+
+fn new_res(n: u32) -> Result<KVec<SlotRes>> {
+    let mut v = KVec::with_capacity(n as usize, GFP_KERNEL)?;
+    for _ in 0..n {
+        v.push(SlotRes::default(), GFP_KERNEL)?;
+    }
+    Ok(v)
+}
+
+/// The attribute mask bits of `ib_modify_qp`, named for messages.
+const MASK_NAMES: &[(u32, &str)] = &[
+    (bindings::IB_QP_STATE, "STATE"),
+    (bindings::IB_QP_ACCESS_FLAGS, "ACCESS_FLAGS"),
+    (bindings::IB_QP_PKEY_INDEX, "PKEY_INDEX"),
+    (bindings::IB_QP_PORT, "PORT"),
+    (bindings::IB_QP_QKEY, "QKEY"),
+    (bindings::IB_QP_AV, "AV"),
+    (bindings::IB_QP_PATH_MTU, "PATH_MTU"),
+    (bindings::IB_QP_TIMEOUT, "TIMEOUT"),
+    (bindings::IB_QP_RETRY_CNT, "RETRY_CNT"),
+    (bindings::IB_QP_RNR_RETRY, "RNR_RETRY"),
+    (bindings::IB_QP_RQ_PSN, "RQ_PSN"),
+    (bindings::IB_QP_MAX_QP_RD_ATOMIC, "MAX_QP_RD_ATOMIC"),
+    (bindings::IB_QP_MIN_RNR_TIMER, "MIN_RNR_TIMER"),
+    (bindings::IB_QP_SQ_PSN, "SQ_PSN"),
+    (bindings::IB_QP_MAX_DEST_RD_ATOMIC, "MAX_DEST_RD_ATOMIC"),
+    (bindings::IB_QP_DEST_QPN, "DEST_QPN"),
+];
+
+/// Writes the names of the bits of `mask`, `|`-separated.
+struct MaskNames(u32);
+
+impl core::fmt::Display for MaskNames {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let mut first = true;
+        for (bit, name) in MASK_NAMES {
+            if self.0 & bit != 0 {
+                if !first {
+                    f.write_str("|")?;
+                }
+                f.write_str(name)?;
+                first = false;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Qp<Reset> {
+    /// Creates an RC QP on `port` of the PD's device, with its completions
+    /// on `send_cq` and `recv_cq`.
+    ///
+    /// One more request than asked is allowed on each queue, for the drain.
+    pub fn new_rc(
+        pd: &Pd,
+        port: PortNum,
+        send_cq: &Cq,
+        recv_cq: &Cq,
+        caps: QpCaps,
+    ) -> Result<Self> {
+        if caps.max_send_wr == 0 || caps.max_recv_wr == 0 {
+            return Err(EINVAL);
+        }
+        let send_slots = new_slots(caps.max_send_wr)?;
+        let recv_slots = new_slots(caps.max_recv_wr)?;
+        let book = Book {
+            send: new_res(caps.max_send_wr)?,
+            recv: new_res(caps.max_recv_wr)?,
+            seq: 0,
+            posted_any: false,
+        };
+        let mut init = bindings::ib_qp_init_attr {
+            send_cq: send_cq.as_raw(),
+            recv_cq: recv_cq.as_raw(),
+            sq_sig_type: bindings::IB_SIGNAL_REQ_WR,
+            qp_type: bindings::IB_QPT_RC,
+            ..Default::default()
+        };
+        init.cap.max_send_wr = caps.max_send_wr + 1;
+        init.cap.max_recv_wr = caps.max_recv_wr + 1;
+        init.cap.max_send_sge = 1;
+        init.cap.max_recv_sge = 1;
+        // SAFETY: The PD and CQs are live and on the same device; `init` is
+        // a valid, fully initialised attribute set.
+        let qp = from_err_ptr(unsafe { bindings::ib_create_qp(pd.as_raw(), &mut init) })?;
+        let qp = NonNull::new(qp).ok_or(ENOMEM)?;
+        let inner = KBox::pin_init(
+            try_pin_init!(QpInner {
+                qp,
+                port,
+                send_slots,
+                recv_slots,
+                book <- new_mutex!(book),
+                send_cq: send_cq.clone(),
+                recv_cq: recv_cq.clone(),
+                pd: pd.clone(),
+            }),
+            GFP_KERNEL,
+        );
+        match inner {
+            // INVARIANT: created above with these CQs and PD.
+            Ok(inner) => Ok(Qp {
+                inner,
+                _state: PhantomData,
+            }),
+            Err(e) => {
+                // SAFETY: The QP was created above and nothing was posted.
+                unsafe { bindings::ib_destroy_qp(qp.as_ptr()) };
+                Err(e)
+            }
+        }
+    }
+
+    /// RESET to INIT.
+    pub fn to_init(self, attr: &InitAttr) -> Result<Qp<Init>> {
+        let mut a = bindings::ib_qp_attr {
+            qp_state: bindings::IB_QPS_INIT,
+            pkey_index: attr.pkey_index,
+            port_num: self.inner.port,
+            qp_access_flags: attr.access.bits() as i32,
+            ..Default::default()
+        };
+        let mask = bindings::IB_QP_STATE
+            | bindings::IB_QP_PKEY_INDEX
+            | bindings::IB_QP_PORT
+            | bindings::IB_QP_ACCESS_FLAGS;
+        self.modify(&mut a, mask)
+    }
+}
+
+impl Qp<Init> {
+    /// INIT to RTR, for an RC QP.
+    pub fn to_rtr(self, attr: &RtrAttr) -> Result<Qp<Rtr>> {
+        let dev = self.device();
+        let mut a = bindings::ib_qp_attr {
+            qp_state: bindings::IB_QPS_RTR,
+            path_mtu: attr.path_mtu.raw(),
+            dest_qp_num: attr.dest_qp_num,
+            rq_psn: attr.rq_psn,
+            max_dest_rd_atomic: attr.max_dest_rd_atomic,
+            min_rnr_timer: attr.min_rnr_timer,
+            ..Default::default()
+        };
+        let av = &attr.av;
+        let mut dgid = bindings::ib_gid { raw: av.dgid.0 };
+        let ah = &mut a.ah_attr;
+        // SAFETY: `ah` and `dgid` are valid; the device is live and the port
+        // is the QP's.
+        unsafe {
+            ah.type_ = bindings::rdma_ah_find_type(dev.as_raw(), self.inner.port);
+            bindings::rdma_ah_set_port_num(ah, self.inner.port);
+            bindings::rdma_ah_set_sl(ah, av.sl);
+            bindings::rdma_ah_set_grh(
+                ah,
+                &mut dgid,
+                av.flow_label,
+                av.sgid_index,
+                av.hop_limit,
+                av.traffic_class,
+            );
+        }
+        let mask = bindings::IB_QP_STATE
+            | bindings::IB_QP_AV
+            | bindings::IB_QP_PATH_MTU
+            | bindings::IB_QP_DEST_QPN
+            | bindings::IB_QP_RQ_PSN
+            | bindings::IB_QP_MAX_DEST_RD_ATOMIC
+            | bindings::IB_QP_MIN_RNR_TIMER;
+        self.modify(&mut a, mask)
+    }
+}
+
+impl Qp<Rtr> {
+    /// RTR to RTS, for an RC QP.
+    pub fn to_rts(self, attr: &RtsAttr) -> Result<Qp<Rts>> {
+        let mut a = bindings::ib_qp_attr {
+            qp_state: bindings::IB_QPS_RTS,
+            timeout: attr.timeout,
+            retry_cnt: attr.retry_cnt,
+            rnr_retry: attr.rnr_retry,
+            sq_psn: attr.sq_psn,
+            max_rd_atomic: attr.max_rd_atomic,
+            ..Default::default()
+        };
+        let mask = bindings::IB_QP_STATE
+            | bindings::IB_QP_TIMEOUT
+            | bindings::IB_QP_RETRY_CNT
+            | bindings::IB_QP_RNR_RETRY
+            | bindings::IB_QP_SQ_PSN
+            | bindings::IB_QP_MAX_QP_RD_ATOMIC;
+        self.modify(&mut a, mask)
+    }
+}
+
+impl Qp<Rts> {
+    /// Posts a send work request on `len` bytes of `buf` at `offset`: the
+    /// data sent or written, or the target of a read.
+    ///
+    /// An unsignalled request produces no completion if it succeeds; its
+    /// slot is released when a later signalled one is reaped.
+    pub fn post_send(
+        &self,
+        op: SendOp,
+        buf: &Arc<DmaBuf>,
+        offset: usize,
+        len: usize,
+        signaled: bool,
+    ) -> Result<WrId> {
+        buf.check(offset, len)?;
+        let mut sge = bindings::ib_sge {
+            addr: buf.dma_addr(offset),
+            length: len.try_into()?,
+            lkey: self.inner.pd.local_dma_lkey(),
+        };
+        let mut wr = bindings::ib_rdma_wr::default();
+        let (opcode, imm, remote) = match op {
+            SendOp::Send => (bindings::IB_WR_SEND, None, None),
+            SendOp::SendWithImm(imm) => (bindings::IB_WR_SEND_WITH_IMM, Some(imm), None),
+            SendOp::Write(r) => (bindings::IB_WR_RDMA_WRITE, None, Some(r)),
+            SendOp::WriteWithImm(r, imm) => {
+                (bindings::IB_WR_RDMA_WRITE_WITH_IMM, Some(imm), Some(r))
+            }
+            SendOp::Read(r) => (bindings::IB_WR_RDMA_READ, None, Some(r)),
+        };
+        wr.wr.opcode = opcode;
+        wr.wr.sg_list = &mut sge;
+        wr.wr.num_sge = 1;
+        if let Some(imm) = imm {
+            wr.wr.ex.imm_data = imm.to_be();
+        }
+        if let Some(r) = remote {
+            wr.remote_addr = r.addr;
+            wr.rkey = r.rkey;
+        }
+        let res = SlotRes {
+            _buf: Some(buf.clone()),
+            ..Default::default()
+        };
+        // SAFETY: `wr.wr` is the first field of `ib_rdma_wr`, which the
+        // device reads for RDMA opcodes; the SGE describes mapped memory
+        // that the slot keeps alive.
+        unsafe { self.post(Queue::Send, &mut wr.wr, signaled, res) }
+    }
+
+    /// Posts a REG_MR of `mr`, whose pages are already mapped; the slot keeps
+    /// the MR alive until the request is reaped.
+    pub(crate) fn post_reg_mr(&self, mr: &Arc<MrInner>, key: u32, access: Access) -> Result<WrId> {
+        let mut wr = bindings::ib_reg_wr {
+            mr: mr.as_raw(),
+            key,
+            access: access.bits() as i32,
+            ..Default::default()
+        };
+        wr.wr.opcode = bindings::IB_WR_REG_MR;
+        let res = SlotRes {
+            _mr: Some(mr.clone()),
+            ..Default::default()
+        };
+        // SAFETY: `wr.wr` is the first field of `ib_reg_wr`; the MR is kept
+        // alive by the slot.
+        unsafe { self.post(Queue::Send, &mut wr.wr, true, res) }
+    }
+
+    /// Posts a LOCAL_INV of `rkey` (of `mr`, kept alive by the slot).
+    pub(crate) fn post_local_inv(&self, mr: &Arc<MrInner>, rkey: u32) -> Result<WrId> {
+        let mut wr = bindings::ib_send_wr {
+            opcode: bindings::IB_WR_LOCAL_INV,
+            ..Default::default()
+        };
+        wr.ex.invalidate_rkey = rkey;
+        let res = SlotRes {
+            _mr: Some(mr.clone()),
+            ..Default::default()
+        };
+        // SAFETY: A LOCAL_INV has no SGE; the MR is kept alive by the slot.
+        unsafe { self.post(Queue::Send, &mut wr, true, res) }
+    }
+}
+
+impl<S: CanPostRecv> Qp<S> {
+    /// Posts a receive into `len` bytes of `buf` at `offset`.
+    pub fn post_recv(&self, buf: &Arc<DmaBuf>, offset: usize, len: usize) -> Result<WrId> {
+        buf.check(offset, len)?;
+        let mut sge = bindings::ib_sge {
+            addr: buf.dma_addr(offset),
+            length: len.try_into()?,
+            lkey: self.inner.pd.local_dma_lkey(),
+        };
+        let res = SlotRes {
+            _buf: Some(buf.clone()),
+            ..Default::default()
+        };
+        let inner = &self.inner;
+        let mut book = inner.book.lock();
+        let book = &mut *book;
+        let (index, seq) = reserve(&mut book.recv, &mut book.seq, &inner.recv_slots, true, res)?;
+        let mut wr = bindings::ib_recv_wr {
+            sg_list: &mut sge,
+            num_sge: 1,
+            ..Default::default()
+        };
+        wr.__bindgen_anon_1.wr_cqe = inner.recv_slots[index].cqe.get();
+        let mut bad = ptr::null();
+        // SAFETY: The QP is live; `wr` points to a mapped buffer the slot
+        // keeps alive, and to the slot's `ib_cqe`.
+        let ret = unsafe { bindings::ib_post_recv(inner.qp.as_ptr(), &wr, &mut bad) };
+        if ret != 0 {
+            unreserve(&mut book.recv, &inner.recv_slots, index);
+            return Err(Error::from_errno(ret));
+        }
+        book.posted_any = true;
+        Ok(WrId {
+            queue: Queue::Recv,
+            index,
+            seq,
+        })
+    }
+}
+
+/// Takes a free slot of `res`/`slots` for a request; returns its index and
+/// sequence number.
+fn reserve(
+    res: &mut KVec<SlotRes>,
+    seq: &mut u64,
+    slots: &KVec<Slot>,
+    signaled: bool,
+    new: SlotRes,
+) -> Result<(usize, u64)> {
+    let index = res.iter().position(|r| !r.busy).ok_or(ENOSPC)?;
+    *seq += 1;
+    res[index] = SlotRes {
+        busy: true,
+        signaled,
+        seq: *seq,
+        ..new
+    };
+    // SAFETY: The slot is free (not posted), so `done` does not touch it.
+    unsafe { *slots[index].wc.get() = None };
+    slots[index].state.store(SLOT_POSTED, Ordering::Release);
+    Ok((index, *seq))
+}
+
+/// Gives back a slot whose request was not posted.
+fn unreserve(res: &mut KVec<SlotRes>, slots: &KVec<Slot>, index: usize) {
+    res[index] = SlotRes::default();
+    slots[index].state.store(SLOT_FREE, Ordering::Release);
+}
+
+impl<S: State> Qp<S> {
+    fn modify<T: State>(self, attr: &mut bindings::ib_qp_attr, mask: u32) -> Result<Qp<T>> {
+        // SAFETY: The QP is live; `attr` is valid for the bits of `mask`.
+        let ret = unsafe { bindings::ib_modify_qp(self.inner.qp.as_ptr(), attr, mask as i32) };
+        if ret != 0 {
+            pr_err!(
+                "{}: modify QP {} {} -> {} failed: error {} (attribute mask {:#x}: {})\n",
+                self.device().name(),
+                self.qp_num(),
+                S::NAME,
+                T::NAME,
+                ret,
+                mask,
+                MaskNames(mask)
+            );
+            return Err(Error::from_errno(ret));
+        }
+        Ok(Qp {
+            inner: self.inner,
+            _state: PhantomData,
+        })
+    }
+
+    /// Any state to ERR: outstanding requests complete, flushed.
+    pub fn to_error(self) -> Result<Qp<ErrorState>> {
+        let mut a = bindings::ib_qp_attr {
+            qp_state: bindings::IB_QPS_ERR,
+            ..Default::default()
+        };
+        self.modify(&mut a, bindings::IB_QP_STATE)
+    }
+
+    /// The QP number.
+    pub fn qp_num(&self) -> u32 {
+        // SAFETY: The QP is live; its number never changes.
+        unsafe { (*self.inner.qp.as_ptr()).qp_num }
+    }
+
+    /// The device.
+    pub fn device(&self) -> &Device {
+        self.inner.pd.device()
+    }
+
+    /// The port.
+    pub fn port(&self) -> PortNum {
+        self.inner.port
+    }
+
+    /// Posts `wr` on `queue` with a slot holding `res`.
+    ///
+    /// # Safety
+    ///
+    /// `wr` (and, for RDMA and REG_MR opcodes, the larger request it is the
+    /// head of) must be a valid work request for this QP whose memory is
+    /// kept alive by `res` or is owned by the device.
+    unsafe fn post(
+        &self,
+        queue: Queue,
+        wr: &mut bindings::ib_send_wr,
+        signaled: bool,
+        res: SlotRes,
+    ) -> Result<WrId> {
+        debug_assert!(queue == Queue::Send);
+        let inner = &self.inner;
+        let mut book = inner.book.lock();
+        let book = &mut *book;
+        let (index, seq) = reserve(
+            &mut book.send,
+            &mut book.seq,
+            &inner.send_slots,
+            signaled,
+            res,
+        )?;
+        wr.__bindgen_anon_1.wr_cqe = inner.send_slots[index].cqe.get();
+        if signaled {
+            wr.send_flags |= bindings::IB_SEND_SIGNALED;
+        }
+        let mut bad = ptr::null();
+        // SAFETY: The QP is live; the caller guarantees `wr` is valid.
+        let ret = unsafe { bindings::ib_post_send(inner.qp.as_ptr(), wr, &mut bad) };
+        if ret != 0 {
+            unreserve(&mut book.send, &inner.send_slots, index);
+            return Err(Error::from_errno(ret));
+        }
+        book.posted_any = true;
+        Ok(WrId { queue, index, seq })
+    }
+
+    /// Waits for the completion of `id`, at most `timeout_ms`, and releases
+    /// its slot. Fails with `ETIMEDOUT`, with `EINTR` on a signal, with
+    /// `ECANCELED` if `cancel` is cancelled, with `EINVAL` for an id that
+    /// was already reaped. After a failed wait the request is still
+    /// outstanding: it is flushed when the QP is dropped.
+    pub fn wait(&self, id: WrId, timeout_ms: u32, cancel: &Cancel) -> Result<Wc> {
+        let inner = &self.inner;
+        let (slots, cq) = match id.queue {
+            Queue::Send => (&inner.send_slots, &inner.send_cq),
+            Queue::Recv => (&inner.recv_slots, &inner.recv_cq),
+        };
+        let slot = slots.get(id.index).ok_or(EINVAL)?;
+        {
+            let book = inner.book.lock();
+            let res = match id.queue {
+                Queue::Send => &book.send[id.index],
+                Queue::Recv => &book.recv[id.index],
+            };
+            if !res.busy || res.seq != id.seq {
+                return Err(EINVAL);
+            }
+        }
+        // SAFETY: Plain helper.
+        let start = unsafe { bindings::kverbs_ktime_get_ns() };
+        let limit = u64::from(timeout_ms) * 1_000_000;
+        while slot.state.load(Ordering::Acquire) != SLOT_DONE {
+            if cancel.is_cancelled() {
+                return Err(crate::errno::ecanceled());
+            }
+            // SAFETY: Plain helpers.
+            let (now, pending) = unsafe {
+                (
+                    bindings::kverbs_ktime_get_ns(),
+                    bindings::kverbs_signal_pending(),
+                )
+            };
+            if pending {
+                return Err(EINTR);
+            }
+            let elapsed = now.saturating_sub(start);
+            if elapsed >= limit {
+                return Err(crate::errno::etimedout());
+            }
+            if cq.poll_ctx() == PollCtx::Direct {
+                if cq.process_direct(16) == 0 {
+                    // SAFETY: Plain helper; we are in process context.
+                    unsafe { bindings::kverbs_cond_resched() };
+                }
+                continue;
+            }
+            let slice = ((limit - elapsed) / 1_000_000).clamp(1, 100) as u32;
+            // SAFETY: The wait queue is the CQ's, live while `cq` is; the
+            // state is an `AtomicU32`, read by the helper with `READ_ONCE`.
+            unsafe {
+                bindings::kverbs_wait_u32(cq.wait_queue(), slot.state.as_ptr(), SLOT_DONE, slice)
+            };
+        }
+        // SAFETY: `SLOT_DONE` was observed with acquire ordering, after
+        // `done` wrote `wc` (type invariant of `Slot`).
+        let wc = unsafe { *slot.wc.get() }.ok_or(EIO)?;
+        let mut book = inner.book.lock();
+        let book = &mut *book;
+        let (res, slots) = match id.queue {
+            Queue::Send => (&mut book.send, &inner.send_slots),
+            Queue::Recv => (&mut book.recv, &inner.recv_slots),
+        };
+        // Unsignalled sends posted before this one have completed too.
+        if id.queue == Queue::Send {
+            for (i, r) in res.iter_mut().enumerate() {
+                if r.busy && !r.signaled && r.seq < id.seq {
+                    *r = SlotRes::default();
+                    slots[i].state.store(SLOT_FREE, Ordering::Release);
+                }
+            }
+        }
+        res[id.index] = SlotRes::default();
+        slots[id.index].state.store(SLOT_FREE, Ordering::Release);
+        Ok(wc)
+    }
+}
+
+/// The `done` function of every kverbs work request.
+///
+/// # Safety
+///
+/// Called by the RDMA core with a completion of a request posted by
+/// [`Qp::post`] or [`Qp::post_recv`], whose `wr_cqe` is a slot's `cqe`.
+unsafe extern "C" fn slot_done(cq: *mut bindings::ib_cq, wc: *mut bindings::ib_wc) {
+    // SAFETY: `wc` is valid during the call; `wr_cqe` is a slot's first
+    // field (type invariant of `Slot`), and slots outlive the QP's requests.
+    let (slot, wc) = unsafe { (&*(*wc).__bindgen_anon_1.wr_cqe.cast::<Slot>(), &*wc) };
+    // SAFETY: The slot is posted: only this completion writes `wc`, and the
+    // waiter reads it after the release store below.
+    unsafe { *slot.wc.get() = Some(Wc::from_raw(wc)) };
+    slot.state.store(SLOT_DONE, Ordering::Release);
+    // SAFETY: `cq` is a kverbs CQ, inside its `done` callback.
+    unsafe { cq::wake_waiters(cq) };
+}
+
+#[pinned_drop]
+impl PinnedDrop for QpInner {
+    fn drop(self: Pin<&mut Self>) {
+        let qp = self.qp.as_ptr();
+        if self.book.lock().posted_any {
+            // SAFETY: The QP is live. Draining moves it to ERR and returns
+            // when every outstanding request has completed; their `done`
+            // calls touch only the slots, which are still alive.
+            unsafe { bindings::ib_drain_qp(qp) };
+        }
+        // SAFETY: The QP is live and drained: the device no longer uses it
+        // or any memory its requests named.
+        unsafe { bindings::ib_destroy_qp(qp) };
+        // The slots' resources (buffers, MRs) and then the CQs and PD are
+        // released as the fields drop.
+    }
+}
