@@ -10,6 +10,9 @@
 
 #![deny(unsafe_code)]
 
+#[path = "kverbs_example/rc.rs"]
+mod rc;
+
 use core::fmt::Write;
 use kernel::{c_str, new_mutex, prelude::*, str::CString, sync::Arc, sync::Mutex, types::ARef};
 use kverbs::{
@@ -159,6 +162,8 @@ fn phys_state_name(state: u8) -> &'static str {
 /// What the client keeps per device. Fields drop in order: the files go
 /// before the directory, the directory before the device reference.
 struct PerDevice {
+    rc: File<rc::Rc>,
+    _stats: File<rc::StatsFile>,
     _info: File<Info>,
     _dir: Dir,
     name: CString,
@@ -189,6 +194,9 @@ impl Client for Example {
         let name = CString::try_from_fmt(kernel::fmt!("{}", dev.name()))?;
         let dir = self.root.subdir(&name)?;
         let info = dir.file(c_str!("info"), Info(dev.into()))?;
+        let stats = Arc::new(rc::Stats::default(), GFP_KERNEL)?;
+        let rc = dir.control_file(c_str!("rc"), rc::Rc::new(dev, stats.clone())?)?;
+        let stats = dir.file(c_str!("stats"), rc::StatsFile(stats))?;
         let entry = CString::try_from_fmt(kernel::fmt!("{}", dev.name()))?;
         {
             let mut list = self.devices.lock();
@@ -205,6 +213,8 @@ impl Client for Example {
         );
         Ok(KBox::new(
             PerDevice {
+                rc,
+                _stats: stats,
                 _info: info,
                 _dir: dir,
                 name,
@@ -215,6 +225,9 @@ impl Client for Example {
     }
 
     fn remove(&self, dev: &Device, data: KBox<PerDevice>) {
+        // A run in progress ends (with ECANCELED) before the files go:
+        // removing `rc` waits for the writer inside it.
+        data.rc.data().cancel();
         drop(data);
         pr_info!("{}: removed\n", dev.name());
     }

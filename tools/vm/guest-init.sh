@@ -27,6 +27,7 @@ mode=check
 for arg in $(cat /proc/cmdline); do
 	case "$arg" in
 	kverbs.mode=*) mode=${arg#kverbs.mode=} ;;
+	kverbs.tests=*) tests=$(echo "${arg#kverbs.tests=}" | tr ',' ' ') ;;
 	esac
 done
 
@@ -38,7 +39,7 @@ fi
 
 run_check() {
 	cd /kselftest/kverbs
-	progs=$(cat TEST_PROGS)
+	progs=${tests:-$(cat TEST_PROGS)}
 	timeout=$(sed -n 's/^timeout=//p' settings)
 	n=0
 	for p in $progs; do n=$((n + 1)); done

@@ -28,7 +28,11 @@ initrd="$work/initramfs-$mode.cpio"
 "$top/tools/vm/mkinitramfs.sh" "$initrd" "$ksrc" "${mods[@]}"
 
 log="$work/$mode.log"
-append="console=ttyS0 loglevel=1 log_buf_len=8M panic=-1 kmemleak=on kverbs.mode=$mode"
+append="console=ttyS0 loglevel=${KVERBS_LOGLEVEL:-4} log_buf_len=8M panic=-1 kmemleak=on kverbs.mode=$mode"
+# KVERBS_TESTS="a.sh b.sh" runs only those test programs.
+if [ -n "${KVERBS_TESTS:-}" ]; then
+	append="$append kverbs.tests=$(echo $KVERBS_TESTS | tr ' ' ',')"
+fi
 qemu=(qemu-system-x86_64 -accel tcg -cpu max -smp 2 -m 1024
 	-kernel "$kdir/arch/x86/boot/bzImage" -initrd "$initrd" -append "$append"
 	-display none -monitor none -serial stdio -nic none -no-reboot)

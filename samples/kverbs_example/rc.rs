@@ -1,0 +1,712 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The RC example: the flow of RDMA_RC_example (resources_create,
+//! connect_qp, SEND, RDMA READ, RDMA WRITE, resources_destroy) run in the
+//! kernel, driven through the per-device debugfs file `rc`.
+//!
+//! Writing a krping-style option string (`role=loopback,size=4096,
+//! iters=2,validate`) runs the example and blocks the writer until it is
+//! done; reading the file returns the report of the last run.
+
+use core::fmt::{self, Write};
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use kernel::{new_mutex, prelude::*, sync::Arc, sync::Mutex, types::ARef};
+use kverbs::{
+    cq::{Cq, PollCtx},
+    device::{Device, GidType, Mtu},
+    dma::DmaBuf,
+    errno,
+    mr::Mr,
+    pd::Pd,
+    qp::{Access, AddressVector, Cancel, InitAttr, Qp, QpCaps, RtrAttr, RtsAttr, SendOp, WrId},
+    Show, Store,
+};
+
+/// The largest buffer a run uses.
+const MAX_SIZE: usize = 1 << 20;
+/// The buffer of RDMA_RC_example: a 20-character message and its NUL.
+const MSG_SIZE: usize = 21;
+/// RDMA_RC_example's messages.
+const MSG_SEND: &[u8; 20] = b"SEND operation      ";
+const MSG_READ: &[u8; 20] = b"RDMA read operation ";
+const MSG_WRITE: &[u8; 20] = b"RDMA write operation";
+
+/// Who this side is.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Role {
+    /// Server and client QPs on one device, in this kernel.
+    Loopback,
+    /// The RDMA_RC_example server, over TCP.
+    Server,
+    /// The RDMA_RC_example client, over TCP.
+    Client,
+}
+
+impl Role {
+    fn name(self) -> &'static str {
+        match self {
+            Role::Loopback => "loopback",
+            Role::Server => "server",
+            Role::Client => "client",
+        }
+    }
+}
+
+/// A parsed control string.
+struct Config {
+    role: Role,
+    addr: Option<[u8; 4]>,
+    port: u16,
+    gid_idx: Option<u32>,
+    size: usize,
+    iters: u32,
+    mtu: Mtu,
+    validate: bool,
+    poll: PollCtx,
+    timeout_ms: u32,
+}
+
+impl Config {
+    fn defaults() -> Self {
+        Config {
+            role: Role::Loopback,
+            addr: None,
+            port: 19875,
+            gid_idx: None,
+            size: MSG_SIZE,
+            iters: 1,
+            mtu: Mtu::MTU_256,
+            validate: false,
+            poll: PollCtx::Softirq,
+            timeout_ms: 5000,
+        }
+    }
+}
+
+fn parse_num<T: TryFrom<u64>>(dev: &Device, key: &str, v: &str, min: u64, max: u64) -> Result<T> {
+    let n = match v.strip_prefix("0x") {
+        Some(hex) => u64::from_str_radix(hex, 16),
+        None => v.parse::<u64>(),
+    };
+    match n {
+        Ok(n) if (min..=max).contains(&n) => T::try_from(n).map_err(|_| EINVAL),
+        Ok(n) => {
+            pr_warn!(
+                "{}: rc: {}={} is out of range [{}, {}]\n",
+                dev.name(),
+                key,
+                n,
+                min,
+                max
+            );
+            Err(ERANGE)
+        }
+        Err(_) => {
+            pr_warn!("{}: rc: {}: '{}' is not a number\n", dev.name(), key, v);
+            Err(EINVAL)
+        }
+    }
+}
+
+fn parse_ipv4(v: &str) -> Option<[u8; 4]> {
+    let mut out = [0u8; 4];
+    let mut parts = v.split('.');
+    for b in out.iter_mut() {
+        *b = parts.next()?.parse().ok()?;
+    }
+    parts.next().is_none().then_some(out)
+}
+
+/// Parses `key=value` options separated by commas, blanks or newlines.
+fn parse<'a>(dev: &Device, input: &'a [u8]) -> Result<Config> {
+    let text = core::str::from_utf8(input).map_err(|_| {
+        pr_warn!("{}: rc: the control string is not text\n", dev.name());
+        EINVAL
+    })?;
+    let mut cfg = Config::defaults();
+    let mut have_role = false;
+    for opt in text.split(|c: char| c == ',' || c.is_ascii_whitespace()) {
+        if opt.is_empty() {
+            continue;
+        }
+        let (key, val) = match opt.split_once('=') {
+            Some((k, v)) => (k, Some(v)),
+            None => (opt, None),
+        };
+        let need = |v: Option<&'a str>| -> Result<&'a str> {
+            v.ok_or_else(|| {
+                pr_warn!("{}: rc: '{}' needs a value\n", dev.name(), key);
+                EINVAL
+            })
+        };
+        match key {
+            "role" => {
+                cfg.role = match need(val)? {
+                    "loopback" => Role::Loopback,
+                    "server" => Role::Server,
+                    "client" => Role::Client,
+                    other => {
+                        pr_warn!("{}: rc: unknown role '{}'\n", dev.name(), other);
+                        return Err(EINVAL);
+                    }
+                };
+                have_role = true;
+            }
+            "addr" => {
+                let v = need(val)?;
+                cfg.addr = Some(parse_ipv4(v).ok_or_else(|| {
+                    pr_warn!("{}: rc: addr '{}' is not an IPv4 address\n", dev.name(), v);
+                    EINVAL
+                })?);
+            }
+            "port" => cfg.port = parse_num(dev, key, need(val)?, 1, 65535)?,
+            "gid_idx" => cfg.gid_idx = Some(parse_num(dev, key, need(val)?, 0, 255)?),
+            "size" => cfg.size = parse_num(dev, key, need(val)?, 1, MAX_SIZE as u64)?,
+            "iters" => cfg.iters = parse_num(dev, key, need(val)?, 1, 1_000_000)?,
+            "timeout_ms" => cfg.timeout_ms = parse_num(dev, key, need(val)?, 1, 600_000)?,
+            "mtu" => {
+                let bytes: u32 = parse_num(dev, key, need(val)?, 256, 4096)?;
+                cfg.mtu = Mtu::from_bytes(bytes).ok_or_else(|| {
+                    pr_warn!(
+                        "{}: rc: mtu {} is not 256, 512, 1024, 2048 or 4096\n",
+                        dev.name(),
+                        bytes
+                    );
+                    EINVAL
+                })?;
+            }
+            "poll" => {
+                let v = need(val)?;
+                cfg.poll = PollCtx::from_name(v).ok_or_else(|| {
+                    pr_warn!(
+                        "{}: rc: poll '{}' is not direct, softirq or workqueue\n",
+                        dev.name(),
+                        v
+                    );
+                    EINVAL
+                })?;
+            }
+            "validate" => {
+                if val.is_some() {
+                    pr_warn!("{}: rc: 'validate' takes no value\n", dev.name());
+                    return Err(EINVAL);
+                }
+                cfg.validate = true;
+            }
+            _ => {
+                pr_warn!("{}: rc: unknown key '{}'\n", dev.name(), key);
+                return Err(EINVAL);
+            }
+        }
+    }
+    if !have_role {
+        pr_warn!(
+            "{}: rc: role= is missing (loopback, server or client)\n",
+            dev.name()
+        );
+        return Err(EINVAL);
+    }
+    if cfg.role == Role::Client && cfg.addr.is_none() {
+        pr_warn!("{}: rc: role=client needs addr=\n", dev.name());
+        return Err(EINVAL);
+    }
+    Ok(cfg)
+}
+
+/// Transfer counters of a device, shown by its `stats` file.
+#[derive(Default)]
+pub(crate) struct Stats {
+    send_msgs: AtomicU64,
+    send_bytes: AtomicU64,
+    recv_msgs: AtomicU64,
+    recv_bytes: AtomicU64,
+    read_msgs: AtomicU64,
+    read_bytes: AtomicU64,
+    write_msgs: AtomicU64,
+    write_bytes: AtomicU64,
+    runs_ok: AtomicU64,
+    runs_failed: AtomicU64,
+}
+
+fn add(counter: &AtomicU64, n: u64) {
+    counter.fetch_add(n, Ordering::Relaxed);
+}
+
+/// The `stats` file.
+pub(crate) struct StatsFile(pub(crate) Arc<Stats>);
+
+impl Show for StatsFile {
+    fn show(&self, out: &mut dyn Write) -> Result {
+        let rows: [(&str, &AtomicU64); 10] = [
+            ("send_msgs", &self.0.send_msgs),
+            ("send_bytes", &self.0.send_bytes),
+            ("recv_msgs", &self.0.recv_msgs),
+            ("recv_bytes", &self.0.recv_bytes),
+            ("read_msgs", &self.0.read_msgs),
+            ("read_bytes", &self.0.read_bytes),
+            ("write_msgs", &self.0.write_msgs),
+            ("write_bytes", &self.0.write_bytes),
+            ("runs_ok", &self.0.runs_ok),
+            ("runs_failed", &self.0.runs_failed),
+        ];
+        for (name, v) in rows {
+            writeln!(out, "{}: {}", name, v.load(Ordering::Relaxed))?;
+        }
+        Ok(())
+    }
+}
+
+/// The report of a run, kept for readers of `rc`.
+struct Report(KVec<u8>);
+
+impl Write for Report {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        self.0
+            .extend_from_slice(s.as_bytes(), GFP_KERNEL)
+            .map_err(|_| fmt::Error)
+    }
+}
+
+/// The `rc` control file of a device.
+pub(crate) struct Rc {
+    dev: ARef<Device>,
+    busy: AtomicBool,
+    cancel: Cancel,
+    report: Pin<KBox<Mutex<KVec<u8>>>>,
+    stats: Arc<Stats>,
+}
+
+impl Rc {
+    pub(crate) fn new(dev: &Device, stats: Arc<Stats>) -> Result<Self> {
+        Ok(Rc {
+            dev: dev.into(),
+            busy: AtomicBool::new(false),
+            cancel: Cancel::new(),
+            report: KBox::pin_init(new_mutex!(KVec::new()), GFP_KERNEL)?,
+            stats,
+        })
+    }
+
+    /// Makes a run in progress end (with `ECANCELED`) within 100 ms: the
+    /// device is going away.
+    pub(crate) fn cancel(&self) {
+        self.cancel.cancel();
+    }
+}
+
+impl Show for Rc {
+    fn show(&self, out: &mut dyn Write) -> Result {
+        if self.busy.load(Ordering::Acquire) {
+            writeln!(out, "status: running")?;
+        }
+        let report = self.report.lock();
+        out.write_str(core::str::from_utf8(&report).unwrap_or("(report is not text)\n"))?;
+        Ok(())
+    }
+}
+
+impl Store for Rc {
+    fn store(&self, input: &[u8]) -> Result {
+        let dev = &*self.dev;
+        let cfg = parse(dev, input)?;
+        if self.busy.swap(true, Ordering::AcqRel) {
+            pr_warn!("{}: rc: a run is already in progress\n", dev.name());
+            return Err(EBUSY);
+        }
+        let mut rep = Report(KVec::new());
+        let _ = writeln!(
+            rep,
+            "config: role={} size={} iters={} mtu={} poll={} timeout_ms={}{}",
+            cfg.role.name(),
+            cfg.size,
+            cfg.iters,
+            cfg.mtu.bytes(),
+            cfg.poll.name(),
+            cfg.timeout_ms,
+            if cfg.validate { " validate" } else { "" }
+        );
+        let start = kverbs::now_ns();
+        let result = match cfg.role {
+            Role::Loopback => run_loopback(dev, &cfg, &self.cancel, &self.stats, &mut rep),
+            Role::Server | Role::Client => {
+                let _ = writeln!(
+                    rep,
+                    "role={}: two-host mode is not available yet",
+                    cfg.role.name()
+                );
+                pr_warn!(
+                    "{}: rc: role={} is not available yet\n",
+                    dev.name(),
+                    cfg.role.name()
+                );
+                Err(errno::eopnotsupp())
+            }
+        };
+        let us = (kverbs::now_ns() - start) / 1000;
+        match result {
+            Ok(()) => {
+                let _ = writeln!(rep, "result: ok ({} us)", us);
+                add(&self.stats.runs_ok, 1);
+            }
+            Err(e) => {
+                let _ = writeln!(rep, "result: error {} ({} us)", e.to_errno(), us);
+                pr_err!("{}: rc: run failed: error {}\n", dev.name(), e.to_errno());
+                add(&self.stats.runs_failed, 1);
+            }
+        }
+        *self.report.lock() = rep.0;
+        self.cancel.reset();
+        self.busy.store(false, Ordering::Release);
+        result
+    }
+}
+
+/// The byte at `offset` of the payload of iteration `iter` for `msg`: the
+/// message, its NUL, then a pattern that differs per iteration and message.
+fn pattern(msg: &[u8; 20], iter: u32, offset: usize) -> u8 {
+    match offset {
+        0..=19 => msg[offset],
+        20 => 0,
+        _ => (offset as u32)
+            .wrapping_mul(31)
+            .wrapping_add(iter.wrapping_mul(7))
+            .wrapping_add(u32::from(msg[0])) as u8,
+    }
+}
+
+fn fill(buf: &DmaBuf, len: usize, msg: &[u8; 20], iter: u32) -> Result {
+    let mut chunk = [0u8; 256];
+    let mut off = 0;
+    while off < len {
+        let n = chunk.len().min(len - off);
+        for (i, b) in chunk[..n].iter_mut().enumerate() {
+            *b = pattern(msg, iter, off + i);
+        }
+        buf.write(off, &chunk[..n])?;
+        off += n;
+    }
+    Ok(())
+}
+
+/// Checks the payload byte for byte; reports the first difference.
+fn check(
+    buf: &DmaBuf,
+    len: usize,
+    msg: &[u8; 20],
+    iter: u32,
+    what: &str,
+    rep: &mut Report,
+) -> Result {
+    let mut chunk = [0u8; 256];
+    let mut off = 0;
+    while off < len {
+        let n = chunk.len().min(len - off);
+        buf.read(off, &mut chunk[..n])?;
+        for (i, b) in chunk[..n].iter().enumerate() {
+            let want = pattern(msg, iter, off + i);
+            if *b != want {
+                let _ = writeln!(
+                    rep,
+                    "{}: validation failed at byte {}: {:#04x}, expected {:#04x}",
+                    what,
+                    off + i,
+                    b,
+                    want
+                );
+                return Err(EIO);
+            }
+        }
+        off += n;
+    }
+    Ok(())
+}
+
+/// The message at the start of `buf`, as RDMA_RC_example prints it.
+struct Msg([u8; 20], usize);
+
+impl Msg {
+    fn of(buf: &DmaBuf, len: usize) -> Self {
+        let mut m = [0u8; 20];
+        let n = len.min(20);
+        let _ = buf.read(0, &mut m[..n]);
+        let n = m[..n].iter().position(|&b| b == 0).unwrap_or(n);
+        Msg(m, n)
+    }
+}
+
+impl fmt::Display for Msg {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for &b in &self.0[..self.1] {
+            let c = if b.is_ascii_graphic() || b == b' ' {
+                b as char
+            } else {
+                '.'
+            };
+            f.write_char(c)?;
+        }
+        Ok(())
+    }
+}
+
+/// Picks the GID index: the one asked for, or the first RoCE v2 GID that
+/// is an IPv4 address, or the first valid one.
+fn pick_gid(dev: &Device, port: u32, want: Option<u32>) -> Result<(u32, kverbs::device::Gid)> {
+    if let Some(i) = want {
+        let g = dev.gid_attr(port, i).inspect_err(|_| {
+            pr_warn!(
+                "{}: rc: gid_idx {} is not a valid GID of port {}\n",
+                dev.name(),
+                i,
+                port
+            );
+        })?;
+        return Ok((i, g.gid()));
+    }
+    let len = dev.query_port(port)?.gid_tbl_len();
+    let mut first = None;
+    for i in 0..len {
+        if let Ok(g) = dev.gid_attr(port, i) {
+            if g.gid_type() == GidType::RoceV2 && g.gid().is_v4_mapped() {
+                return Ok((i, g.gid()));
+            }
+            first.get_or_insert((i, g.gid()));
+        }
+    }
+    first.ok_or_else(|| {
+        pr_warn!("{}: rc: port {} has no GID\n", dev.name(), port);
+        ENODEV
+    })
+}
+
+/// Waits for a completion that must succeed, and says what failed.
+fn complete<S: kverbs::qp::State>(
+    qp: &Qp<S>,
+    id: WrId,
+    what: &str,
+    cfg: &Config,
+    cancel: &Cancel,
+    rep: &mut Report,
+) -> Result<kverbs::wc::Wc> {
+    match qp.wait(id, cfg.timeout_ms, cancel) {
+        Ok(wc) if wc.result().is_ok() => Ok(wc),
+        Ok(wc) => {
+            let _ = writeln!(
+                rep,
+                "{}: completion with error: {} (vendor error {:#x})",
+                what, wc.status, wc.vendor_err
+            );
+            Err(EIO)
+        }
+        Err(e) => {
+            let _ = writeln!(rep, "{}: no completion: error {}", what, e.to_errno());
+            Err(e)
+        }
+    }
+}
+
+/// The whole RDMA_RC_example flow between two QPs of one device.
+fn run_loopback(
+    dev: &Device,
+    cfg: &Config,
+    cancel: &Cancel,
+    stats: &Stats,
+    rep: &mut Report,
+) -> Result {
+    let port = *dev.ports().start();
+    let (gid_idx, gid) = pick_gid(dev, port, cfg.gid_idx)?;
+    let size = cfg.size;
+    let t = cfg.timeout_ms;
+    let _ = writeln!(
+        rep,
+        "device {} port {} gid[{}] {}",
+        dev.name(),
+        port,
+        gid_idx,
+        gid.ipv6()
+    );
+
+    // resources_create
+    let pd = Pd::new(dev)?;
+    let server_cq = Cq::new(dev, 8, cfg.poll)?;
+    let client_cq = Cq::new(dev, 8, cfg.poll)?;
+    let caps = QpCaps {
+        max_send_wr: 4,
+        max_recv_wr: 4,
+    };
+    let server = Qp::new_rc(&pd, port, &server_cq, &server_cq, caps)?;
+    let client = Qp::new_rc(&pd, port, &client_cq, &client_cq, caps)?;
+    let server_buf = Arc::new(DmaBuf::new(dev, size)?, GFP_KERNEL)?;
+    let client_buf = Arc::new(DmaBuf::new(dev, size)?, GFP_KERNEL)?;
+    let mr = Mr::new(&pd, size)?;
+    let _ = writeln!(
+        rep,
+        "resources_create: ok: pd, 2 cq ({} polling), server qp {}, client qp {}, 2 buffers of {} bytes, fast-reg mr",
+        cfg.poll.name(),
+        server.qp_num(),
+        client.qp_num(),
+        size
+    );
+
+    // connect_qp
+    let init = InitAttr {
+        pkey_index: 0,
+        access: Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE,
+    };
+    let server = server.to_init(&init)?;
+    let client = client.to_init(&init)?;
+    // RDMA_RC_example's client posts its receive before RTR.
+    let mut recv = client.post_recv(&client_buf, 0, size)?;
+    let rtr = |dest_qp_num| RtrAttr {
+        path_mtu: cfg.mtu,
+        dest_qp_num,
+        rq_psn: 0,
+        max_dest_rd_atomic: 1,
+        min_rnr_timer: 0x12,
+        av: AddressVector {
+            dgid: gid,
+            sgid_index: gid_idx as u8,
+            hop_limit: 1,
+            flow_label: 0,
+            traffic_class: 0,
+            sl: 0,
+        },
+    };
+    let rts = RtsAttr {
+        timeout: 0x12,
+        retry_cnt: 6,
+        rnr_retry: 0,
+        sq_psn: 0,
+        max_rd_atomic: 1,
+    };
+    let (server_qpn, client_qpn) = (server.qp_num(), client.qp_num());
+    let server = server.to_rtr(&rtr(client_qpn))?.to_rts(&rts)?;
+    let client = client.to_rtr(&rtr(server_qpn))?.to_rts(&rts)?;
+    let _ = writeln!(
+        rep,
+        "connect_qp: ok: both QPs INIT -> RTR -> RTS, path MTU {}",
+        cfg.mtu.bytes()
+    );
+
+    // The server's buffer, registered for the narrowest access the client
+    // needs: RDMA READ and RDMA WRITE.
+    let remote = mr.register(
+        &server,
+        &server_buf,
+        Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE,
+        t,
+        cancel,
+    )?;
+    let _ = writeln!(
+        rep,
+        "server buffer: addr {:#x} rkey {:#x} len {}",
+        remote.addr, remote.rkey, remote.len
+    );
+
+    for iter in 0..cfg.iters {
+        if iter > 0 {
+            recv = client.post_recv(&client_buf, 0, size)?;
+        }
+        // SEND: the server sends its buffer, the client's receive gets it.
+        fill(&server_buf, size, MSG_SEND, iter)?;
+        let t0 = kverbs::now_ns();
+        let send = server.post_send(SendOp::Send, &server_buf, 0, size, true)?;
+        complete(&server, send, "SEND", cfg, cancel, rep)?;
+        let wc = complete(&client, recv, "RECV", cfg, cancel, rep)?;
+        let dt = kverbs::now_ns() - t0;
+        if wc.byte_len as usize != size {
+            let _ = writeln!(rep, "RECV: {} bytes received, {} sent", wc.byte_len, size);
+            return Err(EIO);
+        }
+        if cfg.validate {
+            check(&client_buf, size, MSG_SEND, iter, "SEND", rep)?;
+        }
+        add(&stats.send_msgs, 1);
+        add(&stats.send_bytes, size as u64);
+        add(&stats.recv_msgs, 1);
+        add(&stats.recv_bytes, size as u64);
+        if iter == 0 {
+            let _ = writeln!(
+                rep,
+                "SEND operation: ok: {} bytes in {} us",
+                size,
+                dt / 1000
+            );
+            let _ = writeln!(rep, "Message is: '{}'", Msg::of(&client_buf, size));
+        }
+
+        // RDMA READ: the server changes its buffer, the client reads it.
+        fill(&server_buf, size, MSG_READ, iter)?;
+        let t0 = kverbs::now_ns();
+        let read = client.post_send(SendOp::Read(remote), &client_buf, 0, size, true)?;
+        complete(&client, read, "RDMA READ", cfg, cancel, rep)?;
+        let dt = kverbs::now_ns() - t0;
+        if cfg.validate {
+            check(&client_buf, size, MSG_READ, iter, "RDMA READ", rep)?;
+        }
+        add(&stats.read_msgs, 1);
+        add(&stats.read_bytes, size as u64);
+        if iter == 0 {
+            let _ = writeln!(
+                rep,
+                "RDMA read operation: ok: {} bytes in {} us",
+                size,
+                dt / 1000
+            );
+            let _ = writeln!(
+                rep,
+                "Contents of server's buffer: '{}'",
+                Msg::of(&client_buf, size)
+            );
+        }
+
+        // RDMA WRITE: the client writes the server's buffer.
+        fill(&client_buf, size, MSG_WRITE, iter)?;
+        let t0 = kverbs::now_ns();
+        let write = client.post_send(SendOp::Write(remote), &client_buf, 0, size, true)?;
+        complete(&client, write, "RDMA WRITE", cfg, cancel, rep)?;
+        let dt = kverbs::now_ns() - t0;
+        if cfg.validate {
+            check(&server_buf, size, MSG_WRITE, iter, "RDMA WRITE", rep)?;
+        }
+        add(&stats.write_msgs, 1);
+        add(&stats.write_bytes, size as u64);
+        if iter == 0 {
+            let _ = writeln!(
+                rep,
+                "RDMA write operation: ok: {} bytes in {} us",
+                size,
+                dt / 1000
+            );
+            let _ = writeln!(
+                rep,
+                "Contents of server buffer: '{}'",
+                Msg::of(&server_buf, size)
+            );
+        }
+    }
+    if cfg.iters > 1 {
+        let _ = writeln!(
+            rep,
+            "iterations: {} of SEND, RDMA READ, RDMA WRITE",
+            cfg.iters
+        );
+    }
+    if cfg.validate {
+        let _ = writeln!(rep, "validate: ok: every payload checked byte for byte");
+    }
+
+    // The transfer is done: the rkey must die before the buffer goes.
+    mr.invalidate(&server, t, cancel)?;
+    let _ = writeln!(
+        rep,
+        "invalidate: ok: rkey {:#x} invalidated (LOCAL_INV)",
+        remote.rkey
+    );
+
+    // resources_destroy: drain, MR, QPs, CQs, PD, as the values drop.
+    drop(mr);
+    drop(client);
+    drop(server);
+    let _ = writeln!(rep, "resources_destroy: ok");
+    Ok(())
+}
