@@ -72,6 +72,8 @@ pub mod qp;
 mod show;
 #[path = "kverbs/sysfs.rs"]
 pub mod sysfs;
+#[path = "kverbs/tcp.rs"]
+pub mod tcp;
 #[path = "kverbs/wc.rs"]
 pub mod wc;
 
@@ -107,5 +109,7 @@ pub mod errno {
         emsgsize = EMSGSIZE;
         /// `ECONNREFUSED`: nobody listens.
         econnrefused = ECONNREFUSED;
+        /// `EPROTO`: the peer broke the protocol.
+        eproto = EPROTO;
     }
 }

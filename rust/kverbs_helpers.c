@@ -5,6 +5,10 @@
  * the generated rust/kverbs_extern.c.
  */
 #include <linux/delay.h>
+#include <linux/in.h>
+#include <linux/net.h>
+#include <net/net_namespace.h>
+#include <net/sock.h>
 #include <linux/scatterlist.h>
 #include <linux/sched.h>
 #include <linux/sched/signal.h>
@@ -61,4 +65,39 @@ unsigned long kverbs_msleep_interruptible(unsigned int ms)
 u64 kverbs_ktime_get_ns(void)
 {
 	return ktime_get_ns();
+}
+
+void kverbs_sock_set_timeouts(struct socket *sock, unsigned int rcv_ms,
+			      unsigned int snd_ms)
+{
+	WRITE_ONCE(sock->sk->sk_rcvtimeo, msecs_to_jiffies(rcv_ms));
+	WRITE_ONCE(sock->sk->sk_sndtimeo, msecs_to_jiffies(snd_ms));
+}
+
+int kverbs_sock_bind_v4(struct socket *sock, __be32 addr, u16 port)
+{
+	struct sockaddr_in sin = {
+		.sin_family = AF_INET,
+		.sin_port = htons(port),
+		.sin_addr.s_addr = addr,
+	};
+
+	sock_set_reuseaddr(sock->sk);
+	return kernel_bind(sock, (struct sockaddr *)&sin, sizeof(sin));
+}
+
+int kverbs_sock_connect_v4(struct socket *sock, __be32 addr, u16 port)
+{
+	struct sockaddr_in sin = {
+		.sin_family = AF_INET,
+		.sin_port = htons(port),
+		.sin_addr.s_addr = addr,
+	};
+
+	return kernel_connect(sock, (struct sockaddr *)&sin, sizeof(sin), 0);
+}
+
+int kverbs_sock_create_tcp(struct socket **res)
+{
+	return sock_create_kern(&init_net, AF_INET, SOCK_STREAM, IPPROTO_TCP, res);
 }

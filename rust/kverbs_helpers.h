@@ -43,4 +43,17 @@ unsigned long kverbs_msleep_interruptible(unsigned int ms);
 /* ktime_get_ns(). */
 u64 kverbs_ktime_get_ns(void);
 
+struct socket;
+
+/* sk_rcvtimeo and sk_sndtimeo of a kernel socket, in milliseconds. */
+void kverbs_sock_set_timeouts(struct socket *sock, unsigned int rcv_ms,
+			      unsigned int snd_ms);
+
+/* kernel_bind() and kernel_connect() to an IPv4 address (network order). */
+int kverbs_sock_bind_v4(struct socket *sock, __be32 addr, u16 port);
+int kverbs_sock_connect_v4(struct socket *sock, __be32 addr, u16 port);
+
+/* A TCP socket in the initial network namespace. */
+int kverbs_sock_create_tcp(struct socket **res);
+
 #endif

@@ -23,6 +23,7 @@ use kernel::{error::from_err_ptr, new_mutex, page::PAGE_SIZE, prelude::*, sync::
 struct MrState {
     buf: Option<Arc<DmaBuf>>,
     rkey: u32,
+    registered: bool,
 }
 
 /// # Invariants
@@ -74,7 +75,11 @@ impl Mr {
             try_pin_init!(MrInner {
                 mr,
                 pd: pd.clone(),
-                state <- new_mutex!(MrState { buf: None, rkey: 0 }),
+                state <- new_mutex!(MrState {
+                    buf: None,
+                    rkey: 0,
+                    registered: false,
+                }),
             }),
             GFP_KERNEL,
         );
@@ -89,17 +94,11 @@ impl Mr {
         }
     }
 
-    /// Registers the MR on `buf` with `access` (the narrowest the peer
-    /// needs) through `qp`, and waits for the registration to complete.
-    /// Returns what to advertise to the peer.
-    pub fn register(
-        &self,
-        qp: &Qp<Rts>,
-        buf: &Arc<DmaBuf>,
-        access: Access,
-        timeout_ms: u32,
-        cancel: &Cancel,
-    ) -> Result<RemoteBuf> {
+    /// Maps the MR on `buf` (`ib_map_mr_sg`) with a fresh key, and returns
+    /// the address and rkey the peer will use once [`Mr::post_registration`]
+    /// has made them valid. No work request is needed yet, so a QP can
+    /// advertise them before it is connected (as RDMA_RC_example does).
+    pub fn map(&self, buf: &Arc<DmaBuf>) -> Result<RemoteBuf> {
         let inner = &self.0;
         let mut state = inner.state.lock();
         if state.buf.is_some() {
@@ -110,7 +109,7 @@ impl Mr {
         // SAFETY: `sg` is a valid one-entry list; the buffer is mapped.
         unsafe { bindings::kverbs_sg_set_dma(&mut sg, buf.dma_addr(0), len) };
         // SAFETY: The MR is live and not registered; `sg` describes mapped
-        // memory that `state.buf` will hold while the MR maps it.
+        // memory that `state.buf` holds while the MR maps it.
         let n = unsafe {
             bindings::ib_map_mr_sg(
                 inner.as_raw(),
@@ -126,24 +125,57 @@ impl Mr {
         }
         // A new key for each registration, so a stale rkey never matches.
         // SAFETY: The MR is live and not in use by the device.
-        let rkey = unsafe {
+        let (rkey, addr) = unsafe {
             let key = ((*inner.as_raw()).rkey as u8).wrapping_add(1);
             bindings::ib_update_fast_reg_key(inner.as_raw(), key);
-            (*inner.as_raw()).rkey
+            ((*inner.as_raw()).rkey, (*inner.as_raw()).iova)
         };
-        // The buffer is held from the post on: a peer may use the rkey as
-        // soon as the registration has executed.
+        // The buffer is held from now on: a peer may use the rkey as soon
+        // as the registration has executed.
         state.buf = Some(buf.clone());
         state.rkey = rkey;
-        let id = qp.post_reg_mr(inner, rkey, access)?;
+        Ok(RemoteBuf { addr, rkey, len })
+    }
+
+    /// Posts the registration of the mapping made by [`Mr::map`]
+    /// (`IB_WR_REG_MR` with `access`, the narrowest the peer needs) on
+    /// `qp`, and waits for it.
+    pub fn post_registration(
+        &self,
+        qp: &Qp<Rts>,
+        access: Access,
+        timeout_ms: u32,
+        cancel: &Cancel,
+    ) -> Result {
+        let inner = &self.0;
+        let mut state = inner.state.lock();
+        if state.buf.is_none() || state.registered {
+            return Err(EINVAL);
+        }
+        let id = qp.post_reg_mr(inner, state.rkey, access)?;
+        // From the post on the registration may execute: invalidate it
+        // before the buffer is let go, even if the wait fails.
+        state.registered = true;
         let wc = qp.wait(id, timeout_ms, cancel)?;
         if wc.result().is_err() {
             pr_err!("REG_MR failed: {}\n", wc.status);
             return Err(EIO);
         }
-        // SAFETY: The MR is live; `iova` is set by the mapping above.
-        let addr = unsafe { (*inner.as_raw()).iova };
-        Ok(RemoteBuf { addr, rkey, len })
+        Ok(())
+    }
+
+    /// [`Mr::map`] then [`Mr::post_registration`].
+    pub fn register(
+        &self,
+        qp: &Qp<Rts>,
+        buf: &Arc<DmaBuf>,
+        access: Access,
+        timeout_ms: u32,
+        cancel: &Cancel,
+    ) -> Result<RemoteBuf> {
+        let remote = self.map(buf)?;
+        self.post_registration(qp, access, timeout_ms, cancel)?;
+        Ok(remote)
     }
 
     /// Invalidates the registration through `qp` (`IB_WR_LOCAL_INV`) and
@@ -152,7 +184,7 @@ impl Mr {
     pub fn invalidate(&self, qp: &Qp<Rts>, timeout_ms: u32, cancel: &Cancel) -> Result {
         let inner = &self.0;
         let mut state = inner.state.lock();
-        if state.buf.is_none() {
+        if !state.registered {
             return Err(EINVAL);
         }
         let id = qp.post_local_inv(inner, state.rkey)?;
@@ -162,6 +194,7 @@ impl Mr {
             return Err(EIO);
         }
         state.buf = None;
+        state.registered = false;
         Ok(())
     }
 }
