@@ -18,7 +18,11 @@ use kverbs::{
     errno,
     mr::Mr,
     pd::Pd,
-    qp::{Access, AddressVector, Cancel, InitAttr, Qp, QpCaps, RtrAttr, RtsAttr, SendOp, WrId},
+    qp::{
+        Access, AddressVector, Cancel, InitAttr, Qp, QpCaps, RemoteBuf, RtrAttr, RtsAttr, SendOp,
+        WrId,
+    },
+    tcp::{Ipv4, TcpListener, TcpStream},
     Show, Store,
 };
 
@@ -55,7 +59,7 @@ impl Role {
 /// A parsed control string.
 struct Config {
     role: Role,
-    addr: Option<[u8; 4]>,
+    addr: Option<Ipv4>,
     port: u16,
     gid_idx: Option<u32>,
     size: usize,
@@ -154,7 +158,7 @@ fn parse<'a>(dev: &Device, input: &'a [u8]) -> Result<Config> {
             }
             "addr" => {
                 let v = need(val)?;
-                cfg.addr = Some(parse_ipv4(v).ok_or_else(|| {
+                cfg.addr = Some(parse_ipv4(v).map(Ipv4).ok_or_else(|| {
                     pr_warn!("{}: rc: addr '{}' is not an IPv4 address\n", dev.name(), v);
                     EINVAL
                 })?);
@@ -328,19 +332,7 @@ impl Store for Rc {
         let start = kverbs::now_ns();
         let result = match cfg.role {
             Role::Loopback => run_loopback(dev, &cfg, &self.cancel, &self.stats, &mut rep),
-            Role::Server | Role::Client => {
-                let _ = writeln!(
-                    rep,
-                    "role={}: two-host mode is not available yet",
-                    cfg.role.name()
-                );
-                pr_warn!(
-                    "{}: rc: role={} is not available yet\n",
-                    dev.name(),
-                    cfg.role.name()
-                );
-                Err(errno::eopnotsupp())
-            }
+            Role::Server | Role::Client => run_tcp(dev, &cfg, &self.cancel, &self.stats, &mut rep),
         };
         let us = (kverbs::now_ns() - start) / 1000;
         match result {
@@ -707,6 +699,282 @@ fn run_loopback(
     drop(mr);
     drop(client);
     drop(server);
+    let _ = writeln!(rep, "resources_destroy: ok");
+    Ok(())
+}
+
+/// The connection data RDMA_RC_example exchanges (`struct cm_con_data_t`,
+/// packed, big endian): 34 bytes.
+struct ConData {
+    addr: u64,
+    rkey: u32,
+    qp_num: u32,
+    lid: u16,
+    gid: kverbs::device::Gid,
+}
+
+const CON_DATA_LEN: usize = 34;
+
+impl ConData {
+    fn to_bytes(&self) -> [u8; CON_DATA_LEN] {
+        let mut b = [0u8; CON_DATA_LEN];
+        b[0..8].copy_from_slice(&self.addr.to_be_bytes());
+        b[8..12].copy_from_slice(&self.rkey.to_be_bytes());
+        b[12..16].copy_from_slice(&self.qp_num.to_be_bytes());
+        b[16..18].copy_from_slice(&self.lid.to_be_bytes());
+        b[18..34].copy_from_slice(&self.gid.0);
+        b
+    }
+
+    fn from_bytes(b: &[u8; CON_DATA_LEN]) -> Self {
+        let mut gid = [0u8; 16];
+        gid.copy_from_slice(&b[18..34]);
+        ConData {
+            addr: u64::from_be_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]),
+            rkey: u32::from_be_bytes([b[8], b[9], b[10], b[11]]),
+            qp_num: u32::from_be_bytes([b[12], b[13], b[14], b[15]]),
+            lid: u16::from_be_bytes([b[16], b[17]]),
+            gid: kverbs::device::Gid(gid),
+        }
+    }
+}
+
+/// RDMA_RC_example's `sock_sync_data` of one byte: write ours, read theirs.
+fn sync(sock: &TcpStream, c: u8, cfg: &Config, cancel: &Cancel, rep: &mut Report) -> Result {
+    let mut peer = [0u8];
+    let r = sock
+        .send_all(&[c], cfg.timeout_ms, cancel)
+        .and_then(|()| sock.recv_exact(&mut peer, cfg.timeout_ms, cancel));
+    if let Err(e) = r {
+        let _ = writeln!(rep, "sync '{}': error {}", c as char, e.to_errno());
+        return Err(e);
+    }
+    if peer[0] != c {
+        let _ = writeln!(
+            rep,
+            "sync '{}': the peer sent '{}'",
+            c as char, peer[0] as char
+        );
+        return Err(errno::eproto());
+    }
+    Ok(())
+}
+
+/// RDMA_RC_example's server or client, with a peer over TCP.
+fn run_tcp(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut Report) -> Result {
+    let server = cfg.role == Role::Server;
+    let port = *dev.ports().start();
+    let (gid_idx, gid) = pick_gid(dev, port, cfg.gid_idx)?;
+    let size = cfg.size;
+    let t = cfg.timeout_ms;
+    let _ = writeln!(
+        rep,
+        "device {} port {} gid[{}] {}",
+        dev.name(),
+        port,
+        gid_idx,
+        gid.ipv6()
+    );
+
+    // The TCP connection first, as RDMA_RC_example does.
+    let sock = if server {
+        let listener =
+            TcpListener::bind(cfg.addr.unwrap_or(Ipv4::ANY), cfg.port).inspect_err(|e| {
+                pr_warn!(
+                    "{}: rc: cannot listen on TCP port {}: error {}\n",
+                    dev.name(),
+                    cfg.port,
+                    e.to_errno()
+                );
+            })?;
+        let _ = writeln!(rep, "waiting on port {} for TCP connection", cfg.port);
+        listener.accept(t, cancel).inspect_err(|e| {
+            let _ = writeln!(rep, "no client connected: error {}", e.to_errno());
+            pr_warn!(
+                "{}: rc: no client connected on port {}: error {}\n",
+                dev.name(),
+                cfg.port,
+                e.to_errno()
+            );
+        })?
+    } else {
+        let addr = cfg.addr.ok_or(EINVAL)?;
+        TcpStream::connect(addr, cfg.port, t, cancel).inspect_err(|e| {
+            let _ = writeln!(
+                rep,
+                "cannot connect to {}:{}: error {}",
+                addr,
+                cfg.port,
+                e.to_errno()
+            );
+            pr_warn!(
+                "{}: rc: cannot connect to {}:{}: error {}\n",
+                dev.name(),
+                addr,
+                cfg.port,
+                e.to_errno()
+            );
+        })?
+    };
+    let _ = writeln!(rep, "TCP connection was established");
+
+    // resources_create
+    let pd = Pd::new(dev)?;
+    let cq = Cq::new(dev, 8, cfg.poll)?;
+    let qp = Qp::new_rc(
+        &pd,
+        port,
+        &cq,
+        &cq,
+        QpCaps {
+            max_send_wr: 4,
+            max_recv_wr: 4,
+        },
+    )?;
+    let buf = Arc::new(DmaBuf::new(dev, size)?, GFP_KERNEL)?;
+    if server {
+        fill(&buf, size, MSG_SEND, 0)?;
+    }
+    let mr = Mr::new(&pd, size)?;
+    let local = mr.map(&buf)?;
+    let _ = writeln!(
+        rep,
+        "resources_create: ok: qp {:#x}, buffer of {} bytes, MR addr {:#x} rkey {:#x} ({} polling)",
+        qp.qp_num(),
+        size,
+        local.addr,
+        local.rkey,
+        cfg.poll.name()
+    );
+
+    // connect_qp: exchange the connection data.
+    let ours = ConData {
+        addr: local.addr,
+        rkey: local.rkey,
+        qp_num: qp.qp_num(),
+        lid: dev.query_port(port)?.lid() as u16,
+        gid,
+    };
+    let mut theirs = [0u8; CON_DATA_LEN];
+    sock.send_all(&ours.to_bytes(), t, cancel)?;
+    sock.recv_exact(&mut theirs, t, cancel).inspect_err(|e| {
+        let _ = writeln!(
+            rep,
+            "no connection data from the peer: error {}",
+            e.to_errno()
+        );
+    })?;
+    let peer = ConData::from_bytes(&theirs);
+    let _ = writeln!(rep, "Remote address = {:#x}", peer.addr);
+    let _ = writeln!(rep, "Remote rkey = {:#x}", peer.rkey);
+    let _ = writeln!(rep, "Remote QP number = {:#x}", peer.qp_num);
+    let _ = writeln!(rep, "Remote LID = {:#x}", peer.lid);
+    let _ = writeln!(rep, "Remote GID = {}", peer.gid.ipv6());
+    let remote = RemoteBuf {
+        addr: peer.addr,
+        rkey: peer.rkey,
+        len: size as u32,
+    };
+
+    let access = Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE;
+    let qp = qp.to_init(&InitAttr {
+        pkey_index: 0,
+        access,
+    })?;
+    let recv = if server {
+        None
+    } else {
+        Some(qp.post_recv(&buf, 0, size)?)
+    };
+    let qp = qp
+        .to_rtr(&RtrAttr {
+            path_mtu: cfg.mtu,
+            dest_qp_num: peer.qp_num,
+            rq_psn: 0,
+            max_dest_rd_atomic: 1,
+            min_rnr_timer: 0x12,
+            av: AddressVector {
+                dgid: peer.gid,
+                sgid_index: gid_idx as u8,
+                hop_limit: 1,
+                flow_label: 0,
+                traffic_class: 0,
+                sl: 0,
+            },
+        })?
+        .to_rts(&RtsAttr {
+            timeout: 0x12,
+            retry_cnt: 6,
+            rnr_retry: 0,
+            sq_psn: 0,
+            max_rd_atomic: 1,
+        })?;
+    // Our buffer becomes reachable with the rkey we advertised.
+    mr.post_registration(&qp, access, t, cancel)?;
+    sync(&sock, b'Q', cfg, cancel, rep)?;
+    let _ = writeln!(rep, "connect_qp: ok: QP state was change to RTS");
+
+    // SEND from the server to the client's receive.
+    if server {
+        let id = qp.post_send(SendOp::Send, &buf, 0, size, true)?;
+        complete(&qp, id, "SEND", cfg, cancel, rep)?;
+        add(&stats.send_msgs, 1);
+        add(&stats.send_bytes, size as u64);
+        let _ = writeln!(rep, "SEND operation: ok: {} bytes sent", size);
+        fill(&buf, size, MSG_READ, 0)?;
+    } else if let Some(recv) = recv {
+        let wc = complete(&qp, recv, "RECV", cfg, cancel, rep)?;
+        add(&stats.recv_msgs, 1);
+        add(&stats.recv_bytes, u64::from(wc.byte_len));
+        let _ = writeln!(rep, "Message is: '{}'", Msg::of(&buf, size));
+        if cfg.validate {
+            check(&buf, size, MSG_SEND, 0, "SEND", rep)?;
+        }
+    }
+
+    // The server's buffer now holds the read message.
+    sync(&sock, b'R', cfg, cancel, rep)?;
+    if !server {
+        let id = qp.post_send(SendOp::Read(remote), &buf, 0, size, true)?;
+        complete(&qp, id, "RDMA READ", cfg, cancel, rep)?;
+        add(&stats.read_msgs, 1);
+        add(&stats.read_bytes, size as u64);
+        let _ = writeln!(
+            rep,
+            "Contents of server's buffer: '{}'",
+            Msg::of(&buf, size)
+        );
+        if cfg.validate {
+            check(&buf, size, MSG_READ, 0, "RDMA READ", rep)?;
+        }
+        fill(&buf, size, MSG_WRITE, 0)?;
+        let _ = writeln!(rep, "Now replacing it with: '{}'", Msg::of(&buf, size));
+        let id = qp.post_send(SendOp::Write(remote), &buf, 0, size, true)?;
+        complete(&qp, id, "RDMA WRITE", cfg, cancel, rep)?;
+        add(&stats.write_msgs, 1);
+        add(&stats.write_bytes, size as u64);
+    }
+    // The client is done with the server's memory.
+    sync(&sock, b'W', cfg, cancel, rep)?;
+    if server {
+        let _ = writeln!(rep, "Contents of server buffer: '{}'", Msg::of(&buf, size));
+        if cfg.validate {
+            check(&buf, size, MSG_WRITE, 0, "RDMA WRITE", rep)?;
+        }
+    }
+    if cfg.validate {
+        let _ = writeln!(rep, "validate: ok: every payload checked byte for byte");
+    }
+
+    // The rkey must die before the buffer goes.
+    mr.invalidate(&qp, t, cancel)?;
+    let _ = writeln!(
+        rep,
+        "invalidate: ok: rkey {:#x} invalidated (LOCAL_INV)",
+        local.rkey
+    );
+    drop(mr);
+    drop(qp);
     let _ = writeln!(rep, "resources_destroy: ok");
     Ok(())
 }

@@ -29,12 +29,16 @@ for opt in /usr/bin/rping /usr/bin/mckey /usr/bin/ucmatose /usr/bin/ibv_rc_pingp
 	[ -x "$opt" ] && tools+=("$opt")
 done
 provider=(/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav*.so)
+# Our userspace peer of the RC example, built for this machine's libibverbs.
+mkdir -p "$root/usr/local/bin"
+gcc -O2 -Wall -o "$root/usr/local/bin/rc_peer" "$top/tools/rc_peer/rc_peer.c" -libverbs
+tools+=(/usr/local/bin/rc_peer)
 copy_with_libs() {
 	local f lib
 	for f in "$@"; do
 		mkdir -p "$root$(dirname "$f")"
-		cp -L "$f" "$root$f"
-		for lib in $(ldd "$f" 2>/dev/null | grep -o '/[^ ]*'); do
+		[ -e "$root$f" ] || cp -L "$f" "$root$f"
+		for lib in $(ldd "$root$f" 2>/dev/null | grep -o '/[^ ]*'); do
 			[ -e "$root$lib" ] && continue
 			mkdir -p "$root$(dirname "$lib")"
 			cp -L "$lib" "$root$lib"

@@ -1,0 +1,135 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+#
+# The RC example's two-host mode, on one host: the kernel module and
+# tools/rc_peer (RDMA_RC_example's protocol on libibverbs) are each other's
+# peer over rxe on lo, in both directions, with RDMA_RC_example's messages
+# and every byte validated on both sides; the TCP side's bad cases.
+
+. "$(dirname "$(readlink -f "$0")")/kverbs_lib.sh"
+
+RC=$KV_DEBUGFS/rxe_lo/rc
+# rxe_lo's GID 1 is ::ffff:127.0.0.1, a RoCE v2 GID.
+GID=1
+
+setup() {
+	kv_rxe_add rxe_lo lo && kv_load
+}
+
+# A kernel run in the background: its pid in $RUN_PID, its errors in
+# /tmp/run.err.
+kernel_run() {
+	bash -c "printf '%s' '$1' >$RC" 2>/tmp/run.err &
+	RUN_PID=$!
+	kv_wait grep -q "^status: running" "$RC"
+}
+
+# rc_peer, retried while its server is not listening yet.
+peer_client() {
+	local i out
+	for i in $(seq 50); do
+		out=$(rc_peer -d rxe_lo -g $GID "$@" 127.0.0.1 2>&1) && { echo "$out"; return 0; }
+		echo "$out" | grep -q "connect failed" || { echo "$out"; return 1; }
+		sleep 0.2
+	done
+	echo "$out"
+	return 1
+}
+
+kernel_server_userspace_client() {
+	local size=$1 out r=0
+	kernel_run "role=server,size=$size,gid_idx=$GID,validate"
+	out=$(peer_client -s "$size" -v) || r=1
+	echo "$out" | kv_diag
+	wait $RUN_PID || { kv_msg "kernel server failed: $(cat /tmp/run.err)"; r=1; }
+	kv_diag <"$RC"
+	echo "$out" | grep -qx "Message is: 'SEND operation      '" || r=1
+	echo "$out" | grep -qx "Contents of server's buffer: 'RDMA read operation '" || r=1
+	echo "$out" | grep -qx "test result is 0" || r=1
+	grep -qx "Contents of server buffer: 'RDMA write operation'" "$RC" || r=1
+	grep -q "^validate: ok" "$RC" || r=1
+	grep -q "^result: ok" "$RC" || r=1
+	return $r
+}
+
+userspace_server_kernel_client() {
+	local size=$1 r=0 i
+	rc_peer -d rxe_lo -g $GID -s "$size" -v >/tmp/peer.out 2>&1 &
+	local peer=$!
+	for i in $(seq 50); do
+		printf '%s' "role=client,addr=127.0.0.1,size=$size,gid_idx=$GID,validate" >"$RC" 2>/tmp/run.err && break
+		grep -q "Connection refused" /tmp/run.err || break
+		sleep 0.2
+	done
+	grep -q "^result: ok" "$RC" || { kv_msg "kernel client: $(cat /tmp/run.err)"; r=1; }
+	wait $peer || { kv_msg "rc_peer server failed"; r=1; }
+	kv_diag </tmp/peer.out
+	kv_diag <"$RC"
+	grep -qx "Message is: 'SEND operation      '" "$RC" || r=1
+	grep -qx "Contents of server's buffer: 'RDMA read operation '" "$RC" || r=1
+	grep -q "^validate: ok" "$RC" || r=1
+	grep -qx "Contents of server buffer: 'RDMA write operation'" /tmp/peer.out || r=1
+	grep -qx "test result is 0" /tmp/peer.out || r=1
+	return $r
+}
+
+# rc_fails INPUT ERROR DMESG: the run fails with ERROR and logs DMESG.
+rc_fails() {
+	local err
+	err=$( (printf '%s' "$1" >"$RC") 2>&1) && { kv_msg "'$1' succeeded"; return 1; }
+	kv_msg "$err"
+	echo "$err" | grep -q "$2" || return 1
+	dmesg | tail -n 5 | grep -q "$3" || { kv_msg "no dmesg line '$3'"; return 1; }
+	grep -q "^result: error" "$RC"
+}
+
+client_dead_peer() {
+	rc_fails "role=client,addr=127.0.0.1,port=1" "Connection refused" "cannot connect to 127.0.0.1:1"
+}
+
+client_wrong_port() {
+	rc_peer -d rxe_lo -g $GID >/tmp/peer.out 2>&1 &
+	local peer=$! r=0
+	sleep 1
+	rc_fails "role=client,addr=127.0.0.1,port=19876" "Connection refused" "cannot connect to 127.0.0.1:19876" || r=1
+	kill $peer
+	wait $peer
+	return $r
+}
+
+server_no_client() {
+	local t0 t1
+	t0=$(cut -d. -f1 /proc/uptime)
+	rc_fails "role=server,timeout_ms=2000" "Connection timed out" "no client connected on port 19875" || return 1
+	t1=$(cut -d. -f1 /proc/uptime)
+	[ $((t1 - t0)) -ge 1 ] && [ $((t1 - t0)) -le 10 ] || { kv_msg "waited $((t1 - t0)) s"; return 1; }
+}
+
+client_without_addr() {
+	local err
+	err=$( (printf 'role=client' >"$RC") 2>&1) && return 1
+	echo "$err" | grep -q "Invalid argument" && dmesg | tail -n 3 | grep -q "role=client needs addr="
+}
+
+peer_closes_early() {
+	# A TCP peer that connects and goes away without a word.
+	kernel_run "role=server,timeout_ms=3000"
+	sleep 0.5
+	bash -c 'exec 3<>/dev/tcp/127.0.0.1/19875; exec 3<&-' 2>/dev/null
+	wait $RUN_PID && { kv_msg "the server succeeded"; return 1; }
+	kv_msg "$(cat /tmp/run.err)"
+	grep -q "no connection data from the peer" "$RC"
+}
+
+kv_begin 11
+kv_case setup_rxe_lo_and_load setup
+kv_case rc_kernel_server_userspace_client_21 kernel_server_userspace_client 21
+kv_case rc_userspace_server_kernel_client_21 userspace_server_kernel_client 21
+kv_case rc_kernel_server_userspace_client_65536 kernel_server_userspace_client 65536
+kv_case rc_userspace_server_kernel_client_65536 userspace_server_kernel_client 65536
+kv_case bad_input_rc_client_to_dead_peer client_dead_peer
+kv_case bad_input_rc_client_wrong_port client_wrong_port
+kv_case bad_input_rc_server_with_no_client_times_out server_no_client
+kv_case bad_input_rc_client_without_addr client_without_addr
+kv_case bad_input_rc_peer_closes_before_connection_data peer_closes_early
+kv_end
