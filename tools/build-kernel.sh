@@ -56,6 +56,16 @@ fi
 
 echo "kverbs: building the test kernel in $build (log: $log)" >&2
 start=$(date +%s)
+# Start from the previous build, if any, so that only what the new
+# configuration changes is rebuilt (Kbuild tracks each CONFIG_ option).
+if [ ! -d "$build" ]; then
+	prev=$(ls -dt "$cache"/build-*/ 2>/dev/null | head -n 1)
+	if [ -n "$prev" ] && [ -f "$prev/.kverbs-built" ]; then
+		echo "kverbs: starting from ${prev%/}" >&2
+		rm -f "$prev/.kverbs-built"
+		mv "${prev%/}" "$build"
+	fi
+fi
 mkdir -p "$build"
 {
 	make -C "$src" O="$build" "${kmake_vars[@]}" allnoconfig
