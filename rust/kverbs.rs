@@ -54,6 +54,8 @@ mod bindings {
 // name the module files.
 #[path = "kverbs/client.rs"]
 pub mod client;
+#[path = "kverbs/cm.rs"]
+pub mod cm;
 #[path = "kverbs/cq.rs"]
 pub mod cq;
 #[path = "kverbs/debugfs.rs"]

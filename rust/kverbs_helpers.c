@@ -15,6 +15,7 @@
 #include <linux/sysfs.h>
 #include <linux/timekeeping.h>
 #include <linux/wait.h>
+#include <rdma/rdma_cm.h>
 
 #include "kverbs_helpers.h"
 
@@ -100,4 +101,41 @@ int kverbs_sock_connect_v4(struct socket *sock, __be32 addr, u16 port)
 int kverbs_sock_create_tcp(struct socket **res)
 {
 	return sock_create_kern(&init_net, AF_INET, SOCK_STREAM, IPPROTO_TCP, res);
+}
+
+struct rdma_cm_id *kverbs_cm_create_id(int (*handler)(struct rdma_cm_id *,
+						      struct rdma_cm_event *),
+				       void *context)
+{
+	return rdma_create_id(&init_net, handler, context, RDMA_PS_TCP, IB_QPT_RC);
+}
+
+int kverbs_cm_bind_v4(struct rdma_cm_id *id, __be32 addr, u16 port)
+{
+	struct sockaddr_in sin = {
+		.sin_family = AF_INET,
+		.sin_port = htons(port),
+		.sin_addr.s_addr = addr,
+	};
+
+	return rdma_bind_addr(id, (struct sockaddr *)&sin);
+}
+
+int kverbs_cm_resolve_addr_v4(struct rdma_cm_id *id, __be32 addr, u16 port,
+			      unsigned long timeout_ms)
+{
+	struct sockaddr_in sin = {
+		.sin_family = AF_INET,
+		.sin_port = htons(port),
+		.sin_addr.s_addr = addr,
+	};
+
+	return rdma_resolve_addr(id, NULL, (struct sockaddr *)&sin, timeout_ms);
+}
+
+long kverbs_wait_u32_ne(struct wait_queue_head *wq, const u32 *v, u32 old,
+			unsigned int timeout_ms)
+{
+	return wait_event_interruptible_timeout(*wq, READ_ONCE(*v) != old,
+						msecs_to_jiffies(timeout_ms));
 }

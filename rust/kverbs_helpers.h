@@ -56,4 +56,21 @@ int kverbs_sock_connect_v4(struct socket *sock, __be32 addr, u16 port);
 /* A TCP socket in the initial network namespace. */
 int kverbs_sock_create_tcp(struct socket **res);
 
+struct rdma_cm_id;
+struct rdma_cm_event;
+
+/* rdma_create_id() in init_net, for an RC connection (RDMA_PS_TCP). */
+struct rdma_cm_id *kverbs_cm_create_id(int (*handler)(struct rdma_cm_id *,
+						      struct rdma_cm_event *),
+				       void *context);
+
+/* rdma_bind_addr() and rdma_resolve_addr() with IPv4 addresses. */
+int kverbs_cm_bind_v4(struct rdma_cm_id *id, __be32 addr, u16 port);
+int kverbs_cm_resolve_addr_v4(struct rdma_cm_id *id, __be32 addr, u16 port,
+			      unsigned long timeout_ms);
+
+/* Like kverbs_wait_u32(), until READ_ONCE(*v) != old. */
+long kverbs_wait_u32_ne(struct wait_queue_head *wq, const u32 *v, u32 old,
+			unsigned int timeout_ms);
+
 #endif

@@ -66,6 +66,11 @@ impl Device {
         unsafe { &*ptr.cast() }
     }
 
+    /// Whether `other` is this very device.
+    pub fn same_as(&self, other: &Device) -> bool {
+        core::ptr::eq(self, other)
+    }
+
     /// The raw `struct ib_device` pointer.
     pub(crate) fn as_raw(&self) -> *mut bindings::ib_device {
         self.0.get()

@@ -32,6 +32,7 @@
 //! drain, QP, CQ, PD.
 
 use crate::bindings;
+use crate::cm::{CmId, CmIdRef};
 use crate::cq::{self, Cq, PollCtx};
 use crate::device::{Device, Gid, Mtu, PortNum};
 use crate::dma::DmaBuf;
@@ -297,6 +298,9 @@ struct Book {
 #[pin_data(PinnedDrop)]
 struct QpInner {
     qp: NonNull<bindings::ib_qp>,
+    /// The connection manager ID the QP belongs to, if it was created by
+    /// `rdma_create_qp` (then it is destroyed by `rdma_destroy_qp`).
+    cm: Option<CmIdRef>,
     port: PortNum,
     send_slots: KVec<Slot>,
     recv_slots: KVec<Slot>,
@@ -396,6 +400,19 @@ impl Qp<Reset> {
         recv_cq: &Cq,
         caps: QpCaps,
     ) -> Result<Self> {
+        Self::create(pd, port, send_cq, recv_cq, caps, None)
+    }
+
+    /// Creates the QP with `ib_create_qp`, or with `rdma_create_qp` on
+    /// `cm`, which then moves it to INIT.
+    fn create(
+        pd: &Pd,
+        port: PortNum,
+        send_cq: &Cq,
+        recv_cq: &Cq,
+        caps: QpCaps,
+        cm: Option<&CmId>,
+    ) -> Result<Self> {
         if caps.max_send_wr == 0 || caps.max_recv_wr == 0 {
             return Err(EINVAL);
         }
@@ -418,13 +435,29 @@ impl Qp<Reset> {
         init.cap.max_recv_wr = caps.max_recv_wr + 1;
         init.cap.max_send_sge = 1;
         init.cap.max_recv_sge = 1;
-        // SAFETY: The PD and CQs are live and on the same device; `init` is
-        // a valid, fully initialised attribute set.
-        let qp = from_err_ptr(unsafe { bindings::ib_create_qp(pd.as_raw(), &mut init) })?;
+        let qp = match cm {
+            None => {
+                // SAFETY: The PD and CQs are live and on the same device;
+                // `init` is a valid, fully initialised attribute set.
+                from_err_ptr(unsafe { bindings::ib_create_qp(pd.as_raw(), &mut init) })?
+            }
+            Some(cm) => {
+                // SAFETY: As above; the ID is live and has no QP yet (the
+                // callers create one QP per ID).
+                kernel::error::to_result(unsafe {
+                    bindings::rdma_create_qp(cm.as_raw(), pd.as_raw(), &mut init)
+                })?;
+                // SAFETY: `rdma_create_qp` stored the new QP in the ID.
+                unsafe { (*cm.as_raw()).qp }
+            }
+        };
         let qp = NonNull::new(qp).ok_or(ENOMEM)?;
+        let cm_ref = cm.map(|c| c.inner());
+        let cm_raw = cm.map(|c| c.as_raw());
         let inner = KBox::pin_init(
             try_pin_init!(QpInner {
                 qp,
+                cm: cm_ref,
                 port,
                 send_slots,
                 recv_slots,
@@ -442,8 +475,16 @@ impl Qp<Reset> {
                 _state: PhantomData,
             }),
             Err(e) => {
-                // SAFETY: The QP was created above and nothing was posted.
-                unsafe { bindings::ib_destroy_qp(qp.as_ptr()) };
+                // SAFETY: The QP was created above and nothing was posted;
+                // the ID, if any, is kept alive by the caller's `cm`.
+                unsafe {
+                    match cm_raw {
+                        Some(id) => bindings::rdma_destroy_qp(id),
+                        None => {
+                            bindings::ib_destroy_qp(qp.as_ptr());
+                        }
+                    }
+                }
                 Err(e)
             }
         }
@@ -467,6 +508,14 @@ impl Qp<Reset> {
 }
 
 impl Qp<Init> {
+    /// Creates an RC QP for the connection of `cm` (`rdma_create_qp`): the
+    /// connection manager moves it to INIT now, and to RTR and RTS when the
+    /// connection is established ([`CmId::connect`], [`CmId::accept`]).
+    pub fn new_cm(cm: &CmId, pd: &Pd, send_cq: &Cq, recv_cq: &Cq, caps: QpCaps) -> Result<Self> {
+        let port = cm.port_num();
+        Qp::<Reset>::create(pd, port, send_cq, recv_cq, caps, Some(cm)).map(Qp::retype)
+    }
+
     /// INIT to RTR, for an RC QP.
     pub fn to_rtr(self, attr: &RtrAttr) -> Result<Qp<Rtr>> {
         let dev = self.device();
@@ -685,6 +734,15 @@ fn unreserve(res: &mut KVec<SlotRes>, slots: &KVec<Slot>, index: usize) {
 }
 
 impl<S: State> Qp<S> {
+    /// The same QP in the state `T` that something else (the connection
+    /// manager) moved it to.
+    pub(crate) fn retype<T: State>(self) -> Qp<T> {
+        Qp {
+            inner: self.inner,
+            _state: PhantomData,
+        }
+    }
+
     fn modify<T: State>(self, attr: &mut bindings::ib_qp_attr, mask: u32) -> Result<Qp<T>> {
         // SAFETY: The QP is live; `attr` is valid for the bits of `mask`.
         let ret = unsafe { bindings::ib_modify_qp(self.inner.qp.as_ptr(), attr, mask as i32) };
@@ -882,8 +940,16 @@ impl PinnedDrop for QpInner {
             unsafe { bindings::ib_drain_qp(qp) };
         }
         // SAFETY: The QP is live and drained: the device no longer uses it
-        // or any memory its requests named.
-        unsafe { bindings::ib_destroy_qp(qp) };
+        // or any memory its requests named. A QP of a connection manager ID
+        // is destroyed through the ID, which `cm` keeps alive until after.
+        unsafe {
+            match &self.cm {
+                Some(cm) => bindings::rdma_destroy_qp(cm.as_raw()),
+                None => {
+                    bindings::ib_destroy_qp(qp);
+                }
+            }
+        }
         // The slots' resources (buffers, MRs) and then the CQs and PD are
         // released as the fields drop.
     }

@@ -1,0 +1,455 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The RDMA connection manager (rdma_cm), for RC connections over IPv4.
+//!
+//! C header: [`include/rdma/rdma_cm.h`](srctree/include/rdma/rdma_cm.h)
+//!
+//! The connection manager calls an event handler for every event of an ID.
+//! kverbs' handler only records the event in the ID's [`CmEvents`] queue
+//! and wakes its waiters; the methods of [`CmId`] start an operation and
+//! wait for its event (with a timeout, a [`Cancel`] token and signals).
+//! The IDs of a connection share one queue: a listener's connection
+//! requests arrive as new (child) IDs whose context is the listener's.
+//!
+//! Lifetimes: a [`CmId`] is reference counted; a QP created on it
+//! ([`Qp::new_cm`]) holds it, so the ID is destroyed (`rdma_destroy_id`)
+//! after its QP (`rdma_destroy_qp`). Every ID holds its queue, so no event
+//! can reach a freed queue.
+
+use crate::bindings;
+use crate::device::Device;
+use crate::errno;
+use crate::qp::{Cancel, Init, Qp, Rts};
+use crate::tcp::Ipv4;
+use core::{
+    ptr::NonNull,
+    sync::atomic::{AtomicBool, AtomicU32, Ordering},
+};
+use kernel::{
+    error::from_err_ptr,
+    ffi::{c_int, c_void},
+    new_mutex,
+    prelude::*,
+    sync::{Arc, Mutex},
+    types::Opaque,
+};
+
+/// An event recorded by the handler.
+#[derive(Clone, Copy)]
+struct Event {
+    id: *mut bindings::rdma_cm_id,
+    kind: u32,
+    status: i32,
+}
+
+/// The events of the IDs of one connection, oldest first; taken events are
+/// `None`.
+#[pin_data(PinnedDrop)]
+pub(crate) struct EventsInner {
+    #[pin]
+    wq: Opaque<bindings::wait_queue_head>,
+    count: AtomicU32,
+    /// A connection request has been recorded: further ones are refused.
+    requested: AtomicBool,
+    #[pin]
+    list: Mutex<KVec<Option<Event>>>,
+}
+
+// SAFETY: The raw ID pointers are only compared and, for untaken connection
+// requests, destroyed; the rest is atomics and a mutex.
+unsafe impl Send for EventsInner {}
+// SAFETY: As above.
+unsafe impl Sync for EventsInner {}
+
+#[pinned_drop]
+impl PinnedDrop for EventsInner {
+    fn drop(self: Pin<&mut Self>) {
+        // Connection requests nobody took: their IDs are ours to destroy.
+        // No handler runs any more for the listener (destroyed before its
+        // last reference to this queue went); a child's handler may, and
+        // `rdma_destroy_id` waits for it.
+        let list = core::mem::take(&mut *self.list.lock());
+        for e in list.iter().flatten() {
+            if e.kind == bindings::RDMA_CM_EVENT_CONNECT_REQUEST {
+                // SAFETY: The handler recorded this child ID and returned
+                // 0, so the ID is ours; it was never taken.
+                unsafe { bindings::rdma_destroy_id(e.id) };
+            }
+        }
+    }
+}
+
+/// The event queue of a connection.
+#[derive(Clone)]
+pub struct CmEvents(Arc<EventsInner>);
+
+impl CmEvents {
+    /// A new, empty queue.
+    pub fn new() -> Result<Self> {
+        let inner = Arc::pin_init(
+            pin_init!(EventsInner {
+                wq <- Opaque::ffi_init(|slot: *mut bindings::wait_queue_head| {
+                    // SAFETY: `slot` is valid for writes and pinned.
+                    unsafe { bindings::kverbs_init_waitqueue_head(slot) }
+                }),
+                count: AtomicU32::new(0),
+                requested: AtomicBool::new(false),
+                list <- new_mutex!(KVec::new()),
+            }),
+            GFP_KERNEL,
+        )?;
+        Ok(CmEvents(inner))
+    }
+}
+
+impl EventsInner {
+    /// Takes the oldest event of `id`, if any.
+    fn take(&self, id: *mut bindings::rdma_cm_id) -> Option<Event> {
+        let mut list = self.list.lock();
+        list.as_mut_slice()
+            .iter_mut()
+            .find(|e| e.is_some_and(|e| e.id == id))
+            .and_then(Option::take)
+    }
+
+    /// Waits for the event `want` of `id`; an error event of `id` fails.
+    fn wait(
+        &self,
+        id: *mut bindings::rdma_cm_id,
+        want: u32,
+        timeout_ms: u32,
+        cancel: &Cancel,
+    ) -> Result<Event> {
+        let end = crate::now_ns() + u64::from(timeout_ms) * 1_000_000;
+        loop {
+            let seen = self.count.load(Ordering::Acquire);
+            while let Some(e) = self.take(id) {
+                if e.kind == want {
+                    return Ok(e);
+                }
+                if let Some(err) = event_error(&e) {
+                    // SAFETY: `rdma_event_msg` returns a static string.
+                    let msg = unsafe {
+                        kernel::str::CStr::from_char_ptr(bindings::rdma_event_msg(e.kind))
+                    };
+                    pr_warn!(
+                        "rdma_cm: {} (status {}) while waiting for {}\n",
+                        msg.to_str().unwrap_or("?"),
+                        e.status,
+                        // SAFETY: As above.
+                        unsafe { kernel::str::CStr::from_char_ptr(bindings::rdma_event_msg(want)) }
+                            .to_str()
+                            .unwrap_or("?")
+                    );
+                    return Err(err);
+                }
+            }
+            if cancel.is_cancelled() {
+                return Err(errno::ecanceled());
+            }
+            // SAFETY: Plain helper.
+            if unsafe { bindings::kverbs_signal_pending() } {
+                return Err(EINTR);
+            }
+            if crate::now_ns() >= end {
+                return Err(errno::etimedout());
+            }
+            // SAFETY: The wait queue lives as long as `self`; `count` is an
+            // `AtomicU32`, read by the helper with `READ_ONCE`.
+            unsafe { bindings::kverbs_wait_u32_ne(self.wq.get(), self.count.as_ptr(), seen, 100) };
+        }
+    }
+}
+
+/// The error an event means, if it is one.
+fn event_error(e: &Event) -> Option<Error> {
+    let default = match e.kind {
+        bindings::RDMA_CM_EVENT_ADDR_ERROR | bindings::RDMA_CM_EVENT_ROUTE_ERROR => {
+            -(kernel::bindings::EHOSTUNREACH as i32)
+        }
+        bindings::RDMA_CM_EVENT_CONNECT_ERROR | bindings::RDMA_CM_EVENT_UNREACHABLE => {
+            -(kernel::bindings::ENETUNREACH as i32)
+        }
+        bindings::RDMA_CM_EVENT_REJECTED => -(kernel::bindings::ECONNREFUSED as i32),
+        bindings::RDMA_CM_EVENT_DISCONNECTED => -(kernel::bindings::ECONNRESET as i32),
+        bindings::RDMA_CM_EVENT_DEVICE_REMOVAL => -(kernel::bindings::ENODEV as i32),
+        _ => return None,
+    };
+    // A rejection's status is a CM reason, not an errno.
+    let errno = if e.status < 0 && e.kind != bindings::RDMA_CM_EVENT_REJECTED {
+        e.status
+    } else {
+        default
+    };
+    Some(Error::from_errno(errno))
+}
+
+/// The event handler of every kverbs ID.
+///
+/// # Safety
+///
+/// Called by the connection manager for an ID created by [`CmId::new`]
+/// (or a child of one), whose context is its live [`EventsInner`].
+unsafe extern "C" fn handler(
+    id: *mut bindings::rdma_cm_id,
+    ev: *mut bindings::rdma_cm_event,
+) -> c_int {
+    // SAFETY: The context is the queue the ID (or its listener) holds, and
+    // handlers stop before an ID is destroyed.
+    let events = unsafe { &*(*id).context.cast::<EventsInner>() };
+    // SAFETY: `ev` is valid during the call.
+    let (kind, status) = unsafe { ((*ev).event, (*ev).status) };
+    if kind == bindings::RDMA_CM_EVENT_CONNECT_REQUEST
+        && events.requested.swap(true, Ordering::AcqRel)
+    {
+        // One connection per run: a non-zero return makes the connection
+        // manager reject and destroy this new ID.
+        return 1;
+    }
+    let pushed = events
+        .list
+        .lock()
+        .push(Some(Event { id, kind, status }), GFP_KERNEL);
+    if pushed.is_err() {
+        pr_err!("rdma_cm: event {} lost: out of memory\n", kind);
+        if kind == bindings::RDMA_CM_EVENT_CONNECT_REQUEST {
+            events.requested.store(false, Ordering::Release);
+            return 1;
+        }
+    }
+    events.count.fetch_add(1, Ordering::AcqRel);
+    // SAFETY: The wait queue is initialised and lives as long as `events`.
+    unsafe { bindings::kverbs_wake_up(events.wq.get()) };
+    0
+}
+
+/// # Invariants
+///
+/// `id` was created by `rdma_create_id` with `events` as its context (or
+/// is a child ID of such a listener taken from the queue), and is not yet
+/// destroyed.
+pub(crate) struct CmIdInner {
+    id: NonNull<bindings::rdma_cm_id>,
+    events: Arc<EventsInner>,
+}
+
+// SAFETY: The connection manager's calls are thread safe.
+unsafe impl Send for CmIdInner {}
+// SAFETY: As above.
+unsafe impl Sync for CmIdInner {}
+
+impl CmIdInner {
+    pub(crate) fn as_raw(&self) -> *mut bindings::rdma_cm_id {
+        self.id.as_ptr()
+    }
+}
+
+impl Drop for CmIdInner {
+    fn drop(&mut self) {
+        // SAFETY: By the type invariant the ID is live; its QP, if any, is
+        // gone (a QP holds its ID). This waits for a running handler.
+        unsafe { bindings::rdma_destroy_id(self.id.as_ptr()) };
+    }
+}
+
+/// A reference to a connection manager ID, as QPs hold it.
+pub(crate) type CmIdRef = Arc<CmIdInner>;
+
+/// A connection manager ID (`struct rdma_cm_id`) for an RC connection.
+pub struct CmId(CmIdRef);
+
+impl CmId {
+    /// Creates an ID whose events go to `events`.
+    pub fn new(events: &CmEvents) -> Result<Self> {
+        let ctx = core::ptr::from_ref::<EventsInner>(&events.0)
+            .cast_mut()
+            .cast::<c_void>();
+        // SAFETY: The handler and context stay valid while the ID lives:
+        // the ID holds the queue.
+        let id = from_err_ptr(unsafe { bindings::kverbs_cm_create_id(Some(handler), ctx) })?;
+        let id = NonNull::new(id).ok_or(ENOMEM)?;
+        // INVARIANT: created above with the queue as its context.
+        Ok(CmId(Arc::new(
+            CmIdInner {
+                id,
+                events: events.0.clone(),
+            },
+            GFP_KERNEL,
+        )?))
+    }
+
+    pub(crate) fn as_raw(&self) -> *mut bindings::rdma_cm_id {
+        self.0.as_raw()
+    }
+
+    pub(crate) fn inner(&self) -> CmIdRef {
+        self.0.clone()
+    }
+
+    /// Binds to `addr:port` and listens for connection requests.
+    pub fn listen(&self, addr: Ipv4, port: u16) -> Result {
+        // SAFETY: The ID is live.
+        kernel::error::to_result(unsafe {
+            bindings::kverbs_cm_bind_v4(self.as_raw(), u32::from_ne_bytes(addr.0), port)
+        })?;
+        // SAFETY: The ID is live and bound.
+        kernel::error::to_result(unsafe { bindings::rdma_listen(self.as_raw(), 1) })
+    }
+
+    /// Waits for a connection request on this listener; returns the new ID,
+    /// which is accepted with [`CmId::accept`] (or rejected by dropping it).
+    pub fn get_request(&self, timeout_ms: u32, cancel: &Cancel) -> Result<CmId> {
+        let events = &self.0.events;
+        let end = crate::now_ns() + u64::from(timeout_ms) * 1_000_000;
+        loop {
+            let seen = events.count.load(Ordering::Acquire);
+            let req = {
+                let mut list = events.list.lock();
+                list.as_mut_slice()
+                    .iter_mut()
+                    .find(|e| e.is_some_and(|e| e.kind == bindings::RDMA_CM_EVENT_CONNECT_REQUEST))
+                    .and_then(Option::take)
+            };
+            if let Some(e) = req {
+                let id = NonNull::new(e.id).ok_or(EINVAL)?;
+                // INVARIANT: a child ID of our listener, taken from the
+                // queue: ours, with the same context.
+                return Ok(CmId(Arc::new(
+                    CmIdInner {
+                        id,
+                        events: events.clone(),
+                    },
+                    GFP_KERNEL,
+                )?));
+            }
+            if cancel.is_cancelled() {
+                return Err(errno::ecanceled());
+            }
+            // SAFETY: Plain helper.
+            if unsafe { bindings::kverbs_signal_pending() } {
+                return Err(EINTR);
+            }
+            if crate::now_ns() >= end {
+                return Err(errno::etimedout());
+            }
+            // SAFETY: As in `EventsInner::wait`.
+            unsafe {
+                bindings::kverbs_wait_u32_ne(events.wq.get(), events.count.as_ptr(), seen, 100)
+            };
+        }
+    }
+
+    /// Resolves `addr:port` to a device, port and route (ARP/ND), waiting
+    /// at most `timeout_ms` for each.
+    pub fn resolve(&self, addr: Ipv4, port: u16, timeout_ms: u32, cancel: &Cancel) -> Result {
+        // SAFETY: The ID is live.
+        kernel::error::to_result(unsafe {
+            bindings::kverbs_cm_resolve_addr_v4(
+                self.as_raw(),
+                u32::from_ne_bytes(addr.0),
+                port,
+                timeout_ms as _,
+            )
+        })?;
+        self.0.events.wait(
+            self.as_raw(),
+            bindings::RDMA_CM_EVENT_ADDR_RESOLVED,
+            timeout_ms,
+            cancel,
+        )?;
+        // SAFETY: The ID is live and its address resolved.
+        kernel::error::to_result(unsafe {
+            bindings::rdma_resolve_route(self.as_raw(), timeout_ms as _)
+        })?;
+        self.0.events.wait(
+            self.as_raw(),
+            bindings::RDMA_CM_EVENT_ROUTE_RESOLVED,
+            timeout_ms,
+            cancel,
+        )?;
+        Ok(())
+    }
+
+    /// The device the ID is bound to, once bound, resolved or requested.
+    pub fn device(&self) -> Option<&Device> {
+        // SAFETY: The ID is live; its device, once set, stays registered
+        // until the ID is destroyed (the connection manager waits for its
+        // IDs before letting a device go).
+        let dev = unsafe { (*self.as_raw()).device };
+        // SAFETY: As above, for the lifetime of `&self`.
+        (!dev.is_null()).then(|| unsafe { Device::from_raw(dev) })
+    }
+
+    /// The port the ID is bound to.
+    pub fn port_num(&self) -> u32 {
+        // SAFETY: The ID is live.
+        unsafe { (*self.as_raw()).port_num }
+    }
+
+    fn conn_param() -> bindings::rdma_conn_param {
+        bindings::rdma_conn_param {
+            responder_resources: 1,
+            initiator_depth: 1,
+            retry_count: 7,
+            rnr_retry_count: 7,
+            ..Default::default()
+        }
+    }
+
+    /// Connects (client side) with `qp`, created on this ID, and waits for
+    /// the connection: the QP is then in RTS.
+    pub fn connect(&self, qp: Qp<Init>, timeout_ms: u32, cancel: &Cancel) -> Result<Qp<Rts>> {
+        let mut param = Self::conn_param();
+        // SAFETY: The ID is live, resolved, and has its QP.
+        kernel::error::to_result(unsafe { bindings::rdma_connect(self.as_raw(), &mut param) })?;
+        self.0.events.wait(
+            self.as_raw(),
+            bindings::RDMA_CM_EVENT_ESTABLISHED,
+            timeout_ms,
+            cancel,
+        )?;
+        Ok(qp.retype())
+    }
+
+    /// Accepts the connection request of this (child) ID with `qp`, and
+    /// waits for the connection: the QP is then in RTS.
+    pub fn accept(&self, qp: Qp<Init>, timeout_ms: u32, cancel: &Cancel) -> Result<Qp<Rts>> {
+        let mut param = Self::conn_param();
+        // SAFETY: The ID is live and has its QP; `rdma_accept` wants the
+        // handler lock held.
+        let ret = unsafe {
+            bindings::rdma_lock_handler(self.as_raw());
+            let ret = bindings::rdma_accept(self.as_raw(), &mut param);
+            bindings::rdma_unlock_handler(self.as_raw());
+            ret
+        };
+        kernel::error::to_result(ret)?;
+        self.0.events.wait(
+            self.as_raw(),
+            bindings::RDMA_CM_EVENT_ESTABLISHED,
+            timeout_ms,
+            cancel,
+        )?;
+        Ok(qp.retype())
+    }
+
+    /// Whether the peer has disconnected (the event is consumed).
+    pub fn disconnected(&self) -> bool {
+        let mut list = self.0.events.list.lock();
+        list.as_mut_slice()
+            .iter_mut()
+            .find(|e| {
+                e.is_some_and(|e| {
+                    e.id == self.as_raw() && e.kind == bindings::RDMA_CM_EVENT_DISCONNECTED
+                })
+            })
+            .and_then(Option::take)
+            .is_some()
+    }
+
+    /// Disconnects: the QP goes to ERR and the peer is told.
+    pub fn disconnect(&self) -> Result {
+        // SAFETY: The ID is live.
+        kernel::error::to_result(unsafe { bindings::rdma_disconnect(self.as_raw()) })
+    }
+}
