@@ -12,6 +12,8 @@
 
 #[path = "kverbs_example/rc.rs"]
 mod rc;
+#[path = "kverbs_example/rping.rs"]
+mod rping;
 
 use core::fmt::Write;
 use kernel::{c_str, new_mutex, prelude::*, str::CString, sync::Arc, sync::Mutex, types::ARef};

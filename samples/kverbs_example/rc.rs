@@ -26,6 +26,11 @@ use kverbs::{
     Show, Store,
 };
 
+/// rping's default port, and its buffer size limits.
+const RPING_PORT: u16 = 7174;
+const RPING_MIN_SIZE: usize = 26;
+const RPING_MAX_SIZE: usize = 65535;
+
 /// The largest buffer a run uses.
 const MAX_SIZE: usize = 1 << 20;
 /// The buffer of RDMA_RC_example: a 20-character message and its NUL.
@@ -37,13 +42,17 @@ const MSG_WRITE: &[u8; 20] = b"RDMA write operation";
 
 /// Who this side is.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Role {
+pub(crate) enum Role {
     /// Server and client QPs on one device, in this kernel.
     Loopback,
     /// The RDMA_RC_example server, over TCP.
     Server,
     /// The RDMA_RC_example client, over TCP.
     Client,
+    /// rping's server, connected by the RDMA connection manager.
+    CmServer,
+    /// rping's client, connected by the RDMA connection manager.
+    CmClient,
 }
 
 impl Role {
@@ -52,22 +61,24 @@ impl Role {
             Role::Loopback => "loopback",
             Role::Server => "server",
             Role::Client => "client",
+            Role::CmServer => "cm_server",
+            Role::CmClient => "cm_client",
         }
     }
 }
 
 /// A parsed control string.
-struct Config {
-    role: Role,
-    addr: Option<Ipv4>,
-    port: u16,
-    gid_idx: Option<u32>,
-    size: usize,
-    iters: u32,
-    mtu: Mtu,
-    validate: bool,
-    poll: PollCtx,
-    timeout_ms: u32,
+pub(crate) struct Config {
+    pub(crate) role: Role,
+    pub(crate) addr: Option<Ipv4>,
+    pub(crate) port: u16,
+    pub(crate) gid_idx: Option<u32>,
+    pub(crate) size: usize,
+    pub(crate) iters: u32,
+    pub(crate) mtu: Mtu,
+    pub(crate) validate: bool,
+    pub(crate) poll: PollCtx,
+    pub(crate) timeout_ms: u32,
 }
 
 impl Config {
@@ -129,6 +140,7 @@ fn parse<'a>(dev: &Device, input: &'a [u8]) -> Result<Config> {
     })?;
     let mut cfg = Config::defaults();
     let mut have_role = false;
+    let (mut port_set, mut size_set) = (false, false);
     for opt in text.split(|c: char| c == ',' || c.is_ascii_whitespace()) {
         if opt.is_empty() {
             continue;
@@ -149,6 +161,8 @@ fn parse<'a>(dev: &Device, input: &'a [u8]) -> Result<Config> {
                     "loopback" => Role::Loopback,
                     "server" => Role::Server,
                     "client" => Role::Client,
+                    "cm_server" => Role::CmServer,
+                    "cm_client" => Role::CmClient,
                     other => {
                         pr_warn!("{}: rc: unknown role '{}'\n", dev.name(), other);
                         return Err(EINVAL);
@@ -163,9 +177,15 @@ fn parse<'a>(dev: &Device, input: &'a [u8]) -> Result<Config> {
                     EINVAL
                 })?);
             }
-            "port" => cfg.port = parse_num(dev, key, need(val)?, 1, 65535)?,
+            "port" => {
+                cfg.port = parse_num(dev, key, need(val)?, 1, 65535)?;
+                port_set = true;
+            }
             "gid_idx" => cfg.gid_idx = Some(parse_num(dev, key, need(val)?, 0, 255)?),
-            "size" => cfg.size = parse_num(dev, key, need(val)?, 1, MAX_SIZE as u64)?,
+            "size" => {
+                cfg.size = parse_num(dev, key, need(val)?, 1, MAX_SIZE as u64)?;
+                size_set = true;
+            }
             "iters" => cfg.iters = parse_num(dev, key, need(val)?, 1, 1_000_000)?,
             "timeout_ms" => cfg.timeout_ms = parse_num(dev, key, need(val)?, 1, 600_000)?,
             "mtu" => {
@@ -210,9 +230,28 @@ fn parse<'a>(dev: &Device, input: &'a [u8]) -> Result<Config> {
         );
         return Err(EINVAL);
     }
-    if cfg.role == Role::Client && cfg.addr.is_none() {
-        pr_warn!("{}: rc: role=client needs addr=\n", dev.name());
+    if matches!(cfg.role, Role::Client | Role::CmClient) && cfg.addr.is_none() {
+        pr_warn!("{}: rc: role={} needs addr=\n", dev.name(), cfg.role.name());
         return Err(EINVAL);
+    }
+    if matches!(cfg.role, Role::CmServer | Role::CmClient) {
+        // rping's defaults and limits.
+        if !port_set {
+            cfg.port = RPING_PORT;
+        }
+        if !size_set {
+            cfg.size = 64;
+        }
+        if !(RPING_MIN_SIZE..=RPING_MAX_SIZE).contains(&cfg.size) {
+            pr_warn!(
+                "{}: rc: role={} takes size={}..{}, as rping does\n",
+                dev.name(),
+                cfg.role.name(),
+                RPING_MIN_SIZE,
+                RPING_MAX_SIZE
+            );
+            return Err(ERANGE);
+        }
     }
     Ok(cfg)
 }
@@ -220,19 +259,19 @@ fn parse<'a>(dev: &Device, input: &'a [u8]) -> Result<Config> {
 /// Transfer counters of a device, shown by its `stats` file.
 #[derive(Default)]
 pub(crate) struct Stats {
-    send_msgs: AtomicU64,
-    send_bytes: AtomicU64,
-    recv_msgs: AtomicU64,
-    recv_bytes: AtomicU64,
-    read_msgs: AtomicU64,
-    read_bytes: AtomicU64,
-    write_msgs: AtomicU64,
-    write_bytes: AtomicU64,
-    runs_ok: AtomicU64,
-    runs_failed: AtomicU64,
+    pub(crate) send_msgs: AtomicU64,
+    pub(crate) send_bytes: AtomicU64,
+    pub(crate) recv_msgs: AtomicU64,
+    pub(crate) recv_bytes: AtomicU64,
+    pub(crate) read_msgs: AtomicU64,
+    pub(crate) read_bytes: AtomicU64,
+    pub(crate) write_msgs: AtomicU64,
+    pub(crate) write_bytes: AtomicU64,
+    pub(crate) runs_ok: AtomicU64,
+    pub(crate) runs_failed: AtomicU64,
 }
 
-fn add(counter: &AtomicU64, n: u64) {
+pub(crate) fn add(counter: &AtomicU64, n: u64) {
     counter.fetch_add(n, Ordering::Relaxed);
 }
 
@@ -261,7 +300,17 @@ impl Show for StatsFile {
 }
 
 /// The report of a run, kept for readers of `rc`.
-struct Report(KVec<u8>);
+pub(crate) struct Report(KVec<u8>);
+
+impl Report {
+    pub(crate) fn new() -> Self {
+        Report(KVec::new())
+    }
+
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
 
 impl Write for Report {
     fn write_str(&mut self, s: &str) -> fmt::Result {
@@ -317,7 +366,7 @@ impl Store for Rc {
             pr_warn!("{}: rc: a run is already in progress\n", dev.name());
             return Err(EBUSY);
         }
-        let mut rep = Report(KVec::new());
+        let mut rep = Report::new();
         let _ = writeln!(
             rep,
             "config: role={} size={} iters={} mtu={} poll={} timeout_ms={}{}",
@@ -333,6 +382,9 @@ impl Store for Rc {
         let result = match cfg.role {
             Role::Loopback => run_loopback(dev, &cfg, &self.cancel, &self.stats, &mut rep),
             Role::Server | Role::Client => run_tcp(dev, &cfg, &self.cancel, &self.stats, &mut rep),
+            Role::CmServer | Role::CmClient => {
+                crate::rping::run(dev, &cfg, &self.cancel, &self.stats, &mut rep)
+            }
         };
         let us = (kverbs::now_ns() - start) / 1000;
         match result {
@@ -442,7 +494,11 @@ impl fmt::Display for Msg {
 
 /// Picks the GID index: the one asked for, or the first RoCE v2 GID that
 /// is an IPv4 address, or the first valid one.
-fn pick_gid(dev: &Device, port: u32, want: Option<u32>) -> Result<(u32, kverbs::device::Gid)> {
+pub(crate) fn pick_gid(
+    dev: &Device,
+    port: u32,
+    want: Option<u32>,
+) -> Result<(u32, kverbs::device::Gid)> {
     if let Some(i) = want {
         let g = dev.gid_attr(port, i).inspect_err(|_| {
             pr_warn!(
@@ -471,7 +527,7 @@ fn pick_gid(dev: &Device, port: u32, want: Option<u32>) -> Result<(u32, kverbs::
 }
 
 /// Waits for a completion that must succeed, and says what failed.
-fn complete<S: kverbs::qp::State>(
+pub(crate) fn complete<S: kverbs::qp::State>(
     qp: &Qp<S>,
     id: WrId,
     what: &str,

@@ -32,6 +32,25 @@ for f in /sys/kernel/debug/kverbs_example/*/info; do
 	run cat "$f"
 done
 
+step "The RC example (RDMA_RC_example's flow) between two QPs of rxe_lo"
+echo "\$ echo role=loopback,validate > /sys/kernel/debug/kverbs_example/rxe_lo/rc"
+echo role=loopback,validate >/sys/kernel/debug/kverbs_example/rxe_lo/rc
+run cat /sys/kernel/debug/kverbs_example/rxe_lo/rc
+
+step "The same with 1 MiB buffers, 4096-byte MTU, 5 iterations"
+echo "\$ echo role=loopback,size=1048576,mtu=4096,iters=5,validate > .../rxe_lo/rc"
+echo role=loopback,size=1048576,mtu=4096,iters=5,validate >/sys/kernel/debug/kverbs_example/rxe_lo/rc
+run cat /sys/kernel/debug/kverbs_example/rxe_lo/rc
+run cat /sys/kernel/debug/kverbs_example/rxe_lo/stats
+
+step "Kernel server, userspace client (tools/rc_peer, RDMA_RC_example's protocol)"
+echo "\$ echo role=server,validate > .../rxe_lo/rc &"
+echo role=server,validate >/sys/kernel/debug/kverbs_example/rxe_lo/rc &
+sleep 1
+run rc_peer -d rxe_lo -g 1 -v 127.0.0.1
+wait
+run cat /sys/kernel/debug/kverbs_example/rxe_lo/rc
+
 step "Device removal and module unload"
 run rdma link delete rxe_dummy
 run ls /sys/kernel/debug/kverbs_example

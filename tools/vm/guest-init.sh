@@ -28,8 +28,15 @@ for arg in $(cat /proc/cmdline); do
 	case "$arg" in
 	kverbs.mode=*) mode=${arg#kverbs.mode=} ;;
 	kverbs.tests=*) tests=$(echo "${arg#kverbs.tests=}" | tr ',' ' ') ;;
+	kverbs.ip=*) ip=${arg#kverbs.ip=} ;;
 	esac
 done
+
+# Two-host runs: eth0 joins the other VM on a link-local subnet.
+if [ -n "${ip:-}" ] && [ -e /sys/class/net/eth0 ]; then
+	ip addr add "$ip/16" dev eth0
+	ip link set eth0 up
+fi
 
 # Leaks from boot are not ours: mark what kmemleak would report now as seen.
 if [ -e /sys/kernel/debug/kmemleak ]; then
@@ -65,6 +72,15 @@ run_check() {
 	done
 }
 
+# The other VM of two-host tests: rxe on eth0, the module loaded, and a
+# command server the tests drive (tools/vm/peer-cmd.sh) until powered off.
+run_peer() {
+	rdma link add rxe_eth type rxe netdev eth0
+	insmod /kverbs/kverbs_example.ko
+	echo "kverbs-peer: ready"
+	nc -ll -p 7000 -e /kverbs/peer-cmd.sh
+}
+
 run_demo() {
 	/kverbs/demo.sh
 }
@@ -72,6 +88,7 @@ run_demo() {
 case "$mode" in
 check) run_check ;;
 demo) run_demo ;;
+peer) run_peer ;;
 *) echo "kverbs: unknown mode '$mode'" ;;
 esac
 echo "kverbs-vm: done"

@@ -45,7 +45,8 @@ copy_with_libs() {
 		done
 	done
 }
-copy_with_libs "${tools[@]}" "${provider[@]}"
+# libgcc_s is dlopen()ed by glibc for pthread_cancel/pthread_exit (rping).
+copy_with_libs "${tools[@]}" "${provider[@]}" /lib/x86_64-linux-gnu/libgcc_s.so.1
 # The tools live in /bin for the guest's PATH.
 for t in "${tools[@]}"; do
 	[ -e "$root/bin/$(basename "$t")" ] || ln -s "$t" "$root/bin/$(basename "$t")"
@@ -69,8 +70,8 @@ print-progs:
 	@echo $(TEST_PROGS)
 MK
 cp "$top/tools/vm/guest-init.sh" "$root/init"
-cp "$top/tools/vm/demo.sh" "$root/kverbs/demo.sh"
-chmod +x "$root/init" "$root"/kselftest/kverbs/*.sh "$root/kverbs/demo.sh"
+cp "$top/tools/vm/demo.sh" "$top/tools/vm/peer-cmd.sh" "$root/kverbs/"
+chmod +x "$root/init" "$root"/kselftest/kverbs/*.sh "$root/kverbs/demo.sh" "$root/kverbs/peer-cmd.sh"
 
 (cd "$root" && find . | cpio -o -H newc --quiet) >"$out.tmp"
 mv "$out.tmp" "$out"

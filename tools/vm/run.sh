@@ -28,18 +28,43 @@ initrd="$work/initramfs-$mode.cpio"
 "$top/tools/vm/mkinitramfs.sh" "$initrd" "$ksrc" "${mods[@]}"
 
 log="$work/$mode.log"
+peer_log="$work/peer.log"
 append="console=ttyS0 loglevel=${KVERBS_LOGLEVEL:-4} log_buf_len=8M panic=-1 kmemleak=on kverbs.mode=$mode"
 # KVERBS_TESTS="a.sh b.sh" runs only those test programs.
 if [ -n "${KVERBS_TESTS:-}" ]; then
 	append="$append kverbs.tests=$(echo $KVERBS_TESTS | tr ' ' ',')"
 fi
+net=(-nic none)
+# Two-host tests: a second VM (the peer) joined to this one by a QEMU
+# socket netdev over UDP on 127.0.0.1, both on 169.254.0.0/16; rxe runs on
+# each one's eth0. KVERBS_TWO_HOSTS=0 runs without it.
+peer_pid=
+if [ "$mode" = check ] && [ "${KVERBS_TWO_HOSTS:-1}" = 1 ]; then
+	p1=$((20000 + RANDOM % 20000))
+	p2=$((p1 + 1))
+	peer_append="console=ttyS0 loglevel=4 log_buf_len=8M panic=-1 kmemleak=on kverbs.mode=peer kverbs.ip=169.254.10.2"
+	qemu_peer=(qemu-system-x86_64 -accel tcg -cpu max -smp 2 -m 1024
+		-kernel "$kdir/arch/x86/boot/bzImage" -initrd "$initrd" -append "$peer_append"
+		-display none -monitor none -serial stdio -no-reboot
+		-netdev "socket,id=n0,udp=127.0.0.1:$p1,localaddr=127.0.0.1:$p2"
+		-device virtio-net-pci,netdev=n0,mac=52:54:00:10:00:02)
+	timeout "${KVERBS_VM_TIMEOUT:-2400}" "${qemu_peer[@]}" </dev/null >"$peer_log" 2>&1 &
+	peer_pid=$!
+	net=(-netdev "socket,id=n0,udp=127.0.0.1:$p2,localaddr=127.0.0.1:$p1"
+		-device virtio-net-pci,netdev=n0,mac=52:54:00:10:00:01)
+	append="$append kverbs.ip=169.254.10.1"
+fi
 qemu=(qemu-system-x86_64 -accel tcg -cpu max -smp 2 -m 1024
 	-kernel "$kdir/arch/x86/boot/bzImage" -initrd "$initrd" -append "$append"
-	-display none -monitor none -serial stdio -nic none -no-reboot)
+	-display none -monitor none -serial stdio "${net[@]}" -no-reboot)
 
 set +e
 timeout "${KVERBS_VM_TIMEOUT:-2400}" "${qemu[@]}" </dev/null 2>&1 | tr -d '\r' | tee "$log"
 set -e
+if [ -n "$peer_pid" ]; then
+	kill "$peer_pid" 2>/dev/null
+	wait "$peer_pid" 2>/dev/null
+fi
 
 if ! grep -q '^kverbs-vm: done' "$log"; then
 	echo "kverbs: the VM did not finish (crash or timeout); console log: $log"

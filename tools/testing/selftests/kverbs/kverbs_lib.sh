@@ -59,6 +59,8 @@ kv_rxe_del_all() {
 kv_dummy_up() {
 	if [ ! -e /sys/class/net/dummy0 ]; then
 		ip link add dummy0 type dummy || return 1
+	fi
+	if ! ip -4 addr show dev dummy0 | grep -q "inet 169.254.1.1/16"; then
 		ip addr add 169.254.1.1/16 dev dummy0 || return 1
 	fi
 	ip link set dummy0 up
@@ -145,5 +147,10 @@ kv_begin() {
 kv_end() {
 	kv_cleanup
 	kv_case "kmemleak_clean_$(basename "$0" .sh)" kv_kmemleak_check
+	# A plan that does not match what ran is a failure of its own.
+	if [ $((KTAP_TESTNO - 1)) -ne "$KSFT_NUM_TESTS" ]; then
+		kv_msg "planned $KSFT_NUM_TESTS test cases, ran $((KTAP_TESTNO - 1))"
+		ktap_test_fail "test_plan_matches_cases_run"
+	fi
 	ktap_finished
 }

@@ -1,0 +1,368 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The RC example's rdma_cm mode, krping's way: rping's protocol
+//! (librdmacm's example) with the connection made by the RDMA connection
+//! manager, so that `rping` from rdmacm-utils is a peer.
+//!
+//! Per ping: the client SENDs the address, rkey and size of its start
+//! buffer (16 bytes: `__be64 buf, __be32 rkey, __be32 size`); the server
+//! RDMA READs it and SENDs a go-ahead; the client SENDs its sink buffer;
+//! the server RDMA WRITEs what it read into it and SENDs a go-ahead; the
+//! client checks that the sink now equals the start buffer. The server
+//! serves until the client disconnects.
+
+use crate::rc::{add, complete, Config, Report, Role, Stats};
+use core::fmt::Write;
+use kernel::{prelude::*, sync::Arc};
+use kverbs::{
+    cm::{CmEvents, CmId},
+    cq::Cq,
+    device::Device,
+    dma::DmaBuf,
+    errno,
+    mr::Mr,
+    pd::Pd,
+    qp::{Access, Cancel, Qp, QpCaps, RemoteBuf, Rts, SendOp, WrId},
+    tcp::Ipv4,
+    wc::WcStatus,
+};
+
+/// `struct rping_rdma_info`.
+const INFO_LEN: usize = 16;
+
+fn info_bytes(r: &RemoteBuf) -> [u8; INFO_LEN] {
+    let mut b = [0u8; INFO_LEN];
+    b[0..8].copy_from_slice(&r.addr.to_be_bytes());
+    b[8..12].copy_from_slice(&r.rkey.to_be_bytes());
+    b[12..16].copy_from_slice(&r.len.to_be_bytes());
+    b
+}
+
+fn parse_info(buf: &DmaBuf) -> Result<RemoteBuf> {
+    let mut b = [0u8; INFO_LEN];
+    buf.read(0, &mut b)?;
+    Ok(RemoteBuf {
+        addr: u64::from_be_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]),
+        rkey: u32::from_be_bytes([b[8], b[9], b[10], b[11]]),
+        len: u32::from_be_bytes([b[12], b[13], b[14], b[15]]),
+    })
+}
+
+/// rping's ping data: "rdma-ping-<n>: ", then letters from `start` on
+/// cycling through 'A'..='z', and a NUL at the end.
+fn fill_ping(buf: &DmaBuf, size: usize, ping: u32, start: u8) -> Result {
+    let mut data = KVec::from_elem(0u8, size, GFP_KERNEL)?;
+    let mut head = Report::new();
+    let _ = write!(head, "rdma-ping-{}: ", ping);
+    let head = head.as_bytes();
+    let cc = head.len().min(size);
+    data[..cc].copy_from_slice(&head[..cc]);
+    let mut c = start;
+    for b in data[cc..].iter_mut() {
+        *b = c;
+        c = if c >= 122 { 65 } else { c + 1 };
+    }
+    data[size - 1] = 0;
+    buf.write(0, &data)
+}
+
+/// Waits for the receive `id`; `None` if the connection went away first
+/// (a flushed receive, or the DISCONNECTED event), which ends a server.
+fn wait_recv(
+    qp: &Qp<Rts>,
+    cm: &CmId,
+    id: WrId,
+    cfg: &Config,
+    cancel: &Cancel,
+    rep: &mut Report,
+) -> Result<Option<u32>> {
+    let end = kverbs::now_ns() + u64::from(cfg.timeout_ms) * 1_000_000;
+    loop {
+        match qp.wait(id, 200, cancel) {
+            Ok(wc) if wc.status == WcStatus::WrFlushErr => return Ok(None),
+            Ok(wc) if wc.result().is_ok() => return Ok(Some(wc.byte_len)),
+            Ok(wc) => {
+                let _ = writeln!(rep, "RECV: completion with error: {}", wc.status);
+                return Err(EIO);
+            }
+            Err(e) if e.to_errno() == errno::etimedout().to_errno() => {
+                if cm.disconnected() {
+                    return Ok(None);
+                }
+                if kverbs::now_ns() >= end {
+                    let _ = writeln!(rep, "RECV: nothing from the peer in {} ms", cfg.timeout_ms);
+                    return Err(e);
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Sends the 16 bytes in `send_buf`.
+fn send_info(
+    qp: &Qp<Rts>,
+    send_buf: &Arc<DmaBuf>,
+    cfg: &Config,
+    cancel: &Cancel,
+    rep: &mut Report,
+) -> Result {
+    let id = qp.post_send(SendOp::Send, send_buf, 0, INFO_LEN, true)?;
+    complete(qp, id, "SEND", cfg, cancel, rep)?;
+    Ok(())
+}
+
+/// rping's server or client, on the device whose `rc` file was written.
+pub(crate) fn run(
+    dev: &Device,
+    cfg: &Config,
+    cancel: &Cancel,
+    stats: &Stats,
+    rep: &mut Report,
+) -> Result {
+    let server = cfg.role == Role::CmServer;
+    let t = cfg.timeout_ms;
+    let size = cfg.size;
+    let events = CmEvents::new()?;
+
+    // The connection: a listener and the ID of its request, or a resolved
+    // ID. The listener lives until the end of the run.
+    let (_listener, id) = if server {
+        let listener = CmId::new(&events)?;
+        let addr = cfg.addr.unwrap_or(Ipv4::ANY);
+        listener.listen(addr, cfg.port).inspect_err(|e| {
+            pr_warn!(
+                "{}: rc: rdma_cm cannot listen on {}:{}: error {}\n",
+                dev.name(),
+                addr,
+                cfg.port,
+                e.to_errno()
+            );
+        })?;
+        let _ = writeln!(rep, "rdma_cm: listening on {}:{}", addr, cfg.port);
+        let id = listener.get_request(t, cancel).inspect_err(|e| {
+            let _ = writeln!(
+                rep,
+                "rdma_cm: no connection request: error {}",
+                e.to_errno()
+            );
+            pr_warn!(
+                "{}: rc: no rdma_cm connection request on port {}: error {}\n",
+                dev.name(),
+                cfg.port,
+                e.to_errno()
+            );
+        })?;
+        (Some(listener), id)
+    } else {
+        let addr = cfg.addr.ok_or(EINVAL)?;
+        let id = CmId::new(&events)?;
+        id.resolve(addr, cfg.port, t, cancel).inspect_err(|e| {
+            let _ = writeln!(
+                rep,
+                "rdma_cm: cannot resolve {}: error {}",
+                addr,
+                e.to_errno()
+            );
+            pr_warn!(
+                "{}: rc: rdma_cm cannot resolve {}: error {}\n",
+                dev.name(),
+                addr,
+                e.to_errno()
+            );
+        })?;
+        (None, id)
+    };
+    let cm_dev = id.device().ok_or(ENODEV)?;
+    if !cm_dev.same_as(dev) {
+        let _ = writeln!(
+            rep,
+            "rdma_cm: the connection is on {}, not on {}",
+            cm_dev.name(),
+            dev.name()
+        );
+        pr_warn!(
+            "{}: rc: the rdma_cm connection is on {}, not on this device\n",
+            dev.name(),
+            cm_dev.name()
+        );
+        return Err(EINVAL);
+    }
+
+    // Resources: the QP is created on the ID, which moves it to INIT.
+    let pd = Pd::new(dev)?;
+    let cq = Cq::new(dev, 16, cfg.poll)?;
+    let qp = Qp::new_cm(
+        &id,
+        &pd,
+        &cq,
+        &cq,
+        QpCaps {
+            max_send_wr: 8,
+            max_recv_wr: 2,
+        },
+    )?;
+    let recv_buf = Arc::new(DmaBuf::new(dev, INFO_LEN)?, GFP_KERNEL)?;
+    let send_buf = Arc::new(DmaBuf::new(dev, INFO_LEN)?, GFP_KERNEL)?;
+    let rdma_buf = Arc::new(DmaBuf::new(dev, size)?, GFP_KERNEL)?;
+    let mut recv = qp.post_recv(&recv_buf, 0, INFO_LEN)?;
+    let _ = writeln!(
+        rep,
+        "resources_create: ok: qp {:#x}, buffers of {} bytes",
+        qp.qp_num(),
+        size
+    );
+
+    if server {
+        let qp = id.accept(qp, t, cancel)?;
+        let _ = writeln!(rep, "rdma_cm: connection established (accepted)");
+        let mut pings = 0u32;
+        // The client's start buffer, until the client disconnects.
+        while let Some(len) = wait_recv(&qp, &id, recv, cfg, cancel, rep)? {
+            if len as usize != INFO_LEN {
+                let _ = writeln!(rep, "received bogus data, size {}", len);
+                return Err(EIO);
+            }
+            let mut src = parse_info(&recv_buf)?;
+            recv = qp.post_recv(&recv_buf, 0, INFO_LEN)?;
+            src.len = src.len.min(size as u32);
+            let rd = qp.post_send(SendOp::Read(src), &rdma_buf, 0, src.len as usize, true)?;
+            complete(&qp, rd, "RDMA READ", cfg, cancel, rep)?;
+            add(&stats.read_msgs, 1);
+            add(&stats.read_bytes, src.len.into());
+            if cfg.validate {
+                let mut head = [0u8; 10];
+                rdma_buf.read(0, &mut head)?;
+                if &head != b"rdma-ping-" {
+                    let _ = writeln!(rep, "RDMA READ: the data is not rping's");
+                    return Err(EIO);
+                }
+            }
+            // Go ahead.
+            send_info(&qp, &send_buf, cfg, cancel, rep)?;
+            // The client's sink buffer.
+            let Some(len) = wait_recv(&qp, &id, recv, cfg, cancel, rep)? else {
+                break;
+            };
+            if len as usize != INFO_LEN {
+                let _ = writeln!(rep, "received bogus data, size {}", len);
+                return Err(EIO);
+            }
+            let mut sink = parse_info(&recv_buf)?;
+            recv = qp.post_recv(&recv_buf, 0, INFO_LEN)?;
+            // rping writes the string and its NUL back.
+            let mut data = KVec::from_elem(0u8, src.len as usize, GFP_KERNEL)?;
+            rdma_buf.read(0, &mut data)?;
+            let n = data
+                .iter()
+                .position(|&b| b == 0)
+                .map_or(data.len(), |p| p + 1);
+            sink.len = sink.len.min(n as u32);
+            let wr = qp.post_send(SendOp::Write(sink), &rdma_buf, 0, sink.len as usize, true)?;
+            complete(&qp, wr, "RDMA WRITE", cfg, cancel, rep)?;
+            add(&stats.write_msgs, 1);
+            add(&stats.write_bytes, sink.len.into());
+            send_info(&qp, &send_buf, cfg, cancel, rep)?;
+            add(&stats.send_msgs, 2);
+            add(&stats.send_bytes, 2 * INFO_LEN as u64);
+            pings += 1;
+        }
+        let _ = writeln!(
+            rep,
+            "rdma_cm: the client disconnected after {} ping(s)",
+            pings
+        );
+        if pings == 0 {
+            return Err(errno::eproto());
+        }
+        let _ = writeln!(rep, "pings: {}", pings);
+        let _ = id.disconnect();
+        return Ok(());
+    }
+
+    // The client: its start buffer is read, its sink written, through
+    // fast-registered MRs with just those rights.
+    let start_buf = Arc::new(DmaBuf::new(dev, size)?, GFP_KERNEL)?;
+    let start_mr = Mr::new(&pd, size)?;
+    let sink_mr = Mr::new(&pd, size)?;
+    let start_remote = start_mr.map(&start_buf)?;
+    let sink_remote = sink_mr.map(&rdma_buf)?;
+    let qp = id.connect(qp, t, cancel).inspect_err(|e| {
+        let addr = cfg.addr.unwrap_or(Ipv4::ANY);
+        let _ = writeln!(
+            rep,
+            "rdma_cm: no connection to {}: error {}",
+            addr,
+            e.to_errno()
+        );
+        pr_warn!(
+            "{}: rc: rdma_cm: no connection to {}:{}: error {}\n",
+            dev.name(),
+            addr,
+            cfg.port,
+            e.to_errno()
+        );
+    })?;
+    let _ = writeln!(rep, "rdma_cm: connection established");
+    start_mr.post_registration(&qp, Access::REMOTE_READ, t, cancel)?;
+    sink_mr.post_registration(&qp, Access::LOCAL_WRITE | Access::REMOTE_WRITE, t, cancel)?;
+
+    let mut start = 65u8;
+    for ping in 0..cfg.iters {
+        fill_ping(&start_buf, size, ping, start)?;
+        start = if start >= 122 { 65 } else { start + 1 };
+        rdma_buf.write(0, &KVec::from_elem(0u8, size, GFP_KERNEL)?)?;
+
+        send_buf.write(0, &info_bytes(&start_remote))?;
+        send_info(&qp, &send_buf, cfg, cancel, rep)?;
+        if wait_recv(&qp, &id, recv, cfg, cancel, rep)?.is_none() {
+            let _ = writeln!(rep, "ping {}: the server went away", ping);
+            return Err(Error::from_errno(-(kernel::bindings::ECONNRESET as i32)));
+        }
+        recv = qp.post_recv(&recv_buf, 0, INFO_LEN)?;
+
+        send_buf.write(0, &info_bytes(&sink_remote))?;
+        send_info(&qp, &send_buf, cfg, cancel, rep)?;
+        if wait_recv(&qp, &id, recv, cfg, cancel, rep)?.is_none() {
+            let _ = writeln!(rep, "ping {}: the server went away", ping);
+            return Err(Error::from_errno(-(kernel::bindings::ECONNRESET as i32)));
+        }
+        recv = qp.post_recv(&recv_buf, 0, INFO_LEN)?;
+        add(&stats.send_msgs, 2);
+        add(&stats.send_bytes, 2 * INFO_LEN as u64);
+        add(&stats.recv_msgs, 2);
+        add(&stats.recv_bytes, 2 * INFO_LEN as u64);
+
+        if cfg.validate {
+            let mut a = KVec::from_elem(0u8, size, GFP_KERNEL)?;
+            let mut b = KVec::from_elem(0u8, size, GFP_KERNEL)?;
+            start_buf.read(0, &mut a)?;
+            rdma_buf.read(0, &mut b)?;
+            if a != b {
+                let _ = writeln!(rep, "ping {}: data mismatch", ping);
+                return Err(EIO);
+            }
+        }
+        if ping == 0 {
+            let mut m = [0u8; 40];
+            let n = size.min(m.len());
+            rdma_buf.read(0, &mut m[..n])?;
+            let _ = writeln!(
+                rep,
+                "ping data: {}",
+                core::str::from_utf8(&m[..n])
+                    .unwrap_or("?")
+                    .trim_end_matches('\0')
+            );
+        }
+    }
+    let _ = writeln!(rep, "pings: {}", cfg.iters);
+    if cfg.validate {
+        let _ = writeln!(rep, "validate: ok: every ping came back as sent");
+    }
+    start_mr.invalidate(&qp, t, cancel)?;
+    sink_mr.invalidate(&qp, t, cancel)?;
+    let _ = id.disconnect();
+    let _ = writeln!(rep, "rdma_cm: disconnected");
+    Ok(())
+}

@@ -1,0 +1,152 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+#
+# The RC example between two kernels: this VM (169.254.10.1) and a peer VM
+# (169.254.10.2) that tools/vm/run.sh boots beside it, joined by a QEMU
+# socket netdev, each with rxe on its eth0. Kernel server in one, kernel
+# client in the other, both ways; the userspace peer against the kernel
+# across the wire; every payload validated on both sides; the peer's kernel
+# log and kmemleak checked too.
+
+. "$(dirname "$(readlink -f "$0")")/kverbs_lib.sh"
+
+HERE=169.254.10.1
+THERE=169.254.10.2
+RC=$KV_DEBUGFS/rxe_eth/rc
+
+if [ ! -e /sys/class/net/eth0 ]; then
+	ktap_print_header
+	ktap_skip_all "no second VM (run by tools/vm/run.sh with KVERBS_TWO_HOSTS=1)"
+	exit "$KSFT_SKIP"
+fi
+
+# peer CMD: runs CMD on the peer VM; its output, then its status.
+peer() {
+	local out
+	out=$(bash -c 'exec 3<>/dev/tcp/'$THERE'/7000 || exit 255
+		echo "$1" >&3; cat <&3' peer "$1") || return 255
+	echo "$out" | sed '$d'
+	return "${out##*rc=}"
+}
+
+peer_ready() {
+	peer true >/dev/null 2>&1
+}
+
+setup() {
+	kv_wait ip addr show dev eth0 | grep -q "$HERE" || return 1
+	kv_rxe_add rxe_eth eth0 || return 1
+	kv_load || return 1
+	# The peer boots beside us: give it up to a minute.
+	local i
+	for i in $(seq 60); do
+		peer_ready && break
+		sleep 1
+	done
+	peer_ready || { kv_msg "the peer VM does not answer"; return 1; }
+	peer "rdma link show; ip -br addr show dev eth0" | kv_diag
+	peer "echo kverbs-selftest: begin two_hosts >/dev/kmsg"
+}
+
+# The GID index of an IPv4 address on a device's port 1.
+gid_index_of() {
+	local dev=$1 addr=$2 hex g
+	hex=$(printf '%02x%02x:%02x%02x' $(echo "$addr" | tr . ' '))
+	for g in /sys/class/infiniband/$dev/ports/1/gids/*; do
+		if [ "$(cat "$g" 2>/dev/null)" = "0000:0000:0000:0000:0000:ffff:$hex" ]; then
+			basename "$g"
+			return 0
+		fi
+	done
+	return 1
+}
+
+# kernel_client_here SIZE: our kernel client against the peer's kernel server.
+kernel_to_kernel_client_here() {
+	local size=$1 r=0 i out
+	peer "bash -c \"printf 'role=server,size=$size,validate,timeout_ms=20000' >$RC\" >/dev/null 2>&1 &" >/dev/null
+	for i in $(seq 50); do
+		printf '%s' "role=client,addr=$THERE,size=$size,validate" >"$RC" 2>/tmp/run.err && break
+		grep -q "Connection refused" /tmp/run.err || break
+		sleep 0.2
+	done
+	kv_diag <"$RC"
+	grep -q "^result: ok" "$RC" || { kv_msg "client: $(cat /tmp/run.err)"; r=1; }
+	grep -qx "Message is: 'SEND operation      '" "$RC" || r=1
+	grep -qx "Contents of server's buffer: 'RDMA read operation '" "$RC" || r=1
+	# The peer's server finishes right after the last sync.
+	for i in $(seq 20); do
+		out=$(peer "cat $RC")
+		echo "$out" | grep -q "^result:" && break
+		sleep 0.5
+	done
+	echo "$out" | kv_diag
+	echo "$out" | grep -q "^result: ok" || r=1
+	echo "$out" | grep -qx "Contents of server buffer: 'RDMA write operation'" || r=1
+	echo "$out" | grep -q "^validate: ok" || r=1
+	return $r
+}
+
+kernel_to_kernel_server_here() {
+	local size=$1 r=0 out
+	bash -c "printf '%s' 'role=server,size=$size,validate,timeout_ms=20000' >$RC" 2>/tmp/run.err &
+	local pid=$!
+	kv_wait grep -q "^status: running" "$RC"
+	sleep 1
+	out=$(peer "printf 'role=client,addr=$HERE,size=$size,validate' >$RC; cat $RC")
+	echo "$out" | kv_diag
+	wait $pid || { kv_msg "server: $(cat /tmp/run.err)"; r=1; }
+	kv_diag <"$RC"
+	echo "$out" | grep -q "^result: ok" || r=1
+	echo "$out" | grep -qx "Message is: 'SEND operation      '" || r=1
+	echo "$out" | grep -qx "Contents of server's buffer: 'RDMA read operation '" || r=1
+	grep -q "^result: ok" "$RC" || r=1
+	grep -qx "Contents of server buffer: 'RDMA write operation'" "$RC" || r=1
+	return $r
+}
+
+userspace_here_kernel_there() {
+	local r=0 i out gid
+	gid=$(gid_index_of rxe_eth $HERE) || { kv_msg "no GID for $HERE"; return 1; }
+	peer "bash -c \"printf 'role=server,validate,timeout_ms=20000' >$RC\" >/dev/null 2>&1 &" >/dev/null
+	for i in $(seq 50); do
+		out=$(rc_peer -d rxe_eth -g "$gid" -v $THERE 2>&1) && break
+		echo "$out" | grep -q "connect failed" || break
+		sleep 0.2
+	done
+	echo "$out" | kv_diag
+	echo "$out" | grep -qx "test result is 0" || r=1
+	echo "$out" | grep -qx "Message is: 'SEND operation      '" || r=1
+	for i in $(seq 20); do
+		out=$(peer "cat $RC")
+		echo "$out" | grep -q "^result:" && break
+		sleep 0.5
+	done
+	echo "$out" | grep -q "^result: ok" || { echo "$out" | kv_diag; r=1; }
+	echo "$out" | grep -qx "Contents of server buffer: 'RDMA write operation'" || r=1
+	return $r
+}
+
+peer_log_clean() {
+	local out
+	out=$(peer "dmesg | sed -n '/kverbs-selftest: begin two_hosts/,\$p' | grep -E '$KV_SPLAT'")
+	[ -z "$out" ] || { echo "$out" | kv_diag; return 1; }
+}
+
+peer_kmemleak_clean() {
+	local out
+	peer "rmmod kverbs_example; echo scan >$KV_KMEMLEAK; echo scan >$KV_KMEMLEAK" >/dev/null
+	out=$(peer "cat $KV_KMEMLEAK")
+	[ -z "$out" ] || { echo "$out" | head -n 60 | kv_diag; return 1; }
+}
+
+kv_begin 9
+kv_case setup_rxe_on_eth0_and_reach_the_peer_vm setup
+kv_case rc_two_hosts_kernel_to_kernel_client_here_21 kernel_to_kernel_client_here 21
+kv_case rc_two_hosts_kernel_to_kernel_server_here_21 kernel_to_kernel_server_here 21
+kv_case rc_two_hosts_kernel_to_kernel_client_here_65536 kernel_to_kernel_client_here 65536
+kv_case rc_two_hosts_kernel_to_kernel_server_here_65536 kernel_to_kernel_server_here 65536
+kv_case rc_two_hosts_userspace_client_kernel_server userspace_here_kernel_there
+kv_case peer_vm_kernel_log_clean peer_log_clean
+kv_case peer_vm_kmemleak_clean peer_kmemleak_clean
+kv_end
