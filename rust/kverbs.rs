@@ -52,6 +52,8 @@ mod bindings {
 
 // The crate root sits beside its directory, as `rust/kernel/` does not:
 // name the module files.
+#[path = "kverbs/ah.rs"]
+pub mod ah;
 #[path = "kverbs/client.rs"]
 pub mod client;
 #[path = "kverbs/cm.rs"]
@@ -64,6 +66,8 @@ pub mod debugfs;
 pub mod device;
 #[path = "kverbs/dma.rs"]
 pub mod dma;
+#[path = "kverbs/mcast.rs"]
+pub mod mcast;
 #[path = "kverbs/mr.rs"]
 pub mod mr;
 #[path = "kverbs/pd.rs"]
@@ -85,6 +89,44 @@ pub use show::{Show, Store};
 pub fn now_ns() -> u64 {
     // SAFETY: Reads the clock; callable from any context.
     unsafe { bindings::kverbs_ktime_get_ns() }
+}
+
+/// The bound of a blocking call: a deadline, a [`qp::Cancel`] token, and
+/// the signals of the calling task.
+pub(crate) struct Deadline<'a> {
+    end: u64,
+    cancel: &'a qp::Cancel,
+}
+
+impl<'a> Deadline<'a> {
+    /// `timeout_ms` from now.
+    pub(crate) fn new(timeout_ms: u32, cancel: &'a qp::Cancel) -> Self {
+        Deadline {
+            end: now_ns() + u64::from(timeout_ms) * 1_000_000,
+            cancel,
+        }
+    }
+
+    /// Nanoseconds left.
+    pub(crate) fn left_ns(&self) -> u64 {
+        self.end.saturating_sub(now_ns())
+    }
+
+    /// `Ok` to wait some more, or why not: `ECANCELED`, `EINTR` (a signal
+    /// is pending) or `ETIMEDOUT`.
+    pub(crate) fn check(&self) -> kernel::error::Result {
+        if self.cancel.is_cancelled() {
+            return Err(errno::ecanceled());
+        }
+        // SAFETY: Reads the current task's signal state.
+        if unsafe { bindings::kverbs_signal_pending() } {
+            return Err(kernel::error::code::EINTR);
+        }
+        if self.left_ns() == 0 {
+            return Err(errno::etimedout());
+        }
+        Ok(())
+    }
 }
 
 /// Error codes the `kernel` crate of 6.12 does not name.

@@ -5,7 +5,9 @@
  * the generated rust/kverbs_extern.c.
  */
 #include <linux/delay.h>
+#include <linux/igmp.h>
 #include <linux/in.h>
+#include <linux/rtnetlink.h>
 #include <linux/net.h>
 #include <net/net_namespace.h>
 #include <net/sock.h>
@@ -138,4 +140,27 @@ long kverbs_wait_u32_ne(struct wait_queue_head *wq, const u32 *v, u32 old,
 {
 	return wait_event_interruptible_timeout(*wq, READ_ONCE(*v) != old,
 						msecs_to_jiffies(timeout_ms));
+}
+
+int kverbs_ip_mc_join(struct socket **res, __be32 group, int ifindex)
+{
+	struct ip_mreqn mreq = {
+		.imr_multiaddr.s_addr = group,
+		.imr_ifindex = ifindex,
+	};
+	int err;
+
+	err = sock_create_kern(&init_net, AF_INET, SOCK_DGRAM, IPPROTO_UDP, res);
+	if (err)
+		return err;
+	rtnl_lock();
+	lock_sock((*res)->sk);
+	err = ip_mc_join_group((*res)->sk, &mreq);
+	release_sock((*res)->sk);
+	rtnl_unlock();
+	if (err) {
+		sock_release(*res);
+		*res = NULL;
+	}
+	return err;
 }

@@ -73,4 +73,11 @@ int kverbs_cm_resolve_addr_v4(struct rdma_cm_id *id, __be32 addr, u16 port,
 long kverbs_wait_u32_ne(struct wait_queue_head *wq, const u32 *v, u32 old,
 			unsigned int timeout_ms);
 
+/*
+ * Joins the IPv4 group on the netdev ifindex through a new kernel UDP
+ * socket (under RTNL and the socket lock, as setsockopt does); releasing
+ * the socket leaves the group.
+ */
+int kverbs_ip_mc_join(struct socket **res, __be32 group, int ifindex);
+
 #endif

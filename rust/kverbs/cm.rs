@@ -18,9 +18,9 @@
 
 use crate::bindings;
 use crate::device::Device;
-use crate::errno;
 use crate::qp::{Cancel, Init, Qp, Rts};
 use crate::tcp::Ipv4;
+use crate::Deadline;
 use core::{
     ptr::NonNull,
     sync::atomic::{AtomicBool, AtomicU32, Ordering},
@@ -103,13 +103,20 @@ impl CmEvents {
 }
 
 impl EventsInner {
-    /// Takes the oldest event of `id`, if any.
-    fn take(&self, id: *mut bindings::rdma_cm_id) -> Option<Event> {
+    /// Takes the oldest event that `pred` accepts, if any.
+    fn take_where(&self, pred: impl Fn(&Event) -> bool) -> Option<Event> {
         let mut list = self.list.lock();
         list.as_mut_slice()
             .iter_mut()
-            .find(|e| e.is_some_and(|e| e.id == id))
+            .find(|e| e.as_ref().is_some_and(&pred))
             .and_then(Option::take)
+    }
+
+    /// Waits until an event comes after the `seen`th, at most 100 ms.
+    fn wait_next(&self, seen: u32) {
+        // SAFETY: The wait queue lives as long as `self`; `count` is an
+        // `AtomicU32`, read by the helper with `READ_ONCE`.
+        unsafe { bindings::kverbs_wait_u32_ne(self.wq.get(), self.count.as_ptr(), seen, 100) };
     }
 
     /// Waits for the event `want` of `id`; an error event of `id` fails.
@@ -120,10 +127,10 @@ impl EventsInner {
         timeout_ms: u32,
         cancel: &Cancel,
     ) -> Result<Event> {
-        let end = crate::now_ns() + u64::from(timeout_ms) * 1_000_000;
+        let deadline = Deadline::new(timeout_ms, cancel);
         loop {
             let seen = self.count.load(Ordering::Acquire);
-            while let Some(e) = self.take(id) {
+            while let Some(e) = self.take_where(|e| e.id == id) {
                 if e.kind == want {
                     return Ok(e);
                 }
@@ -144,19 +151,8 @@ impl EventsInner {
                     return Err(err);
                 }
             }
-            if cancel.is_cancelled() {
-                return Err(errno::ecanceled());
-            }
-            // SAFETY: Plain helper.
-            if unsafe { bindings::kverbs_signal_pending() } {
-                return Err(EINTR);
-            }
-            if crate::now_ns() >= end {
-                return Err(errno::etimedout());
-            }
-            // SAFETY: The wait queue lives as long as `self`; `count` is an
-            // `AtomicU32`, read by the helper with `READ_ONCE`.
-            unsafe { bindings::kverbs_wait_u32_ne(self.wq.get(), self.count.as_ptr(), seen, 100) };
+            deadline.check()?;
+            self.wait_next(seen);
         }
     }
 }
@@ -300,17 +296,12 @@ impl CmId {
     /// which is accepted with [`CmId::accept`] (or rejected by dropping it).
     pub fn get_request(&self, timeout_ms: u32, cancel: &Cancel) -> Result<CmId> {
         let events = &self.0.events;
-        let end = crate::now_ns() + u64::from(timeout_ms) * 1_000_000;
+        let deadline = Deadline::new(timeout_ms, cancel);
         loop {
             let seen = events.count.load(Ordering::Acquire);
-            let req = {
-                let mut list = events.list.lock();
-                list.as_mut_slice()
-                    .iter_mut()
-                    .find(|e| e.is_some_and(|e| e.kind == bindings::RDMA_CM_EVENT_CONNECT_REQUEST))
-                    .and_then(Option::take)
-            };
-            if let Some(e) = req {
+            if let Some(e) =
+                events.take_where(|e| e.kind == bindings::RDMA_CM_EVENT_CONNECT_REQUEST)
+            {
                 let id = NonNull::new(e.id).ok_or(EINVAL)?;
                 // INVARIANT: a child ID of our listener, taken from the
                 // queue: ours, with the same context.
@@ -322,20 +313,8 @@ impl CmId {
                     GFP_KERNEL,
                 )?));
             }
-            if cancel.is_cancelled() {
-                return Err(errno::ecanceled());
-            }
-            // SAFETY: Plain helper.
-            if unsafe { bindings::kverbs_signal_pending() } {
-                return Err(EINTR);
-            }
-            if crate::now_ns() >= end {
-                return Err(errno::etimedout());
-            }
-            // SAFETY: As in `EventsInner::wait`.
-            unsafe {
-                bindings::kverbs_wait_u32_ne(events.wq.get(), events.count.as_ptr(), seen, 100)
-            };
+            deadline.check()?;
+            events.wait_next(seen);
         }
     }
 
@@ -402,13 +381,7 @@ impl CmId {
         let mut param = Self::conn_param();
         // SAFETY: The ID is live, resolved, and has its QP.
         kernel::error::to_result(unsafe { bindings::rdma_connect(self.as_raw(), &mut param) })?;
-        self.0.events.wait(
-            self.as_raw(),
-            bindings::RDMA_CM_EVENT_ESTABLISHED,
-            timeout_ms,
-            cancel,
-        )?;
-        Ok(qp.retype())
+        self.established(qp, timeout_ms, cancel)
     }
 
     /// Accepts the connection request of this (child) ID with `qp`, and
@@ -424,6 +397,12 @@ impl CmId {
             ret
         };
         kernel::error::to_result(ret)?;
+        self.established(qp, timeout_ms, cancel)
+    }
+
+    /// Waits for the connection of `qp`, which the connection manager then
+    /// has moved to RTS.
+    fn established(&self, qp: Qp<Init>, timeout_ms: u32, cancel: &Cancel) -> Result<Qp<Rts>> {
         self.0.events.wait(
             self.as_raw(),
             bindings::RDMA_CM_EVENT_ESTABLISHED,
@@ -435,15 +414,10 @@ impl CmId {
 
     /// Whether the peer has disconnected (the event is consumed).
     pub fn disconnected(&self) -> bool {
-        let mut list = self.0.events.list.lock();
-        list.as_mut_slice()
-            .iter_mut()
-            .find(|e| {
-                e.is_some_and(|e| {
-                    e.id == self.as_raw() && e.kind == bindings::RDMA_CM_EVENT_DISCONNECTED
-                })
-            })
-            .and_then(Option::take)
+        let id = self.as_raw();
+        self.0
+            .events
+            .take_where(|e| e.id == id && e.kind == bindings::RDMA_CM_EVENT_DISCONNECTED)
             .is_some()
     }
 

@@ -116,6 +116,24 @@ impl Device {
         fw
     }
 
+    /// The interface index of the network device under `port`, if any.
+    pub fn netdev_ifindex(&self, port: PortNum) -> Option<i32> {
+        if !self.ports().contains(&port) {
+            return None;
+        }
+        // SAFETY: The device is live and `port` valid; the result is null
+        // or a net device with a reference we now hold.
+        let ndev = unsafe { bindings::ib_device_get_netdev(self.as_raw(), port) };
+        if ndev.is_null() {
+            return None;
+        }
+        // SAFETY: `ndev` is held.
+        let ifindex = unsafe { (*ndev).ifindex };
+        // SAFETY: We hold this reference.
+        unsafe { bindings::dev_put(ndev) };
+        Some(ifindex)
+    }
+
     /// The name of the network device under `port` (RoCE, iWARP), if any.
     pub fn netdev_name(&self, port: PortNum) -> Option<NetdevName> {
         if !self.ports().contains(&port) {

@@ -31,6 +31,7 @@
 //! The QP holds its CQs and PD, which are thus freed after it:
 //! drain, QP, CQ, PD.
 
+use crate::ah::{Ah, AhInner};
 use crate::bindings;
 use crate::cm::{CmId, CmIdRef};
 use crate::cq::{self, Cq, PollCtx};
@@ -199,6 +200,20 @@ pub struct RemoteBuf {
     pub len: u32,
 }
 
+/// Where a UD send goes.
+#[derive(Clone)]
+pub struct UdDest {
+    /// The address.
+    pub ah: Ah,
+    /// The destination QP number (`0xffffff` for a multicast group).
+    pub qpn: u32,
+    /// The destination Q_Key.
+    pub qkey: u32,
+}
+
+/// The room a UD receive leaves for the GRH before the data.
+pub const GRH_LEN: usize = 40;
+
 /// The operation of a send work request.
 #[derive(Clone, Copy, Debug)]
 pub enum SendOp {
@@ -279,6 +294,7 @@ struct SlotRes {
     seq: u64,
     _buf: Option<Arc<DmaBuf>>,
     _mr: Option<Arc<MrInner>>,
+    ah: Option<Arc<AhInner>>,
 }
 
 /// Process-context bookkeeping of the slots.
@@ -287,6 +303,10 @@ struct Book {
     recv: KVec<SlotRes>,
     seq: u64,
     posted_any: bool,
+    /// A UD QP's most recent AH, for the marker of its drain.
+    last_ah: Option<Arc<AhInner>>,
+    /// The multicast groups the QP is attached to.
+    mcast: KVec<Gid>,
 }
 
 /// # Invariants
@@ -301,6 +321,9 @@ struct QpInner {
     /// The connection manager ID the QP belongs to, if it was created by
     /// `rdma_create_qp` (then it is destroyed by `rdma_destroy_qp`).
     cm: Option<CmIdRef>,
+    ud: bool,
+    /// The drain marker of a UD send queue.
+    marker: Slot,
     port: PortNum,
     send_slots: KVec<Slot>,
     recv_slots: KVec<Slot>,
@@ -400,7 +423,20 @@ impl Qp<Reset> {
         recv_cq: &Cq,
         caps: QpCaps,
     ) -> Result<Self> {
-        Self::create(pd, port, send_cq, recv_cq, caps, None)
+        Self::create(pd, port, send_cq, recv_cq, caps, None, false)
+    }
+
+    /// Creates a UD QP on `port` of the PD's device, with its completions
+    /// on `send_cq` and `recv_cq`. Its receives need 40 bytes of room for
+    /// the GRH before the data ([`GRH_LEN`]).
+    pub fn new_ud(
+        pd: &Pd,
+        port: PortNum,
+        send_cq: &Cq,
+        recv_cq: &Cq,
+        caps: QpCaps,
+    ) -> Result<Self> {
+        Self::create(pd, port, send_cq, recv_cq, caps, None, true)
     }
 
     /// Creates the QP with `ib_create_qp`, or with `rdma_create_qp` on
@@ -412,6 +448,7 @@ impl Qp<Reset> {
         recv_cq: &Cq,
         caps: QpCaps,
         cm: Option<&CmId>,
+        ud: bool,
     ) -> Result<Self> {
         if caps.max_send_wr == 0 || caps.max_recv_wr == 0 {
             return Err(EINVAL);
@@ -423,12 +460,18 @@ impl Qp<Reset> {
             recv: new_res(caps.max_recv_wr)?,
             seq: 0,
             posted_any: false,
+            last_ah: None,
+            mcast: KVec::new(),
         };
         let mut init = bindings::ib_qp_init_attr {
             send_cq: send_cq.as_raw(),
             recv_cq: recv_cq.as_raw(),
             sq_sig_type: bindings::IB_SIGNAL_REQ_WR,
-            qp_type: bindings::IB_QPT_RC,
+            qp_type: if ud {
+                bindings::IB_QPT_UD
+            } else {
+                bindings::IB_QPT_RC
+            },
             ..Default::default()
         };
         init.cap.max_send_wr = caps.max_send_wr + 1;
@@ -458,6 +501,14 @@ impl Qp<Reset> {
             try_pin_init!(QpInner {
                 qp,
                 cm: cm_ref,
+                ud,
+                marker: Slot {
+                    cqe: Opaque::new(bindings::ib_cqe {
+                        done: Some(slot_done),
+                    }),
+                    state: AtomicU32::new(SLOT_FREE),
+                    wc: UnsafeCell::new(None),
+                },
                 port,
                 send_slots,
                 recv_slots,
@@ -490,6 +541,22 @@ impl Qp<Reset> {
         }
     }
 
+    /// RESET to INIT, for a UD QP: its Q_Key is `qkey`.
+    pub fn to_init_ud(self, pkey_index: u16, qkey: u32) -> Result<Qp<Init>> {
+        let mut a = bindings::ib_qp_attr {
+            qp_state: bindings::IB_QPS_INIT,
+            pkey_index,
+            port_num: self.inner.port,
+            qkey,
+            ..Default::default()
+        };
+        let mask = bindings::IB_QP_STATE
+            | bindings::IB_QP_PKEY_INDEX
+            | bindings::IB_QP_PORT
+            | bindings::IB_QP_QKEY;
+        self.modify(&mut a, mask)
+    }
+
     /// RESET to INIT.
     pub fn to_init(self, attr: &InitAttr) -> Result<Qp<Init>> {
         let mut a = bindings::ib_qp_attr {
@@ -508,12 +575,21 @@ impl Qp<Reset> {
 }
 
 impl Qp<Init> {
+    /// INIT to RTR, for a UD QP (no attribute but the state).
+    pub fn to_rtr_ud(self) -> Result<Qp<Rtr>> {
+        let mut a = bindings::ib_qp_attr {
+            qp_state: bindings::IB_QPS_RTR,
+            ..Default::default()
+        };
+        self.modify(&mut a, bindings::IB_QP_STATE)
+    }
+
     /// Creates an RC QP for the connection of `cm` (`rdma_create_qp`): the
     /// connection manager moves it to INIT now, and to RTR and RTS when the
     /// connection is established ([`CmId::connect`], [`CmId::accept`]).
     pub fn new_cm(cm: &CmId, pd: &Pd, send_cq: &Cq, recv_cq: &Cq, caps: QpCaps) -> Result<Self> {
         let port = cm.port_num();
-        Qp::<Reset>::create(pd, port, send_cq, recv_cq, caps, Some(cm)).map(Qp::retype)
+        Qp::<Reset>::create(pd, port, send_cq, recv_cq, caps, Some(cm), false).map(Qp::retype)
     }
 
     /// INIT to RTR, for an RC QP.
@@ -558,6 +634,16 @@ impl Qp<Init> {
 }
 
 impl Qp<Rtr> {
+    /// RTR to RTS, for a UD QP.
+    pub fn to_rts_ud(self, sq_psn: u32) -> Result<Qp<Rts>> {
+        let mut a = bindings::ib_qp_attr {
+            qp_state: bindings::IB_QPS_RTS,
+            sq_psn,
+            ..Default::default()
+        };
+        self.modify(&mut a, bindings::IB_QP_STATE | bindings::IB_QP_SQ_PSN)
+    }
+
     /// RTR to RTS, for an RC QP.
     pub fn to_rts(self, attr: &RtsAttr) -> Result<Qp<Rts>> {
         let mut a = bindings::ib_qp_attr {
@@ -626,6 +712,51 @@ impl Qp<Rts> {
         // SAFETY: `wr.wr` is the first field of `ib_rdma_wr`, which the
         // device reads for RDMA opcodes; the SGE describes mapped memory
         // that the slot keeps alive.
+        unsafe { self.post(Queue::Send, &mut wr.wr, signaled, res) }
+    }
+
+    /// Posts a UD SEND (with immediate data if `imm`) of `len` bytes of
+    /// `buf` at `offset` to `dest`. The slot holds the buffer and the AH.
+    pub fn post_send_ud(
+        &self,
+        imm: Option<u32>,
+        buf: &Arc<DmaBuf>,
+        offset: usize,
+        len: usize,
+        dest: &UdDest,
+        signaled: bool,
+    ) -> Result<WrId> {
+        if !self.inner.ud {
+            return Err(EINVAL);
+        }
+        buf.check(offset, len)?;
+        let mut sge = bindings::ib_sge {
+            addr: buf.dma_addr(offset),
+            length: len.try_into()?,
+            lkey: self.inner.pd.local_dma_lkey(),
+        };
+        let mut wr = bindings::ib_ud_wr {
+            ah: dest.ah.0.as_raw(),
+            remote_qpn: dest.qpn,
+            remote_qkey: dest.qkey,
+            ..Default::default()
+        };
+        wr.wr.opcode = match imm {
+            Some(_) => bindings::IB_WR_SEND_WITH_IMM,
+            None => bindings::IB_WR_SEND,
+        };
+        if let Some(imm) = imm {
+            wr.wr.ex.imm_data = imm.to_be();
+        }
+        wr.wr.sg_list = &mut sge;
+        wr.wr.num_sge = 1;
+        let res = SlotRes {
+            _buf: Some(buf.clone()),
+            ah: Some(dest.ah.0.clone()),
+            ..Default::default()
+        };
+        // SAFETY: `wr.wr` is the first field of `ib_ud_wr`; the buffer and
+        // the AH are kept alive by the slot.
         unsafe { self.post(Queue::Send, &mut wr.wr, signaled, res) }
     }
 
@@ -774,6 +905,54 @@ impl<S: State> Qp<S> {
         self.modify(&mut a, bindings::IB_QP_STATE)
     }
 
+    /// Attaches this UD QP to the multicast group `mgid` (`ib_attach_mcast`;
+    /// LID 0 on RoCE). `EEXIST` if it is attached already, `EINVAL` for an
+    /// RC QP or a GID that is not multicast. The QP detaches from every
+    /// group it is still attached to when it is dropped.
+    pub fn attach_mcast(&self, mgid: Gid) -> Result {
+        if !self.inner.ud || mgid.0[0] != 0xff && !mgid.is_v4_mapped() {
+            return Err(EINVAL);
+        }
+        let mut book = self.inner.book.lock();
+        if book.mcast.iter().any(|g| *g == mgid) {
+            return Err(EEXIST);
+        }
+        book.mcast.reserve(1, GFP_KERNEL)?;
+        let mut gid = bindings::ib_gid { raw: mgid.0 };
+        // SAFETY: The QP is live; `gid` is valid.
+        kernel::error::to_result(unsafe {
+            bindings::ib_attach_mcast(self.inner.qp.as_ptr(), &mut gid, 0)
+        })?;
+        // Cannot fail: the room was reserved above.
+        book.mcast.push(mgid, GFP_KERNEL)?;
+        Ok(())
+    }
+
+    /// Detaches this QP from `mgid`; `ENOENT` if it is not attached.
+    pub fn detach_mcast(&self, mgid: Gid) -> Result {
+        let mut book = self.inner.book.lock();
+        let i = book.mcast.iter().position(|g| *g == mgid).ok_or(ENOENT)?;
+        let mut gid = bindings::ib_gid { raw: mgid.0 };
+        // SAFETY: The QP is live and attached to `mgid`.
+        kernel::error::to_result(unsafe {
+            bindings::ib_detach_mcast(self.inner.qp.as_ptr(), &mut gid, 0)
+        })?;
+        let last = book.mcast.len() - 1;
+        book.mcast.as_mut_slice().swap(i, last);
+        // SAFETY: Shrinking drops nothing (`Gid` is `Copy`) and `last` is
+        // in bounds.
+        unsafe { book.mcast.set_len(last) };
+        Ok(())
+    }
+
+    /// The multicast groups the QP is attached to.
+    pub fn mcast_groups(&self) -> Result<KVec<Gid>> {
+        let book = self.inner.book.lock();
+        let mut v = KVec::with_capacity(book.mcast.len(), GFP_KERNEL)?;
+        v.extend_from_slice(&book.mcast, GFP_KERNEL)?;
+        Ok(v)
+    }
+
     /// The QP number.
     pub fn qp_num(&self) -> u32 {
         // SAFETY: The QP is live; its number never changes.
@@ -808,6 +987,9 @@ impl<S: State> Qp<S> {
         let inner = &self.inner;
         let mut book = inner.book.lock();
         let book = &mut *book;
+        if let Some(ah) = &res.ah {
+            book.last_ah = Some(ah.clone());
+        }
         let (index, seq) = reserve(
             &mut book.send,
             &mut book.seq,
@@ -852,27 +1034,9 @@ impl<S: State> Qp<S> {
                 return Err(EINVAL);
             }
         }
-        // SAFETY: Plain helper.
-        let start = unsafe { bindings::kverbs_ktime_get_ns() };
-        let limit = u64::from(timeout_ms) * 1_000_000;
+        let deadline = crate::Deadline::new(timeout_ms, cancel);
         while slot.state.load(Ordering::Acquire) != SLOT_DONE {
-            if cancel.is_cancelled() {
-                return Err(crate::errno::ecanceled());
-            }
-            // SAFETY: Plain helpers.
-            let (now, pending) = unsafe {
-                (
-                    bindings::kverbs_ktime_get_ns(),
-                    bindings::kverbs_signal_pending(),
-                )
-            };
-            if pending {
-                return Err(EINTR);
-            }
-            let elapsed = now.saturating_sub(start);
-            if elapsed >= limit {
-                return Err(crate::errno::etimedout());
-            }
+            deadline.check()?;
             if cq.poll_ctx() == PollCtx::Direct {
                 if cq.process_direct(16) == 0 {
                     // SAFETY: Plain helper; we are in process context.
@@ -880,7 +1044,7 @@ impl<S: State> Qp<S> {
                 }
                 continue;
             }
-            let slice = ((limit - elapsed) / 1_000_000).clamp(1, 100) as u32;
+            let slice = (deadline.left_ns() / 1_000_000).clamp(1, 100) as u32;
             // SAFETY: The wait queue is the CQ's, live while `cq` is; the
             // state is an `AtomicU32`, read by the helper with `READ_ONCE`.
             unsafe {
@@ -929,15 +1093,90 @@ unsafe extern "C" fn slot_done(cq: *mut bindings::ib_cq, wc: *mut bindings::ib_w
     unsafe { cq::wake_waiters(cq) };
 }
 
+impl QpInner {
+    /// Drains a UD QP by hand (`ib_drain_sq` posts an RDMA WRITE, which UD
+    /// QPs refuse): to ERR, then a signalled SEND marker, which completes
+    /// (flushed) after every send posted before it; then `ib_drain_rq`,
+    /// whose marker receive is valid on UD.
+    fn drain_ud(&self, last_ah: Option<Arc<AhInner>>) {
+        let qp = self.qp.as_ptr();
+        let mut a = bindings::ib_qp_attr {
+            qp_state: bindings::IB_QPS_ERR,
+            ..Default::default()
+        };
+        // SAFETY: The QP is live; any state may go to ERR.
+        let ret = unsafe { bindings::ib_modify_qp(qp, &mut a, bindings::IB_QP_STATE as i32) };
+        if ret != 0 {
+            pr_err!("UD QP drain: modify to ERR failed: {}\n", ret);
+        }
+        if let Some(ah) = last_ah {
+            let marker = &self.marker;
+            marker.state.store(SLOT_POSTED, Ordering::Release);
+            let mut wr = bindings::ib_ud_wr {
+                ah: ah.as_raw(),
+                ..Default::default()
+            };
+            wr.wr.opcode = bindings::IB_WR_SEND;
+            wr.wr.send_flags = bindings::IB_SEND_SIGNALED;
+            wr.wr.__bindgen_anon_1.wr_cqe = marker.cqe.get();
+            let mut bad = ptr::null();
+            // SAFETY: The QP is live; the marker has no SGE, its AH is held
+            // by `ah`, its `ib_cqe` lives in `self`.
+            let ret = unsafe { bindings::ib_post_send(qp, &wr.wr, &mut bad) };
+            if ret != 0 {
+                pr_err!("UD QP drain: posting the marker failed: {}\n", ret);
+            } else {
+                let cancel = Cancel::new();
+                let deadline = crate::Deadline::new(5000, &cancel);
+                while marker.state.load(Ordering::Acquire) != SLOT_DONE && deadline.left_ns() > 0 {
+                    if self.send_cq.poll_ctx() == PollCtx::Direct {
+                        self.send_cq.process_direct(16);
+                    } else {
+                        // SAFETY: As in `Qp::wait`.
+                        unsafe {
+                            bindings::kverbs_wait_u32(
+                                self.send_cq.wait_queue(),
+                                marker.state.as_ptr(),
+                                SLOT_DONE,
+                                100,
+                            )
+                        };
+                    }
+                }
+                if marker.state.load(Ordering::Acquire) != SLOT_DONE {
+                    pr_err!("UD QP drain: the send queue did not flush in 5 s\n");
+                }
+            }
+        }
+        // SAFETY: The QP is live and in ERR.
+        unsafe { bindings::ib_drain_rq(qp) };
+    }
+}
+
 #[pinned_drop]
 impl PinnedDrop for QpInner {
     fn drop(self: Pin<&mut Self>) {
         let qp = self.qp.as_ptr();
-        if self.book.lock().posted_any {
+        let (posted_any, last_ah, groups) = {
+            let mut book = self.book.lock();
+            (
+                book.posted_any,
+                book.last_ah.clone(),
+                core::mem::take(&mut book.mcast),
+            )
+        };
+        for g in groups.iter() {
+            let mut gid = bindings::ib_gid { raw: g.0 };
+            // SAFETY: The QP is live and attached to the group.
+            unsafe { bindings::ib_detach_mcast(qp, &mut gid, 0) };
+        }
+        if posted_any && !self.ud {
             // SAFETY: The QP is live. Draining moves it to ERR and returns
             // when every outstanding request has completed; their `done`
             // calls touch only the slots, which are still alive.
             unsafe { bindings::ib_drain_qp(qp) };
+        } else if posted_any {
+            self.drain_ud(last_ah);
         }
         // SAFETY: The QP is live and drained: the device no longer uses it
         // or any memory its requests named. A QP of a connection manager ID

@@ -12,6 +12,7 @@
 use crate::bindings;
 use crate::errno;
 use crate::qp::Cancel;
+use crate::Deadline;
 use core::ptr::{self, NonNull};
 use kernel::prelude::*;
 
@@ -87,36 +88,6 @@ impl Drop for Socket {
     }
 }
 
-/// Tracks a deadline, the token and signals for a blocking call.
-struct Deadline<'a> {
-    end: u64,
-    cancel: &'a Cancel,
-}
-
-impl<'a> Deadline<'a> {
-    fn new(timeout_ms: u32, cancel: &'a Cancel) -> Self {
-        Deadline {
-            end: crate::now_ns() + u64::from(timeout_ms) * 1_000_000,
-            cancel,
-        }
-    }
-
-    /// After a slice ran out: `Ok` to try again, or why not.
-    fn again(&self) -> Result {
-        if self.cancel.is_cancelled() {
-            return Err(errno::ecanceled());
-        }
-        // SAFETY: Plain helper.
-        if unsafe { bindings::kverbs_signal_pending() } {
-            return Err(EINTR);
-        }
-        if crate::now_ns() >= self.end {
-            return Err(errno::etimedout());
-        }
-        Ok(())
-    }
-}
-
 /// Maps a slice that ran out (`EAGAIN`) to `None`, a signal to `EINTR`.
 fn slice_result(ret: i32) -> Result<Option<i32>> {
     let eagain = -(kernel::bindings::EAGAIN as i32);
@@ -160,7 +131,7 @@ impl TcpListener {
                 sock.set_timeouts(SLICE_MS, SLICE_MS);
                 return Ok(TcpStream(sock));
             }
-            deadline.again()?;
+            deadline.check()?;
         }
     }
 }
@@ -210,7 +181,7 @@ impl TcpStream {
             };
             match slice_result(ret)? {
                 Some(n) => data = &data[n as usize..],
-                None => deadline.again()?,
+                None => deadline.check()?,
             }
         }
         Ok(())
@@ -234,7 +205,7 @@ impl TcpStream {
             match slice_result(ret)? {
                 Some(0) => return Err(Error::from_errno(-(kernel::bindings::ECONNRESET as i32))),
                 Some(n) => got += n as usize,
-                None => deadline.again()?,
+                None => deadline.check()?,
             }
         }
         Ok(())

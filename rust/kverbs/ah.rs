@@ -1,0 +1,80 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Address handles, for UD sends.
+//!
+//! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
+
+use crate::bindings;
+use crate::device::PortNum;
+use crate::pd::Pd;
+use crate::qp::AddressVector;
+use core::ptr::NonNull;
+use kernel::{error::from_err_ptr, prelude::*, sync::Arc};
+
+/// # Invariants
+///
+/// `ah` was created by `rdma_create_ah` in `pd` and is not yet destroyed.
+pub(crate) struct AhInner {
+    ah: NonNull<bindings::ib_ah>,
+    _pd: Pd,
+}
+
+// SAFETY: An AH may be used and destroyed from any thread.
+unsafe impl Send for AhInner {}
+// SAFETY: Using an AH in work requests is thread safe.
+unsafe impl Sync for AhInner {}
+
+impl AhInner {
+    pub(crate) fn as_raw(&self) -> *mut bindings::ib_ah {
+        self.ah.as_ptr()
+    }
+}
+
+impl Drop for AhInner {
+    fn drop(&mut self) {
+        // SAFETY: By the type invariant the AH is live; the last reference
+        // is gone, so no posted request names it any more (slots hold one).
+        unsafe { bindings::rdma_destroy_ah(self.ah.as_ptr(), bindings::RDMA_DESTROY_AH_SLEEPABLE) };
+    }
+}
+
+/// An address handle (`rdma_create_ah`): where UD sends go. Destroyed when
+/// the last of its users (this handle, requests posted with it) is gone.
+#[derive(Clone)]
+pub struct Ah(pub(crate) Arc<AhInner>);
+
+impl Ah {
+    /// Creates an address handle for `av`, sent from `port`.
+    pub fn new(pd: &Pd, port: PortNum, av: &AddressVector) -> Result<Self> {
+        let dev = pd.device();
+        let mut attr = bindings::rdma_ah_attr::default();
+        let mut dgid = bindings::ib_gid { raw: av.dgid.0 };
+        // SAFETY: `attr` and `dgid` are valid; the device is live.
+        unsafe {
+            attr.type_ = bindings::rdma_ah_find_type(dev.as_raw(), port);
+            bindings::rdma_ah_set_port_num(&mut attr, port);
+            bindings::rdma_ah_set_sl(&mut attr, av.sl);
+            bindings::rdma_ah_set_grh(
+                &mut attr,
+                &mut dgid,
+                av.flow_label,
+                av.sgid_index,
+                av.hop_limit,
+                av.traffic_class,
+            );
+        }
+        // SAFETY: The PD is live; `attr` is a complete RoCE/IB address.
+        let ah = from_err_ptr(unsafe {
+            bindings::rdma_create_ah(pd.as_raw(), &mut attr, bindings::RDMA_CREATE_AH_SLEEPABLE)
+        })?;
+        let ah = NonNull::new(ah).ok_or(ENOMEM)?;
+        // INVARIANT: created above in `pd`.
+        Ok(Ah(Arc::new(
+            AhInner {
+                ah,
+                _pd: pd.clone(),
+            },
+            GFP_KERNEL,
+        )?))
+    }
+}
