@@ -10,6 +10,8 @@
 
 #![deny(unsafe_code)]
 
+#[path = "kverbs_example/mcast.rs"]
+mod mcast;
 #[path = "kverbs_example/rc.rs"]
 mod rc;
 #[path = "kverbs_example/rping.rs"]
@@ -165,6 +167,7 @@ fn phys_state_name(state: u8) -> &'static str {
 /// before the directory, the directory before the device reference.
 struct PerDevice {
     rc: File<rc::Rc>,
+    mcast: File<mcast::Mcast>,
     _stats: File<rc::StatsFile>,
     _info: File<Info>,
     _dir: Dir,
@@ -198,6 +201,7 @@ impl Client for Example {
         let info = dir.file(c_str!("info"), Info(dev.into()))?;
         let stats = Arc::new(rc::Stats::default(), GFP_KERNEL)?;
         let rc = dir.control_file(c_str!("rc"), rc::Rc::new(dev, stats.clone())?)?;
+        let mcast = dir.control_file(c_str!("mcast"), mcast::Mcast::new(dev, stats.clone())?)?;
         let stats = dir.file(c_str!("stats"), rc::StatsFile(stats))?;
         let entry = CString::try_from_fmt(kernel::fmt!("{}", dev.name()))?;
         {
@@ -216,6 +220,7 @@ impl Client for Example {
         Ok(KBox::new(
             PerDevice {
                 rc,
+                mcast,
                 _stats: stats,
                 _info: info,
                 _dir: dir,
@@ -230,6 +235,7 @@ impl Client for Example {
         // A run in progress ends (with ECANCELED) before the files go:
         // removing `rc` waits for the writer inside it.
         data.rc.data().cancel();
+        data.mcast.data().cancel();
         drop(data);
         pr_info!("{}: removed\n", dev.name());
     }

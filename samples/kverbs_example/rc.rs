@@ -23,6 +23,7 @@ use kverbs::{
         WrId,
     },
     tcp::{Ipv4, TcpListener, TcpStream},
+    wc::WcOpcode,
     Show, Store,
 };
 
@@ -30,6 +31,11 @@ use kverbs::{
 const RPING_PORT: u16 = 7174;
 const RPING_MIN_SIZE: usize = 26;
 const RPING_MAX_SIZE: usize = 65535;
+
+/// The immediate data of SEND and RDMA WRITE with immediate, XORed with
+/// the iteration.
+const IMM_SEND: u32 = 0x5e4d_0000;
+const IMM_WRITE: u32 = 0x3a17_0000;
 
 /// The largest buffer a run uses.
 const MAX_SIZE: usize = 1 << 20;
@@ -77,6 +83,7 @@ pub(crate) struct Config {
     pub(crate) iters: u32,
     pub(crate) mtu: Mtu,
     pub(crate) validate: bool,
+    pub(crate) imm: bool,
     pub(crate) poll: PollCtx,
     pub(crate) timeout_ms: u32,
 }
@@ -92,6 +99,7 @@ impl Config {
             iters: 1,
             mtu: Mtu::MTU_256,
             validate: false,
+            imm: false,
             poll: PollCtx::Softirq,
             timeout_ms: 5000,
         }
@@ -210,12 +218,16 @@ fn parse<'a>(dev: &Device, input: &'a [u8]) -> Result<Config> {
                     EINVAL
                 })?;
             }
-            "validate" => {
+            "validate" | "imm" => {
                 if val.is_some() {
-                    pr_warn!("{}: rc: 'validate' takes no value\n", dev.name());
+                    pr_warn!("{}: rc: '{}' takes no value\n", dev.name(), key);
                     return Err(EINVAL);
                 }
-                cfg.validate = true;
+                if key == "imm" {
+                    cfg.imm = true;
+                } else {
+                    cfg.validate = true;
+                }
             }
             _ => {
                 pr_warn!("{}: rc: unknown key '{}'\n", dev.name(), key);
@@ -310,6 +322,10 @@ impl Report {
     pub(crate) fn as_bytes(&self) -> &[u8] {
         &self.0
     }
+
+    pub(crate) fn into_vec(self) -> KVec<u8> {
+        self.0
+    }
 }
 
 impl Write for Report {
@@ -369,14 +385,15 @@ impl Store for Rc {
         let mut rep = Report::new();
         let _ = writeln!(
             rep,
-            "config: role={} size={} iters={} mtu={} poll={} timeout_ms={}{}",
+            "config: role={} size={} iters={} mtu={} poll={} timeout_ms={}{}{}",
             cfg.role.name(),
             cfg.size,
             cfg.iters,
             cfg.mtu.bytes(),
             cfg.poll.name(),
             cfg.timeout_ms,
-            if cfg.validate { " validate" } else { "" }
+            if cfg.validate { " validate" } else { "" },
+            if cfg.imm { " imm" } else { "" }
         );
         let start = kverbs::now_ns();
         let result = match cfg.role {
@@ -492,6 +509,13 @@ impl fmt::Display for Msg {
     }
 }
 
+/// Reports an operation that took `dt_ns`, and the message `buf` then
+/// starts with, as RDMA_RC_example prints it (`<what>: '<message>'`).
+fn report_op(rep: &mut Report, op: &str, size: usize, dt_ns: u64, what: &str, buf: &DmaBuf) {
+    let _ = writeln!(rep, "{}: ok: {} bytes in {} us", op, size, dt_ns / 1000);
+    let _ = writeln!(rep, "{}: '{}'", what, Msg::of(buf, size));
+}
+
 /// Picks the GID index: the one asked for, or the first RoCE v2 GID that
 /// is an IPv4 address, or the first valid one.
 pub(crate) fn pick_gid(
@@ -586,6 +610,8 @@ fn run_loopback(
     let server_buf = Arc::new(DmaBuf::new(dev, size)?, GFP_KERNEL)?;
     let client_buf = Arc::new(DmaBuf::new(dev, size)?, GFP_KERNEL)?;
     let mr = Mr::new(&pd, size)?;
+    // The (unused) receive buffer of RDMA WRITE with immediate.
+    let imm_buf = Arc::new(DmaBuf::new(dev, 1)?, GFP_KERNEL)?;
     let _ = writeln!(
         rep,
         "resources_create: ok: pd, 2 cq ({} polling), server qp {}, client qp {}, 2 buffers of {} bytes, fast-reg mr",
@@ -657,12 +683,25 @@ fn run_loopback(
         // SEND: the server sends its buffer, the client's receive gets it.
         fill(&server_buf, size, MSG_SEND, iter)?;
         let t0 = kverbs::now_ns();
-        let send = server.post_send(SendOp::Send, &server_buf, 0, size, true)?;
+        let op = match cfg.imm {
+            true => SendOp::SendWithImm(IMM_SEND ^ iter),
+            false => SendOp::Send,
+        };
+        let send = server.post_send(op, &server_buf, 0, size, true)?;
         complete(&server, send, "SEND", cfg, cancel, rep)?;
         let wc = complete(&client, recv, "RECV", cfg, cancel, rep)?;
         let dt = kverbs::now_ns() - t0;
         if wc.byte_len as usize != size {
             let _ = writeln!(rep, "RECV: {} bytes received, {} sent", wc.byte_len, size);
+            return Err(EIO);
+        }
+        let want_imm = cfg.imm.then_some(IMM_SEND ^ iter);
+        if wc.opcode != WcOpcode::Recv || wc.imm != want_imm {
+            let _ = writeln!(
+                rep,
+                "RECV: {:?} with immediate {:?}, expected {:?}",
+                wc.opcode, wc.imm, want_imm
+            );
             return Err(EIO);
         }
         if cfg.validate {
@@ -673,13 +712,7 @@ fn run_loopback(
         add(&stats.recv_msgs, 1);
         add(&stats.recv_bytes, size as u64);
         if iter == 0 {
-            let _ = writeln!(
-                rep,
-                "SEND operation: ok: {} bytes in {} us",
-                size,
-                dt / 1000
-            );
-            let _ = writeln!(rep, "Message is: '{}'", Msg::of(&client_buf, size));
+            report_op(rep, "SEND operation", size, dt, "Message is", &client_buf);
         }
 
         // RDMA READ: the server changes its buffer, the client reads it.
@@ -694,24 +727,48 @@ fn run_loopback(
         add(&stats.read_msgs, 1);
         add(&stats.read_bytes, size as u64);
         if iter == 0 {
-            let _ = writeln!(
+            report_op(
                 rep,
-                "RDMA read operation: ok: {} bytes in {} us",
+                "RDMA read operation",
                 size,
-                dt / 1000
-            );
-            let _ = writeln!(
-                rep,
-                "Contents of server's buffer: '{}'",
-                Msg::of(&client_buf, size)
+                dt,
+                "Contents of server's buffer",
+                &client_buf,
             );
         }
 
         // RDMA WRITE: the client writes the server's buffer.
         fill(&client_buf, size, MSG_WRITE, iter)?;
         let t0 = kverbs::now_ns();
-        let write = client.post_send(SendOp::Write(remote), &client_buf, 0, size, true)?;
+        // With immediate data the write consumes a receive of the server,
+        // whose completion carries the immediate.
+        let (op, server_recv) = match cfg.imm {
+            true => (
+                SendOp::WriteWithImm(remote, IMM_WRITE ^ iter),
+                Some(server.post_recv(&imm_buf, 0, 1)?),
+            ),
+            false => (SendOp::Write(remote), None),
+        };
+        let write = client.post_send(op, &client_buf, 0, size, true)?;
         complete(&client, write, "RDMA WRITE", cfg, cancel, rep)?;
+        if let Some(id) = server_recv {
+            let wc = complete(
+                &server,
+                id,
+                "RECV (RDMA WRITE with immediate)",
+                cfg,
+                cancel,
+                rep,
+            )?;
+            if wc.opcode != WcOpcode::RecvRdmaWithImm || wc.imm != Some(IMM_WRITE ^ iter) {
+                let _ = writeln!(
+                    rep,
+                    "RDMA WRITE with immediate: got {:?} {:?}",
+                    wc.opcode, wc.imm
+                );
+                return Err(EIO);
+            }
+        }
         let dt = kverbs::now_ns() - t0;
         if cfg.validate {
             check(&server_buf, size, MSG_WRITE, iter, "RDMA WRITE", rep)?;
@@ -719,16 +776,13 @@ fn run_loopback(
         add(&stats.write_msgs, 1);
         add(&stats.write_bytes, size as u64);
         if iter == 0 {
-            let _ = writeln!(
+            report_op(
                 rep,
-                "RDMA write operation: ok: {} bytes in {} us",
+                "RDMA write operation",
                 size,
-                dt / 1000
-            );
-            let _ = writeln!(
-                rep,
-                "Contents of server buffer: '{}'",
-                Msg::of(&server_buf, size)
+                dt,
+                "Contents of server buffer",
+                &server_buf,
             );
         }
     }
@@ -741,6 +795,12 @@ fn run_loopback(
     }
     if cfg.validate {
         let _ = writeln!(rep, "validate: ok: every payload checked byte for byte");
+    }
+    if cfg.imm {
+        let _ = writeln!(
+            rep,
+            "imm: ok: SEND and RDMA WRITE with immediate data delivered it"
+        );
     }
 
     // The transfer is done: the rkey must die before the buffer goes.

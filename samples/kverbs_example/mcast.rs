@@ -1,0 +1,473 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The multicast example (mckey's): UD QPs attached to an IPv4 multicast
+//! group, driven through the per-device debugfs file `mcast`.
+//!
+//! `role=both,group=239.1.1.1,count=10,size=100,qps=2` joins the group on
+//! the port's netdev, attaches `qps` receiver QPs, sends `count` messages
+//! from a sender QP (SEND_WITH_IMM carrying the sender's QPN, as mckey
+//! does) and checks that every receiver got every message, payload and
+//! immediate data. `role=receiver` only receives, `role=sender` only sends.
+
+use crate::rc::{Report, Stats};
+use core::fmt::Write;
+use core::sync::atomic::{AtomicBool, Ordering};
+use kernel::{new_mutex, prelude::*, sync::Arc, sync::Mutex, types::ARef};
+use kverbs::{
+    ah::Ah,
+    cq::{Cq, PollCtx},
+    device::{Device, Gid, GidType},
+    dma::DmaBuf,
+    errno,
+    mcast::{is_multicast, mgid_of, IpGroup},
+    pd::Pd,
+    qp::{AddressVector, Cancel, Qp, QpCaps, Rts, UdDest, WrId, GRH_LEN},
+    tcp::Ipv4,
+    Show, Store,
+};
+
+/// mckey's (and rdma_cm's) Q_Key for UDP port space multicast.
+const QKEY: u32 = 0x0123_4567;
+/// The QPN that addresses a multicast group.
+const MCAST_QPN: u32 = 0xff_ffff;
+const MAX_QPS: u32 = 16;
+const MAX_COUNT: u32 = 1000;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Both,
+    Sender,
+    Receiver,
+}
+
+struct Config {
+    role: Role,
+    group: Ipv4,
+    count: u32,
+    size: usize,
+    qps: u32,
+    timeout_ms: u32,
+}
+
+fn parse(dev: &Device, input: &[u8]) -> Result<Config> {
+    let text = core::str::from_utf8(input).map_err(|_| {
+        pr_warn!("{}: mcast: the control string is not text\n", dev.name());
+        EINVAL
+    })?;
+    let mut cfg = Config {
+        role: Role::Both,
+        group: Ipv4([0; 4]),
+        count: 10,
+        size: 100,
+        qps: 1,
+        timeout_ms: 5000,
+    };
+    let (mut have_role, mut have_group) = (false, false);
+    for opt in text.split(|c: char| c == ',' || c.is_ascii_whitespace()) {
+        if opt.is_empty() {
+            continue;
+        }
+        let Some((key, val)) = opt.split_once('=') else {
+            pr_warn!("{}: mcast: '{}' needs a value\n", dev.name(), opt);
+            return Err(EINVAL);
+        };
+        let num = |min: u64, max: u64| -> Result<u64> {
+            match val.parse::<u64>() {
+                Ok(n) if (min..=max).contains(&n) => Ok(n),
+                Ok(n) => {
+                    pr_warn!(
+                        "{}: mcast: {}={} is out of range [{}, {}]\n",
+                        dev.name(),
+                        key,
+                        n,
+                        min,
+                        max
+                    );
+                    Err(ERANGE)
+                }
+                Err(_) => {
+                    pr_warn!(
+                        "{}: mcast: {}: '{}' is not a number\n",
+                        dev.name(),
+                        key,
+                        val
+                    );
+                    Err(EINVAL)
+                }
+            }
+        };
+        match key {
+            "role" => {
+                cfg.role = match val {
+                    "both" => Role::Both,
+                    "sender" => Role::Sender,
+                    "receiver" => Role::Receiver,
+                    _ => {
+                        pr_warn!("{}: mcast: unknown role '{}'\n", dev.name(), val);
+                        return Err(EINVAL);
+                    }
+                };
+                have_role = true;
+            }
+            "group" => {
+                let mut a = [0u8; 4];
+                let mut parts = val.split('.');
+                for b in a.iter_mut() {
+                    *b = parts.next().and_then(|p| p.parse().ok()).ok_or_else(|| {
+                        pr_warn!(
+                            "{}: mcast: group '{}' is not an IPv4 address\n",
+                            dev.name(),
+                            val
+                        );
+                        EINVAL
+                    })?;
+                }
+                if parts.next().is_some() {
+                    pr_warn!(
+                        "{}: mcast: group '{}' is not an IPv4 address\n",
+                        dev.name(),
+                        val
+                    );
+                    return Err(EINVAL);
+                }
+                cfg.group = Ipv4(a);
+                if !is_multicast(cfg.group) {
+                    pr_warn!(
+                        "{}: mcast: {} is not a multicast address\n",
+                        dev.name(),
+                        cfg.group
+                    );
+                    return Err(EINVAL);
+                }
+                have_group = true;
+            }
+            "count" => cfg.count = num(1, MAX_COUNT.into())? as u32,
+            "size" => cfg.size = num(1, 4096)? as usize,
+            "qps" => cfg.qps = num(1, MAX_QPS.into())? as u32,
+            "timeout_ms" => cfg.timeout_ms = num(1, 600_000)? as u32,
+            _ => {
+                pr_warn!("{}: mcast: unknown key '{}'\n", dev.name(), key);
+                return Err(EINVAL);
+            }
+        }
+    }
+    if !have_role || !have_group {
+        pr_warn!("{}: mcast: role= and group= are required\n", dev.name());
+        return Err(EINVAL);
+    }
+    Ok(cfg)
+}
+
+/// The payload byte `off` of message `i`.
+fn payload(i: u32, off: usize) -> u8 {
+    (off as u32)
+        .wrapping_mul(7)
+        .wrapping_add(i.wrapping_mul(13)) as u8
+}
+
+/// The `mcast` control file of a device.
+pub(crate) struct Mcast {
+    dev: ARef<Device>,
+    busy: AtomicBool,
+    cancel: Cancel,
+    report: Pin<KBox<Mutex<KVec<u8>>>>,
+    stats: Arc<Stats>,
+}
+
+impl Mcast {
+    pub(crate) fn new(dev: &Device, stats: Arc<Stats>) -> Result<Self> {
+        Ok(Mcast {
+            dev: dev.into(),
+            busy: AtomicBool::new(false),
+            cancel: Cancel::new(),
+            report: KBox::pin_init(new_mutex!(KVec::new()), GFP_KERNEL)?,
+            stats,
+        })
+    }
+
+    pub(crate) fn cancel(&self) {
+        self.cancel.cancel();
+    }
+}
+
+impl Show for Mcast {
+    fn show(&self, out: &mut dyn Write) -> Result {
+        if self.busy.load(Ordering::Acquire) {
+            writeln!(out, "status: running")?;
+        }
+        let report = self.report.lock();
+        out.write_str(core::str::from_utf8(&report).unwrap_or("(report is not text)\n"))?;
+        Ok(())
+    }
+}
+
+impl Store for Mcast {
+    fn store(&self, input: &[u8]) -> Result {
+        let dev = &*self.dev;
+        let cfg = parse(dev, input)?;
+        if self.busy.swap(true, Ordering::AcqRel) {
+            pr_warn!("{}: mcast: a run is already in progress\n", dev.name());
+            return Err(EBUSY);
+        }
+        let mut rep = Report::new();
+        let result = run(dev, &cfg, &self.cancel, &self.stats, &mut rep);
+        match &result {
+            Ok(()) => {
+                let _ = writeln!(rep, "result: ok");
+            }
+            Err(e) => {
+                let _ = writeln!(rep, "result: error {}", e.to_errno());
+                pr_err!(
+                    "{}: mcast: run failed: error {}\n",
+                    dev.name(),
+                    e.to_errno()
+                );
+            }
+        }
+        *self.report.lock() = rep.into_vec();
+        self.cancel.reset();
+        self.busy.store(false, Ordering::Release);
+        result
+    }
+}
+
+/// A receiver: its QP, its buffer (one `GRH_LEN + size` slot per message)
+/// and its posted receives.
+struct Receiver {
+    qp: Qp<Rts>,
+    buf: Arc<DmaBuf>,
+    recvs: KVec<WrId>,
+}
+
+fn run(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut Report) -> Result {
+    let port = *dev.ports().start();
+    let mtu = dev.query_port(port)?.active_mtu().bytes() as usize;
+    if cfg.size > mtu {
+        pr_warn!(
+            "{}: mcast: size {} is above the active MTU {}\n",
+            dev.name(),
+            cfg.size,
+            mtu
+        );
+        let _ = writeln!(rep, "size {} is above the active MTU {}", cfg.size, mtu);
+        return Err(errno::emsgsize());
+    }
+    let max_attach = dev.attrs().max_mcast_qp_attach();
+    if cfg.role != Role::Sender && cfg.qps as i32 > max_attach {
+        pr_warn!(
+            "{}: mcast: qps={} is above max_mcast_qp_attach {}\n",
+            dev.name(),
+            cfg.qps,
+            max_attach
+        );
+        return Err(ERANGE);
+    }
+    // The source GID: the port's first RoCE v2 IPv4 GID.
+    let len = dev.query_port(port)?.gid_tbl_len();
+    let sgid_index = (0..len)
+        .find(|&i| {
+            dev.gid_attr(port, i)
+                .map(|g| g.gid_type() == GidType::RoceV2 && g.gid().is_v4_mapped())
+                .unwrap_or(false)
+        })
+        .ok_or_else(|| {
+            pr_warn!(
+                "{}: mcast: port {} has no RoCE v2 IPv4 GID\n",
+                dev.name(),
+                port
+            );
+            ENODEV
+        })?;
+    let ifindex = dev.netdev_ifindex(port).ok_or(ENODEV)?;
+    let mgid: Gid = mgid_of(cfg.group);
+    let t = cfg.timeout_ms;
+
+    let pd = Pd::new(dev)?;
+    // The IP-level join, so that the IP stack hands the group's packets to
+    // the device; left when `_join` drops, after the QPs.
+    let _join = IpGroup::join(cfg.group, ifindex).inspect_err(|e| {
+        pr_warn!(
+            "{}: mcast: cannot join {}: error {}\n",
+            dev.name(),
+            cfg.group,
+            e.to_errno()
+        );
+    })?;
+
+    let mut receivers = KVec::new();
+    if cfg.role != Role::Sender {
+        for _ in 0..cfg.qps {
+            let cq = Cq::new(dev, cfg.count + 4, PollCtx::Softirq)?;
+            let caps = QpCaps {
+                max_send_wr: 1,
+                max_recv_wr: cfg.count + 1,
+            };
+            let qp = Qp::new_ud(&pd, port, &cq, &cq, caps)?
+                .to_init_ud(0, QKEY)?
+                .to_rtr_ud()?
+                .to_rts_ud(0)?;
+            qp.attach_mcast(mgid)?;
+            let slot = GRH_LEN + cfg.size;
+            let buf = Arc::new(DmaBuf::new(dev, slot * cfg.count as usize)?, GFP_KERNEL)?;
+            let mut recvs = KVec::with_capacity(cfg.count as usize, GFP_KERNEL)?;
+            for i in 0..cfg.count as usize {
+                recvs.push(qp.post_recv(&buf, i * slot, slot)?, GFP_KERNEL)?;
+            }
+            let _ = writeln!(
+                rep,
+                "joined dgid: {} qpn {:#x} qkey {:#x}",
+                mgid.ipv6(),
+                qp.qp_num(),
+                QKEY
+            );
+            receivers.push(Receiver { qp, buf, recvs }, GFP_KERNEL)?;
+        }
+    }
+
+    let mut sender_qpn = None;
+    let mut sender = None;
+    if cfg.role != Role::Receiver {
+        let cq = Cq::new(dev, cfg.count + 4, PollCtx::Softirq)?;
+        let caps = QpCaps {
+            max_send_wr: cfg.count,
+            max_recv_wr: 1,
+        };
+        let qp = Qp::new_ud(&pd, port, &cq, &cq, caps)?
+            .to_init_ud(0, QKEY)?
+            .to_rtr_ud()?
+            .to_rts_ud(0)?;
+        let av = AddressVector {
+            dgid: mgid,
+            sgid_index: sgid_index as u8,
+            hop_limit: 1,
+            flow_label: 0,
+            traffic_class: 0,
+            sl: 0,
+        };
+        let dest = UdDest {
+            ah: Ah::new(&pd, port, &av)?,
+            qpn: MCAST_QPN,
+            qkey: QKEY,
+        };
+        let buf = Arc::new(DmaBuf::new(dev, cfg.size * cfg.count as usize)?, GFP_KERNEL)?;
+        let _ = writeln!(
+            rep,
+            "sender qpn {:#x} to {} ({})",
+            qp.qp_num(),
+            cfg.group,
+            mgid.ipv6()
+        );
+        for i in 0..cfg.count {
+            let mut data = KVec::from_elem(0u8, cfg.size, GFP_KERNEL)?;
+            for (off, b) in data.iter_mut().enumerate() {
+                *b = payload(i, off);
+            }
+            let off = i as usize * cfg.size;
+            buf.write(off, &data)?;
+            let id = qp.post_send_ud(Some(qp.qp_num()), &buf, off, cfg.size, &dest, true)?;
+            let wc = qp.wait(id, t, cancel)?;
+            if wc.result().is_err() {
+                let _ = writeln!(rep, "send {}: {}", i, wc.status);
+                return Err(EIO);
+            }
+            stats_add(stats, cfg.size);
+        }
+        sender_qpn = Some(qp.qp_num());
+        let _ = writeln!(rep, "sent {} messages of {} bytes", cfg.count, cfg.size);
+        sender = Some((qp, dest, buf));
+    }
+
+    for (n, r) in receivers.iter().enumerate() {
+        let slot = GRH_LEN + cfg.size;
+        for (i, &id) in r.recvs.iter().enumerate() {
+            let wc = r.qp.wait(id, t, cancel).inspect_err(|e| {
+                let _ = writeln!(
+                    rep,
+                    "qp {}: message {} not received: error {}",
+                    n,
+                    i,
+                    e.to_errno()
+                );
+            })?;
+            if wc.result().is_err() || wc.byte_len as usize != slot {
+                let _ = writeln!(
+                    rep,
+                    "qp {}: message {}: {} ({} bytes)",
+                    n, i, wc.status, wc.byte_len
+                );
+                return Err(EIO);
+            }
+            if let Some(qpn) = sender_qpn {
+                if wc.imm != Some(qpn) {
+                    let _ = writeln!(
+                        rep,
+                        "qp {}: message {}: immediate {:?}, sender {:#x}",
+                        n, i, wc.imm, qpn
+                    );
+                    return Err(EIO);
+                }
+                let mut data = KVec::from_elem(0u8, cfg.size, GFP_KERNEL)?;
+                r.buf.read(i * slot + GRH_LEN, &mut data)?;
+                if data
+                    .iter()
+                    .enumerate()
+                    .any(|(off, &b)| b != payload(i as u32, off))
+                {
+                    let _ = writeln!(rep, "qp {}: message {}: payload differs", n, i);
+                    return Err(EIO);
+                }
+            }
+        }
+        let _ = writeln!(
+            rep,
+            "qp {:#x}: received {} messages",
+            r.qp.qp_num(),
+            cfg.count
+        );
+    }
+    if !receivers.is_empty() && sender_qpn.is_some() {
+        let _ = writeln!(
+            rep,
+            "validate: ok: payloads and immediate data (sender QPN)"
+        );
+    }
+
+    // After a detach the QP gets nothing more, the others still do.
+    if let (Some((qp, dest, buf)), true) = (&sender, receivers.len() >= 2) {
+        let slot = GRH_LEN + cfg.size;
+        receivers[0].qp.detach_mcast(mgid)?;
+        let mut ids = KVec::new();
+        for r in receivers.iter() {
+            ids.push(r.qp.post_recv(&r.buf, 0, slot)?, GFP_KERNEL)?;
+        }
+        let id = qp.post_send_ud(Some(qp.qp_num()), buf, 0, cfg.size, dest, true)?;
+        qp.wait(id, t, cancel)?.result()?;
+        for (n, r) in receivers.iter().enumerate().skip(1) {
+            r.qp.wait(ids[n], t, cancel)?.result()?;
+        }
+        match receivers[0].qp.wait(ids[0], 1000, cancel) {
+            Err(e) if e.to_errno() == errno::etimedout().to_errno() => {}
+            Ok(_) => {
+                let _ = writeln!(
+                    rep,
+                    "detach: qp {:#x} still received",
+                    receivers[0].qp.qp_num()
+                );
+                return Err(EIO);
+            }
+            Err(e) => return Err(e),
+        }
+        let _ = writeln!(
+            rep,
+            "detach: ok: qp {:#x} received nothing more, the other QPs did",
+            receivers[0].qp.qp_num()
+        );
+    }
+    let _ = writeln!(rep, "data transfers complete");
+    Ok(())
+}
+
+fn stats_add(stats: &Stats, size: usize) {
+    crate::rc::add(&stats.send_msgs, 1);
+    crate::rc::add(&stats.send_bytes, size as u64);
+}
