@@ -16,7 +16,7 @@ run() {
 
 step "Soft-RoCE (rdma_rxe) on lo and on dummy0"
 [ -e /sys/class/net/dummy0 ] || ip link add dummy0 type dummy
-ip addr add 169.254.1.1/16 dev dummy0
+ip addr add 169.254.1.1/24 dev dummy0
 ip link set dummy0 up
 run rdma link add rxe_lo type rxe netdev lo
 run rdma link add rxe_dummy type rxe netdev dummy0

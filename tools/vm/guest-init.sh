@@ -34,7 +34,7 @@ done
 
 # Two-host runs: eth0 joins the other VM on a link-local subnet.
 if [ -n "${ip:-}" ] && [ -e /sys/class/net/eth0 ]; then
-	ip addr add "$ip/16" dev eth0
+	ip addr add "$ip/24" dev eth0
 	ip link set eth0 up
 fi
 

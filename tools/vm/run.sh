@@ -36,7 +36,7 @@ if [ -n "${KVERBS_TESTS:-}" ]; then
 fi
 net=(-nic none)
 # Two-host tests: a second VM (the peer) joined to this one by a QEMU
-# socket netdev over UDP on 127.0.0.1, both on 169.254.0.0/16; rxe runs on
+# socket netdev over UDP on 127.0.0.1, both on 169.254.10.0/24; rxe runs on
 # each one's eth0. KVERBS_TWO_HOSTS=0 runs without it.
 peer_pid=
 if [ "$mode" = check ] && [ "${KVERBS_TWO_HOSTS:-1}" = 1 ]; then
@@ -59,7 +59,7 @@ qemu=(qemu-system-x86_64 -accel tcg -cpu max -smp 2 -m 1024
 	-display none -monitor none -serial stdio "${net[@]}" -no-reboot)
 
 set +e
-timeout "${KVERBS_VM_TIMEOUT:-2400}" "${qemu[@]}" </dev/null 2>&1 | tr -d '\r' | tee "$log"
+timeout "${KVERBS_VM_TIMEOUT:-2400}" "${qemu[@]}" </dev/null 2>&1 | sed -u 's/\r$//' | tee "$log"
 set -e
 if [ -n "$peer_pid" ]; then
 	kill "$peer_pid" 2>/dev/null

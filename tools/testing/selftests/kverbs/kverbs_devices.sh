@@ -24,7 +24,7 @@ devices_before_load() {
 	for d in rxe_lo rxe_dummy; do
 		has_dir $d || { kv_msg "no directory for $d"; return 1; }
 		listed $d || { kv_msg "$d not listed"; return 1; }
-		dmesg | grep -q "kverbs_example: $d: added (rxe driver, 1 port(s))" ||
+		kv_logged "kverbs_example: $d: added (rxe driver, 1 port(s))" ||
 			{ kv_msg "no add message for $d"; return 1; }
 	done
 	[ "$(wc -l <"$KV_SYSFS/devices")" = 2 ] || { kv_msg "listing:"; kv_diag <"$KV_SYSFS/devices"; return 1; }
@@ -35,7 +35,7 @@ link_del_removes_only_that_device() {
 	! has_dir rxe_dummy || { kv_msg "rxe_dummy directory left"; return 1; }
 	! listed rxe_dummy || { kv_msg "rxe_dummy still listed"; return 1; }
 	has_dir rxe_lo && listed rxe_lo || { kv_msg "rxe_lo lost"; return 1; }
-	dmesg | grep -q "kverbs_example: rxe_dummy: removed"
+	kv_logged "kverbs_example: rxe_dummy: removed"
 }
 
 device_added_after_load() {

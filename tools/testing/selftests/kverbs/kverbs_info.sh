@@ -90,12 +90,12 @@ has_gid() {
 }
 
 shows_new_gid() {
-	! has_gid ::ffff:169.254.7.7 || { kv_msg "GID there before the address"; return 1; }
-	ip addr add 169.254.7.7/16 dev dummy0 || return 1
-	kv_wait has_gid ::ffff:169.254.7.7 || { kv_msg "new GID never shown"; return 1; }
+	! has_gid ::ffff:169.254.1.7 || { kv_msg "GID there before the address"; return 1; }
+	ip addr add 169.254.1.7/24 dev dummy0 || return 1
+	kv_wait has_gid ::ffff:169.254.1.7 || { kv_msg "new GID never shown"; return 1; }
 	compare_devinfo rxe_dummy || return 1
-	ip addr del 169.254.7.7/16 dev dummy0 || return 1
-	kv_wait eval '! has_gid ::ffff:169.254.7.7' || { kv_msg "GID still shown after the address went"; return 1; }
+	ip addr del 169.254.1.7/24 dev dummy0 || return 1
+	kv_wait eval '! has_gid ::ffff:169.254.1.7' || { kv_msg "GID still shown after the address went"; return 1; }
 }
 
 kv_begin 8

@@ -34,7 +34,7 @@ load_with_no_device() {
 	kv_load || return 1
 	[ -d "$KV_DEBUGFS" ] && [ -z "$(ls "$KV_DEBUGFS")" ] &&
 		[ -z "$(cat "$KV_SYSFS/devices")" ] &&
-		dmesg | grep -q "kverbs_example: registered as an RDMA client"
+		kv_logged "kverbs_example: registered as an RDMA client"
 	local r=$?
 	kv_unload || return 1
 	return $r
