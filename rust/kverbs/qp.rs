@@ -914,7 +914,7 @@ impl<S: State> Qp<S> {
             return Err(EINVAL);
         }
         let mut book = self.inner.book.lock();
-        if book.mcast.iter().any(|g| *g == mgid) {
+        if book.mcast.contains(&mgid) {
             return Err(EEXIST);
         }
         book.mcast.reserve(1, GFP_KERNEL)?;
