@@ -30,16 +30,84 @@ loopback() {
 	return $r
 }
 
+# mckey (rdmacm-utils) receives what the kernel sends: it joins through
+# rdma_cm, the kernel sender posts SEND_WITH_IMM with mckey's Q_Key.
+mckey_receives_kernel_sender() {
+	local r=0
+	mckey -m 239.1.2.3 -b 169.254.1.1 -C 10 -S 100 >/tmp/mckey.out 2>&1 &
+	local pid=$!
+	# rdma_cm's join is an IP-level join: 239.1.2.3 shows in /proc/net/igmp.
+	kv_wait grep -qi "030201EF" /proc/net/igmp || { kv_msg "mckey did not join"; r=1; }
+	sleep 1
+	printf 'role=sender,group=239.1.2.3,count=10,size=100' >"$MC" || r=1
+	kv_wait eval '! kill -0 '$pid' 2>/dev/null' || { kill $pid; r=1; }
+	wait $pid || r=1
+	kv_diag </tmp/mckey.out
+	grep -q "data transfers complete" /tmp/mckey.out || r=1
+	return $r
+}
+
+sent_pkts() {
+	rdma statistic show link rxe_dummy/1 | sed -n 's/.* sent_pkts \([0-9]*\).*/\1/p'
+}
+
+# The kernel receives what mckey sends. mckey posts unsignalled sends and
+# exits at once, so not all of them leave: rxe's sent_pkts counter says how
+# many did; if none did, the case cannot tell anything and is skipped.
+kernel_receives_mckey() {
+	local r=0 before sent
+	bash -c "printf 'role=receiver,group=239.1.2.4,count=1,size=100,timeout_ms=15000' >$MC" 2>/tmp/run.err &
+	local pid=$!
+	kv_wait grep -q "^status: running" "$MC"
+	sleep 1
+	before=$(sent_pkts)
+	mckey -m 239.1.2.4 -b 169.254.1.1 -s -C 5 -S 100 >/tmp/mckey.out 2>&1 || r=1
+	sleep 1
+	sent=$(( $(sent_pkts) - before ))
+	kv_msg "rxe sent $sent of mckey's messages"
+	if [ "$sent" -lt 1 ]; then
+		kill $pid 2>/dev/null
+		wait $pid
+		kv_msg "SKIP: mckey exited before any of its unsignalled sends left"
+		return "$KSFT_SKIP"
+	fi
+	wait $pid || { kv_msg "kernel receiver: $(cat /tmp/run.err)"; r=1; }
+	kv_diag </tmp/mckey.out
+	kv_diag <"$MC"
+	grep -q "^qp 0x[0-9a-f]*: received 1 messages" "$MC" || r=1
+	return $r
+}
+
+# Device removal and rmmod while QPs are attached and waiting.
+link_del_while_attached() {
+	local r=0
+	bash -c "printf 'role=receiver,group=239.1.2.5,count=100,qps=3,timeout_ms=60000' >$MC" 2>/tmp/run.err &
+	local pid=$!
+	kv_wait grep -q "^status: running" "$MC" || r=1
+	sleep 1
+	kv_unload 2>/dev/null && { kv_msg "rmmod succeeded during a run"; r=1; }
+	kv_rxe_del rxe_dummy || r=1
+	wait $pid && { kv_msg "the run succeeded"; r=1; }
+	kv_msg "writer: $(cat /tmp/run.err)"
+	grep -q "Operation canceled" /tmp/run.err || r=1
+	kv_rxe_add rxe_dummy dummy0 || r=1
+	loopback 2 100 3 || r=1
+	return $r
+}
+
 bad() {
 	kv_write_fails "$MC" "$1" "$2" "$3" || return 1
 	# Still usable.
 	printf 'role=both,group=239.1.1.2,qps=2,count=2' >"$MC"
 }
 
-kv_begin 9
+kv_begin 12
 kv_case setup_rxe_dummy_and_load setup
 kv_case mcast_loopback_two_receivers loopback 2 100 10
 kv_case mcast_loopback_four_receivers_1024 loopback 4 1024 5
+kv_case mcast_mckey_receives_kernel_sender mckey_receives_kernel_sender
+kv_case mcast_kernel_receives_mckey_sender kernel_receives_mckey
+kv_case mcast_rdma_link_del_and_rmmod_while_attached link_del_while_attached
 kv_case bad_input_mcast_not_multicast bad "role=both,group=10.1.1.1" "Invalid argument" "10.1.1.1 is not a multicast address"
 kv_case bad_input_mcast_size_above_mtu bad "role=both,group=239.1.1.1,size=2000" "Message too long" "size 2000 is above the active MTU 1024"
 kv_case bad_input_mcast_too_many_qps bad "role=both,group=239.1.1.1,qps=17" "Numerical result out of range" "qps=17 is out of range"
