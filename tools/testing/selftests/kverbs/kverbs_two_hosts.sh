@@ -36,6 +36,7 @@ peer_ready() {
 setup() {
 	kv_wait ip addr show dev eth0 | grep -q "$HERE" || return 1
 	kv_rxe_add rxe_eth eth0 || return 1
+	ip link set eth0 multicast on
 	kv_load || return 1
 	# The peer boots beside us: give it up to a minute.
 	local i
@@ -127,6 +128,35 @@ userspace_here_kernel_there() {
 	return $r
 }
 
+MC=$KV_DEBUGFS/rxe_eth/mcast
+
+# Multicast across the wire: receivers (2 QPs) in the peer VM, the sender
+# here; with role=both here, receivers in both VMs at once.
+mcast_across() {
+	local role=$1 group=$2 r=0 i out
+	peer "ip link set eth0 multicast on; bash -c \"printf 'role=receiver,group=$group,qps=2,count=5,timeout_ms=30000' >$MC\" >/dev/null 2>&1 &" >/dev/null
+	for i in $(seq 50); do
+		peer "grep -q '^status: running' $MC" >/dev/null && break
+		sleep 0.2
+	done
+	sleep 1
+	printf '%s' "role=$role,group=$group,qps=2,count=5" >"$MC" || { kv_msg "local run failed"; r=1; }
+	kv_diag <"$MC"
+	for i in $(seq 30); do
+		out=$(peer "cat $MC")
+		echo "$out" | grep -q "^result:" && break
+		sleep 0.5
+	done
+	echo "$out" | kv_diag
+	echo "$out" | grep -q "^result: ok" || r=1
+	[ "$(echo "$out" | grep -c '^qp 0x[0-9a-f]*: received 5 messages')" = 2 ] || r=1
+	grep -q "^result: ok" "$MC" || r=1
+	if [ "$role" = both ]; then
+		[ "$(grep -c '^qp 0x[0-9a-f]*: received 5 messages' "$MC")" = 2 ] || r=1
+	fi
+	return $r
+}
+
 peer_log_clean() {
 	local out
 	out=$(peer "dmesg | sed -n '/kverbs-selftest: begin two_hosts/,\$p' | grep -E '$KV_SPLAT'")
@@ -140,13 +170,15 @@ peer_kmemleak_clean() {
 	[ -z "$out" ] || { echo "$out" | head -n 60 | kv_diag; return 1; }
 }
 
-kv_begin 9
+kv_begin 11
 kv_case setup_rxe_on_eth0_and_reach_the_peer_vm setup
 kv_case rc_two_hosts_kernel_to_kernel_client_here_21 kernel_to_kernel_client_here 21
 kv_case rc_two_hosts_kernel_to_kernel_server_here_21 kernel_to_kernel_server_here 21
 kv_case rc_two_hosts_kernel_to_kernel_client_here_65536 kernel_to_kernel_client_here 65536
 kv_case rc_two_hosts_kernel_to_kernel_server_here_65536 kernel_to_kernel_server_here 65536
 kv_case rc_two_hosts_userspace_client_kernel_server userspace_here_kernel_there
+kv_case mcast_two_hosts_sender_here_two_receivers_there mcast_across sender 239.2.0.1
+kv_case mcast_two_hosts_receivers_in_both_vms mcast_across both 239.2.0.2
 kv_case peer_vm_kernel_log_clean peer_log_clean
 kv_case peer_vm_kmemleak_clean peer_kmemleak_clean
 kv_end
