@@ -51,6 +51,12 @@ run rc_peer -d rxe_lo -g 1 -v 127.0.0.1
 wait
 run cat /sys/kernel/debug/kverbs_example/rxe_lo/rc
 
+step "Multicast (mckey's example): 2 receiver QPs and a sender on rxe_dummy"
+ip link set dummy0 multicast on
+echo "\$ echo role=both,group=239.1.1.1,qps=2,count=10 > .../rxe_dummy/mcast"
+echo role=both,group=239.1.1.1,qps=2,count=10 >/sys/kernel/debug/kverbs_example/rxe_dummy/mcast
+run cat /sys/kernel/debug/kverbs_example/rxe_dummy/mcast
+
 step "Device removal and module unload"
 run rdma link delete rxe_dummy
 run ls /sys/kernel/debug/kverbs_example
