@@ -166,8 +166,8 @@ fn phys_state_name(state: u8) -> &'static str {
 /// What the client keeps per device. Fields drop in order: the files go
 /// before the directory, the directory before the device reference.
 struct PerDevice {
-    rc: File<rc::Rc>,
-    mcast: File<mcast::Mcast>,
+    rc: File<rc::Control<rc::Rc>>,
+    mcast: File<rc::Control<mcast::Mcast>>,
     _stats: File<rc::StatsFile>,
     _info: File<Info>,
     _dir: Dir,
@@ -200,8 +200,14 @@ impl Client for Example {
         let dir = self.root.subdir(&name)?;
         let info = dir.file(c_str!("info"), Info(dev.into()))?;
         let stats = Arc::new(rc::Stats::default(), GFP_KERNEL)?;
-        let rc = dir.control_file(c_str!("rc"), rc::Rc::new(dev, stats.clone())?)?;
-        let mcast = dir.control_file(c_str!("mcast"), mcast::Mcast::new(dev, stats.clone())?)?;
+        let rc = dir.control_file(
+            c_str!("rc"),
+            rc::Control::<rc::Rc>::new(dev, stats.clone())?,
+        )?;
+        let mcast = dir.control_file(
+            c_str!("mcast"),
+            rc::Control::<mcast::Mcast>::new(dev, stats.clone())?,
+        )?;
         let stats = dir.file(c_str!("stats"), rc::StatsFile(stats))?;
         let entry = CString::try_from_fmt(kernel::fmt!("{}", dev.name()))?;
         {

@@ -9,10 +9,9 @@
 //! does) and checks that every receiver got every message, payload and
 //! immediate data. `role=receiver` only receives, `role=sender` only sends.
 
-use crate::rc::{Report, Stats};
+use crate::rc::{Example, Report, Stats};
 use core::fmt::Write;
-use core::sync::atomic::{AtomicBool, Ordering};
-use kernel::{new_mutex, prelude::*, sync::Arc, sync::Mutex, types::ARef};
+use kernel::{prelude::*, sync::Arc};
 use kverbs::{
     ah::Ah,
     cq::{Cq, PollCtx},
@@ -23,7 +22,6 @@ use kverbs::{
     pd::Pd,
     qp::{AddressVector, Cancel, Qp, QpCaps, Rts, UdDest, WrId, GRH_LEN},
     tcp::Ipv4,
-    Show, Store,
 };
 
 /// mckey's (and rdma_cm's) Q_Key for UDP port space multicast.
@@ -40,7 +38,7 @@ enum Role {
     Receiver,
 }
 
-struct Config {
+pub(crate) struct Config {
     role: Role,
     group: Ipv4,
     count: u32,
@@ -165,69 +163,19 @@ fn payload(i: u32, off: usize) -> u8 {
         .wrapping_add(i.wrapping_mul(13)) as u8
 }
 
-/// The `mcast` control file of a device.
-pub(crate) struct Mcast {
-    dev: ARef<Device>,
-    busy: AtomicBool,
-    cancel: Cancel,
-    report: Pin<KBox<Mutex<KVec<u8>>>>,
-    stats: Arc<Stats>,
-}
+/// The multicast example.
+pub(crate) struct Mcast;
 
-impl Mcast {
-    pub(crate) fn new(dev: &Device, stats: Arc<Stats>) -> Result<Self> {
-        Ok(Mcast {
-            dev: dev.into(),
-            busy: AtomicBool::new(false),
-            cancel: Cancel::new(),
-            report: KBox::pin_init(new_mutex!(KVec::new()), GFP_KERNEL)?,
-            stats,
-        })
+impl Example for Mcast {
+    const NAME: &'static str = "mcast";
+    type Config = Config;
+
+    fn parse(dev: &Device, input: &[u8]) -> Result<Config> {
+        parse(dev, input)
     }
 
-    pub(crate) fn cancel(&self) {
-        self.cancel.cancel();
-    }
-}
-
-impl Show for Mcast {
-    fn show(&self, out: &mut dyn Write) -> Result {
-        if self.busy.load(Ordering::Acquire) {
-            writeln!(out, "status: running")?;
-        }
-        let report = self.report.lock();
-        out.write_str(core::str::from_utf8(&report).unwrap_or("(report is not text)\n"))?;
-        Ok(())
-    }
-}
-
-impl Store for Mcast {
-    fn store(&self, input: &[u8]) -> Result {
-        let dev = &*self.dev;
-        let cfg = parse(dev, input)?;
-        if self.busy.swap(true, Ordering::AcqRel) {
-            pr_warn!("{}: mcast: a run is already in progress\n", dev.name());
-            return Err(EBUSY);
-        }
-        let mut rep = Report::new();
-        let result = run(dev, &cfg, &self.cancel, &self.stats, &mut rep);
-        match &result {
-            Ok(()) => {
-                let _ = writeln!(rep, "result: ok");
-            }
-            Err(e) => {
-                let _ = writeln!(rep, "result: error {}", e.to_errno());
-                pr_err!(
-                    "{}: mcast: run failed: error {}\n",
-                    dev.name(),
-                    e.to_errno()
-                );
-            }
-        }
-        *self.report.lock() = rep.into_vec();
-        self.cancel.reset();
-        self.busy.store(false, Ordering::Release);
-        result
+    fn run(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut Report) -> Result {
+        run(dev, cfg, cancel, stats, rep)
     }
 }
 

@@ -322,10 +322,6 @@ impl Report {
     pub(crate) fn as_bytes(&self) -> &[u8] {
         &self.0
     }
-
-    pub(crate) fn into_vec(self) -> KVec<u8> {
-        self.0
-    }
 }
 
 impl Write for Report {
@@ -336,23 +332,45 @@ impl Write for Report {
     }
 }
 
-/// The `rc` control file of a device.
-pub(crate) struct Rc {
+/// What a control file runs: it parses the written string, then runs.
+pub(crate) trait Example: Send + Sync + 'static {
+    /// The file's name, in messages.
+    const NAME: &'static str;
+    /// A parsed control string.
+    type Config;
+    /// Parses a control string; says what is wrong in the kernel log.
+    fn parse(dev: &Device, input: &[u8]) -> Result<Self::Config>;
+    /// Runs, writing the report.
+    fn run(
+        dev: &Device,
+        cfg: &Self::Config,
+        cancel: &Cancel,
+        stats: &Stats,
+        rep: &mut Report,
+    ) -> Result;
+}
+
+/// A control file of a device (`rc`, `mcast`): a write runs the example
+/// `E` and blocks until it is done, one run at a time; a read shows the
+/// last run's report.
+pub(crate) struct Control<E> {
     dev: ARef<Device>,
     busy: AtomicBool,
     cancel: Cancel,
     report: Pin<KBox<Mutex<KVec<u8>>>>,
     stats: Arc<Stats>,
+    _example: core::marker::PhantomData<E>,
 }
 
-impl Rc {
+impl<E: Example> Control<E> {
     pub(crate) fn new(dev: &Device, stats: Arc<Stats>) -> Result<Self> {
-        Ok(Rc {
+        Ok(Control {
             dev: dev.into(),
             busy: AtomicBool::new(false),
             cancel: Cancel::new(),
             report: KBox::pin_init(new_mutex!(KVec::new()), GFP_KERNEL)?,
             stats,
+            _example: core::marker::PhantomData,
         })
     }
 
@@ -363,7 +381,7 @@ impl Rc {
     }
 }
 
-impl Show for Rc {
+impl<E: Example> Show for Control<E> {
     fn show(&self, out: &mut dyn Write) -> Result {
         if self.busy.load(Ordering::Acquire) {
             writeln!(out, "status: running")?;
@@ -374,15 +392,57 @@ impl Show for Rc {
     }
 }
 
-impl Store for Rc {
+impl<E: Example> Store for Control<E> {
     fn store(&self, input: &[u8]) -> Result {
         let dev = &*self.dev;
-        let cfg = parse(dev, input)?;
+        let cfg = E::parse(dev, input)?;
         if self.busy.swap(true, Ordering::AcqRel) {
-            pr_warn!("{}: rc: a run is already in progress\n", dev.name());
+            pr_warn!(
+                "{}: {}: a run is already in progress\n",
+                dev.name(),
+                E::NAME
+            );
             return Err(EBUSY);
         }
         let mut rep = Report::new();
+        let start = kverbs::now_ns();
+        let result = E::run(dev, &cfg, &self.cancel, &self.stats, &mut rep);
+        let us = (kverbs::now_ns() - start) / 1000;
+        match result {
+            Ok(()) => {
+                let _ = writeln!(rep, "result: ok ({} us)", us);
+                add(&self.stats.runs_ok, 1);
+            }
+            Err(e) => {
+                let _ = writeln!(rep, "result: error {} ({} us)", e.to_errno(), us);
+                pr_err!(
+                    "{}: {}: run failed: error {}\n",
+                    dev.name(),
+                    E::NAME,
+                    e.to_errno()
+                );
+                add(&self.stats.runs_failed, 1);
+            }
+        }
+        *self.report.lock() = rep.0;
+        self.cancel.reset();
+        self.busy.store(false, Ordering::Release);
+        result
+    }
+}
+
+/// The RC example.
+pub(crate) struct Rc;
+
+impl Example for Rc {
+    const NAME: &'static str = "rc";
+    type Config = Config;
+
+    fn parse(dev: &Device, input: &[u8]) -> Result<Config> {
+        parse(dev, input)
+    }
+
+    fn run(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut Report) -> Result {
         let _ = writeln!(
             rep,
             "config: role={} size={} iters={} mtu={} poll={} timeout_ms={}{}{}",
@@ -395,30 +455,11 @@ impl Store for Rc {
             if cfg.validate { " validate" } else { "" },
             if cfg.imm { " imm" } else { "" }
         );
-        let start = kverbs::now_ns();
-        let result = match cfg.role {
-            Role::Loopback => run_loopback(dev, &cfg, &self.cancel, &self.stats, &mut rep),
-            Role::Server | Role::Client => run_tcp(dev, &cfg, &self.cancel, &self.stats, &mut rep),
-            Role::CmServer | Role::CmClient => {
-                crate::rping::run(dev, &cfg, &self.cancel, &self.stats, &mut rep)
-            }
-        };
-        let us = (kverbs::now_ns() - start) / 1000;
-        match result {
-            Ok(()) => {
-                let _ = writeln!(rep, "result: ok ({} us)", us);
-                add(&self.stats.runs_ok, 1);
-            }
-            Err(e) => {
-                let _ = writeln!(rep, "result: error {} ({} us)", e.to_errno(), us);
-                pr_err!("{}: rc: run failed: error {}\n", dev.name(), e.to_errno());
-                add(&self.stats.runs_failed, 1);
-            }
+        match cfg.role {
+            Role::Loopback => run_loopback(dev, cfg, cancel, stats, rep),
+            Role::Server | Role::Client => run_tcp(dev, cfg, cancel, stats, rep),
+            Role::CmServer | Role::CmClient => crate::rping::run(dev, cfg, cancel, stats, rep),
         }
-        *self.report.lock() = rep.0;
-        self.cancel.reset();
-        self.busy.store(false, Ordering::Release);
-        result
     }
 }
 
