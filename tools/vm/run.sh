@@ -35,7 +35,8 @@ if [ -n "${KVERBS_TESTS:-}" ]; then
 	append="$append kverbs.tests=$(echo $KVERBS_TESTS | tr ' ' ',')"
 fi
 net=(-nic none)
-# Two-host tests: a second VM (the peer) joined to this one by a QEMU
+# Two-host tests: a second VM (the peer, one vCPU: the host has two)
+# joined to this one by a QEMU
 # socket netdev over UDP on 127.0.0.1, both on 169.254.10.0/24; rxe runs on
 # each one's eth0. KVERBS_TWO_HOSTS=0 runs without it.
 peer_pid=
@@ -43,7 +44,7 @@ if [ "$mode" = check ] && [ "${KVERBS_TWO_HOSTS:-1}" = 1 ]; then
 	p1=$((20000 + RANDOM % 20000))
 	p2=$((p1 + 1))
 	peer_append="console=ttyS0 loglevel=4 log_buf_len=8M panic=-1 kmemleak=on kverbs.mode=peer kverbs.ip=169.254.10.2"
-	qemu_peer=(qemu-system-x86_64 -accel tcg -cpu max -smp 2 -m 1024
+	qemu_peer=(qemu-system-x86_64 -accel tcg -cpu max -smp 1 -m 1024
 		-kernel "$kdir/arch/x86/boot/bzImage" -initrd "$initrd" -append "$peer_append"
 		-display none -monitor none -serial stdio -no-reboot
 		-netdev "socket,id=n0,udp=127.0.0.1:$p1,localaddr=127.0.0.1:$p2"
