@@ -124,6 +124,12 @@ pub struct Wc {
     pub src_qp: u32,
     /// The vendor error code of a failed completion.
     pub vendor_err: u32,
+    /// A UD receive: the first 40 bytes of the buffer hold the GRH (or,
+    /// for RoCE v2 over IPv4, the IPv4 header in their last 20).
+    pub grh: bool,
+    /// For a receive with a GRH: whether it came over IPv4 (RoCE v2), if
+    /// the device says.
+    pub ipv4: Option<bool>,
 }
 
 impl Wc {
@@ -137,6 +143,9 @@ impl Wc {
             imm: has_imm.then(|| u32::from_be(unsafe { wc.ex.imm_data })),
             src_qp: wc.src_qp,
             vendor_err: wc.vendor_err,
+            grh: wc.wc_flags & (bindings::IB_WC_GRH as i32) != 0,
+            ipv4: (wc.wc_flags & (bindings::IB_WC_WITH_NETWORK_HDR_TYPE as i32) != 0)
+                .then_some(u32::from(wc.network_hdr_type) == bindings::RDMA_NETWORK_IPV4),
         }
     }
 
@@ -145,6 +154,53 @@ impl Wc {
         match self.status {
             WcStatus::Success => Ok(self),
             _ => Err(kernel::error::code::EIO),
+        }
+    }
+}
+
+/// The global route header of a UD receive, parsed.
+#[derive(Clone, Copy, Debug)]
+pub struct Grh {
+    /// The source GID (for IPv4, the source address mapped into IPv6).
+    pub sgid: crate::device::Gid,
+    /// The destination GID.
+    pub dgid: crate::device::Gid,
+    /// The flow label (0 over IPv4).
+    pub flow_label: u32,
+    /// The hop limit (IPv4: the TTL).
+    pub hop_limit: u8,
+}
+
+impl Grh {
+    /// The 40 bytes a UD receive starts with: an IB/IPv6 GRH, or 20
+    /// reserved bytes and an IPv4 header (RoCE v2 over IPv4).
+    pub fn parse(raw: &[u8; 40], ipv4: bool) -> Self {
+        use crate::device::Gid;
+        let mapped = |a: &[u8]| {
+            let mut g = [0u8; 16];
+            g[10] = 0xff;
+            g[11] = 0xff;
+            g[12..].copy_from_slice(a);
+            Gid(g)
+        };
+        if ipv4 {
+            let ip = &raw[20..];
+            return Grh {
+                sgid: mapped(&ip[12..16]),
+                dgid: mapped(&ip[16..20]),
+                flow_label: 0,
+                hop_limit: ip[8],
+            };
+        }
+        let mut sgid = [0u8; 16];
+        let mut dgid = [0u8; 16];
+        sgid.copy_from_slice(&raw[8..24]);
+        dgid.copy_from_slice(&raw[24..40]);
+        Grh {
+            sgid: Gid(sgid),
+            dgid: Gid(dgid),
+            flow_label: u32::from_be_bytes([raw[0], raw[1], raw[2], raw[3]]) & 0xf_ffff,
+            hop_limit: raw[7],
         }
     }
 }

@@ -22,6 +22,7 @@ use kverbs::{
     pd::Pd,
     qp::{AddressVector, Cancel, Qp, QpCaps, Rts, UdDest, WrId, GRH_LEN},
     tcp::Ipv4,
+    wc::Grh,
 };
 
 /// mckey's (and rdma_cm's) Q_Key for UDP port space multicast.
@@ -226,6 +227,7 @@ fn run(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut Rep
             );
             ENODEV
         })?;
+    let sgid = dev.gid_attr(port, sgid_index)?.gid();
     let ifindex = dev.netdev_ifindex(port).ok_or(ENODEV)?;
     let mgid: Gid = mgid_of(cfg.group);
     let t = cfg.timeout_ms;
@@ -327,6 +329,7 @@ fn run(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut Rep
 
     for (n, r) in receivers.iter().enumerate() {
         let slot = GRH_LEN + cfg.size;
+        let mut first_ipv4 = None;
         for (i, &id) in r.recvs.iter().enumerate() {
             let wc = r.qp.wait(id, t, cancel).inspect_err(|e| {
                 let _ = writeln!(
@@ -337,7 +340,10 @@ fn run(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut Rep
                     e.to_errno()
                 );
             })?;
-            if wc.result().is_err() || wc.byte_len as usize != slot {
+            if i == 0 {
+                first_ipv4 = wc.ipv4;
+            }
+            if wc.result().is_err() || wc.byte_len as usize != slot || !wc.grh {
                 let _ = writeln!(
                     rep,
                     "qp {}: message {}: {} ({} bytes)",
@@ -366,12 +372,31 @@ fn run(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut Rep
                 }
             }
         }
+        // Where the first message came from, as its GRH says.
+        let mut raw = [0u8; GRH_LEN];
+        r.buf.read(0, &mut raw)?;
+        let grh = Grh::parse(&raw, first_ipv4.unwrap_or(true));
         let _ = writeln!(
             rep,
-            "qp {:#x}: received {} messages",
+            "qp {:#x}: received {} messages from {} (flow label {:#x}, hop limit {})",
             r.qp.qp_num(),
-            cfg.count
+            cfg.count,
+            grh.sgid.ipv6(),
+            grh.flow_label,
+            grh.hop_limit
         );
+        if grh.dgid != mgid || (sender_qpn.is_some() && grh.sgid != sgid) {
+            let _ = writeln!(
+                rep,
+                "qp {}: GRH {} -> {}, expected {} -> {}",
+                n,
+                grh.sgid.ipv6(),
+                grh.dgid.ipv6(),
+                sgid.ipv6(),
+                mgid.ipv6()
+            );
+            return Err(EIO);
+        }
     }
     if !receivers.is_empty() && sender_qpn.is_some() {
         let _ = writeln!(
