@@ -6,6 +6,7 @@
  */
 #include <linux/delay.h>
 #include <linux/igmp.h>
+#include <net/ipv6.h>
 #include <linux/in.h>
 #include <linux/rtnetlink.h>
 #include <linux/net.h>
@@ -156,6 +157,27 @@ int kverbs_ip_mc_join(struct socket **res, __be32 group, int ifindex)
 	rtnl_lock();
 	lock_sock((*res)->sk);
 	err = ip_mc_join_group((*res)->sk, &mreq);
+	release_sock((*res)->sk);
+	rtnl_unlock();
+	if (err) {
+		sock_release(*res);
+		*res = NULL;
+	}
+	return err;
+}
+
+int kverbs_ip6_mc_join(struct socket **res, const u8 *group, int ifindex)
+{
+	struct in6_addr addr;
+	int err;
+
+	memcpy(&addr, group, sizeof(addr));
+	err = sock_create_kern(&init_net, AF_INET6, SOCK_DGRAM, IPPROTO_UDP, res);
+	if (err)
+		return err;
+	rtnl_lock();
+	lock_sock((*res)->sk);
+	err = ipv6_sock_mc_join((*res)->sk, ifindex, &addr);
 	release_sock((*res)->sk);
 	rtnl_unlock();
 	if (err) {

@@ -80,4 +80,7 @@ long kverbs_wait_u32_ne(struct wait_queue_head *wq, const u32 *v, u32 old,
  */
 int kverbs_ip_mc_join(struct socket **res, __be32 group, int ifindex);
 
+/* The same for an IPv6 group (16 bytes, network order). */
+int kverbs_ip6_mc_join(struct socket **res, const u8 *group, int ifindex);
+
 #endif

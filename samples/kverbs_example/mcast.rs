@@ -18,7 +18,7 @@ use kverbs::{
     device::{Device, Gid, GidType},
     dma::DmaBuf,
     errno,
-    mcast::{is_multicast, mgid_of, IpGroup},
+    mcast::{Group, IpGroup},
     pd::Pd,
     qp::{AddressVector, Cancel, Qp, QpCaps, Rts, UdDest, WrId, GRH_LEN},
     tcp::Ipv4,
@@ -41,7 +41,7 @@ enum Role {
 
 pub(crate) struct Config {
     role: Role,
-    group: Ipv4,
+    group: Group,
     count: u32,
     size: usize,
     qps: u32,
@@ -55,7 +55,7 @@ fn parse(dev: &Device, input: &[u8]) -> Result<Config> {
     })?;
     let mut cfg = Config {
         role: Role::Both,
-        group: Ipv4([0; 4]),
+        group: Group::V4(Ipv4([0; 4])),
         count: 10,
         size: 100,
         qps: 1,
@@ -109,35 +109,14 @@ fn parse(dev: &Device, input: &[u8]) -> Result<Config> {
                 have_role = true;
             }
             "group" => {
-                let mut a = [0u8; 4];
-                let mut parts = val.split('.');
-                for b in a.iter_mut() {
-                    *b = parts.next().and_then(|p| p.parse().ok()).ok_or_else(|| {
-                        pr_warn!(
-                            "{}: mcast: group '{}' is not an IPv4 address\n",
-                            dev.name(),
-                            val
-                        );
-                        EINVAL
-                    })?;
-                }
-                if parts.next().is_some() {
-                    pr_warn!(
-                        "{}: mcast: group '{}' is not an IPv4 address\n",
-                        dev.name(),
-                        val
-                    );
-                    return Err(EINVAL);
-                }
-                cfg.group = Ipv4(a);
-                if !is_multicast(cfg.group) {
+                cfg.group = Group::parse(val).ok_or_else(|| {
                     pr_warn!(
                         "{}: mcast: {} is not a multicast address\n",
                         dev.name(),
-                        cfg.group
+                        val
                     );
-                    return Err(EINVAL);
-                }
+                    EINVAL
+                })?;
                 have_group = true;
             }
             "count" => cfg.count = num(1, MAX_COUNT.into())? as u32,
@@ -211,25 +190,27 @@ fn run(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut Rep
         );
         return Err(ERANGE);
     }
-    // The source GID: the port's first RoCE v2 IPv4 GID.
+    // The source GID: the port's first RoCE v2 GID of the group's family.
+    let v4 = matches!(cfg.group, Group::V4(_));
     let len = dev.query_port(port)?.gid_tbl_len();
     let sgid_index = (0..len)
         .find(|&i| {
             dev.gid_attr(port, i)
-                .map(|g| g.gid_type() == GidType::RoceV2 && g.gid().is_v4_mapped())
+                .map(|g| g.gid_type() == GidType::RoceV2 && g.gid().is_v4_mapped() == v4)
                 .unwrap_or(false)
         })
         .ok_or_else(|| {
             pr_warn!(
-                "{}: mcast: port {} has no RoCE v2 IPv4 GID\n",
+                "{}: mcast: port {} has no RoCE v2 {} GID\n",
                 dev.name(),
-                port
+                port,
+                if v4 { "IPv4" } else { "IPv6" }
             );
             ENODEV
         })?;
     let sgid = dev.gid_attr(port, sgid_index)?.gid();
     let ifindex = dev.netdev_ifindex(port).ok_or(ENODEV)?;
-    let mgid: Gid = mgid_of(cfg.group);
+    let mgid: Gid = cfg.group.mgid();
     let t = cfg.timeout_ms;
 
     let pd = Pd::new(dev)?;

@@ -96,20 +96,36 @@ link_del_while_attached() {
 	return $r
 }
 
+# An IPv6 group: the MGID is the address, the source dummy0's link-local
+# RoCE v2 GID.
+loopback_ipv6() {
+	local r=0 ll
+	printf 'role=both,group=ff0e::1:2,qps=2,count=5' >"$MC" || { kv_msg "run failed"; r=1; }
+	kv_diag <"$MC"
+	ll=$(grep -m1 "^	GID\[.*\]: fe80:" "$KV_DEBUGFS/rxe_dummy/info" | sed 's/.*: \(fe80:[^,]*\),.*/\1/')
+	[ -n "$ll" ] || { kv_msg "no link-local GID"; r=1; }
+	[ "$(grep -c "^joined dgid: ff0e::1:2 qpn" "$MC")" = 2 ] || r=1
+	[ "$(grep -c "^qp 0x[0-9a-f]*: received 5 messages from $ll " "$MC")" = 2 ] || r=1
+	grep -q "^detach: ok" "$MC" || r=1
+	return $r
+}
+
 bad() {
 	kv_write_fails "$MC" "$1" "$2" "$3" || return 1
 	# Still usable.
 	printf 'role=both,group=239.1.1.2,qps=2,count=2' >"$MC"
 }
 
-kv_begin 12
+kv_begin 14
 kv_case setup_rxe_dummy_and_load setup
 kv_case mcast_loopback_two_receivers loopback 2 100 10
 kv_case mcast_loopback_four_receivers_1024 loopback 4 1024 5
+kv_case mcast_loopback_ipv6_group_two_receivers loopback_ipv6
 kv_case mcast_mckey_receives_kernel_sender mckey_receives_kernel_sender
 kv_case mcast_kernel_receives_mckey_sender kernel_receives_mckey
 kv_case mcast_rdma_link_del_and_rmmod_while_attached link_del_while_attached
 kv_case bad_input_mcast_not_multicast bad "role=both,group=10.1.1.1" "Invalid argument" "10.1.1.1 is not a multicast address"
+kv_case bad_input_mcast_ipv6_not_multicast bad "role=both,group=fe80::1" "Invalid argument" "fe80::1 is not a multicast address"
 kv_case bad_input_mcast_size_above_mtu bad "role=both,group=239.1.1.1,size=2000" "Message too long" "size 2000 is above the active MTU 1024"
 kv_case bad_input_mcast_too_many_qps bad "role=both,group=239.1.1.1,qps=17" "Numerical result out of range" "qps=17 is out of range"
 kv_case bad_input_mcast_unknown_key bad "role=both,group=239.1.1.1,ttl=3" "Invalid argument" "unknown key 'ttl'"

@@ -150,7 +150,9 @@ mcast_across() {
 	echo "$out" | kv_diag
 	echo "$out" | grep -q "^result: ok" || r=1
 	# The peer's receivers saw this VM as the source in the GRH.
-	[ "$(echo "$out" | grep -c "^qp 0x[0-9a-f]*: received 5 messages from ::ffff:$HERE ")" = 2 ] || r=1
+	local src="::ffff:$HERE"
+	case $group in *:*) src=fe80: ;; esac
+	[ "$(echo "$out" | grep -c "^qp 0x[0-9a-f]*: received 5 messages from $src")" = 2 ] || r=1
 	grep -q "^result: ok" "$MC" || r=1
 	if [ "$role" = both ]; then
 		[ "$(grep -c '^qp 0x[0-9a-f]*: received 5 messages' "$MC")" = 2 ] || r=1
@@ -171,7 +173,7 @@ peer_kmemleak_clean() {
 	[ -z "$out" ] || { echo "$out" | head -n 60 | kv_diag; return 1; }
 }
 
-kv_begin 11
+kv_begin 12
 kv_case setup_rxe_on_eth0_and_reach_the_peer_vm setup
 kv_case rc_two_hosts_kernel_to_kernel_client_here_21 kernel_to_kernel_client_here 21
 kv_case rc_two_hosts_kernel_to_kernel_server_here_21 kernel_to_kernel_server_here 21
@@ -180,6 +182,7 @@ kv_case rc_two_hosts_kernel_to_kernel_server_here_65536 kernel_to_kernel_server_
 kv_case rc_two_hosts_userspace_client_kernel_server userspace_here_kernel_there
 kv_case mcast_two_hosts_sender_here_two_receivers_there mcast_across sender 239.2.0.1
 kv_case mcast_two_hosts_receivers_in_both_vms mcast_across both 239.2.0.2
+kv_case mcast_two_hosts_ipv6_group mcast_across sender ff0e::2:1
 kv_case peer_vm_kernel_log_clean peer_log_clean
 kv_case peer_vm_kmemleak_clean peer_kmemleak_clean
 kv_end
