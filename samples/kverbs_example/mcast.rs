@@ -29,7 +29,7 @@ use kverbs::{
 const QKEY: u32 = 0x0123_4567;
 /// The QPN that addresses a multicast group.
 const MCAST_QPN: u32 = 0xff_ffff;
-const MAX_QPS: u32 = 16;
+const MAX_QPS: u32 = 64;
 const MAX_COUNT: u32 = 1000;
 
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -110,13 +110,22 @@ loopback_ipv6() {
 	return $r
 }
 
+# One more QP than the device lets attach to a group (max_mcast_qp_attach).
+bad_attach_limit() {
+	local max
+	max=$(sed -n 's/^max_mcast_qp_attach: //p' "$KV_DEBUGFS/rxe_dummy/info")
+	[ -n "$max" ] && [ "$max" -lt 64 ] || { kv_msg "max_mcast_qp_attach '$max'"; return 1; }
+	bad "role=both,group=239.1.1.1,qps=$((max + 1))" "Numerical result out of range" \
+		"qps=$((max + 1)) is above max_mcast_qp_attach $max"
+}
+
 bad() {
 	kv_write_fails "$MC" "$1" "$2" "$3" || return 1
 	# Still usable.
 	printf 'role=both,group=239.1.1.2,qps=2,count=2' >"$MC"
 }
 
-kv_begin 14
+kv_begin 15
 kv_case setup_rxe_dummy_and_load setup
 kv_case mcast_loopback_two_receivers loopback 2 100 10
 kv_case mcast_loopback_four_receivers_1024 loopback 4 1024 5
@@ -127,7 +136,8 @@ kv_case mcast_rdma_link_del_and_rmmod_while_attached link_del_while_attached
 kv_case bad_input_mcast_not_multicast bad "role=both,group=10.1.1.1" "Invalid argument" "10.1.1.1 is not a multicast address"
 kv_case bad_input_mcast_ipv6_not_multicast bad "role=both,group=fe80::1" "Invalid argument" "fe80::1 is not a multicast address"
 kv_case bad_input_mcast_size_above_mtu bad "role=both,group=239.1.1.1,size=2000" "Message too long" "size 2000 is above the active MTU 1024"
-kv_case bad_input_mcast_too_many_qps bad "role=both,group=239.1.1.1,qps=17" "Numerical result out of range" "qps=17 is out of range"
+kv_case bad_input_mcast_qps_over_parse_limit bad "role=both,group=239.1.1.1,qps=65" "Numerical result out of range" "qps=65 is out of range"
+kv_case bad_input_mcast_qps_over_max_mcast_qp_attach bad_attach_limit
 kv_case bad_input_mcast_unknown_key bad "role=both,group=239.1.1.1,ttl=3" "Invalid argument" "unknown key 'ttl'"
 kv_case bad_input_mcast_missing_group bad "role=both" "Invalid argument" "role= and group= are required"
 kv_end
