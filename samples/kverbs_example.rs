@@ -200,13 +200,10 @@ impl Client for Example {
         let dir = self.root.subdir(&name)?;
         let info = dir.file(c_str!("info"), Info(dev.into()))?;
         let stats = Arc::new(rc::Stats::default(), GFP_KERNEL)?;
-        let rc = dir.control_file(
-            c_str!("rc"),
-            rc::Control::<rc::Rc>::new(dev, stats.clone())?,
-        )?;
+        let rc = dir.control_file(c_str!("rc"), rc::Control::new(dev, stats.clone(), rc::Rc)?)?;
         let mcast = dir.control_file(
             c_str!("mcast"),
-            rc::Control::<mcast::Mcast>::new(dev, stats.clone())?,
+            rc::Control::new(dev, stats.clone(), mcast::Mcast::new()?)?,
         )?;
         let stats = dir.file(c_str!("stats"), rc::StatsFile(stats))?;
         let entry = CString::try_from_fmt(kernel::fmt!("{}", dev.name()))?;

@@ -11,7 +11,7 @@
 
 use crate::rc::{Example, Report, Stats};
 use core::fmt::Write;
-use kernel::{prelude::*, sync::Arc};
+use kernel::{new_mutex, prelude::*, sync::Arc, sync::Mutex};
 use kverbs::{
     ah::Ah,
     cq::{Cq, PollCtx},
@@ -37,6 +37,10 @@ enum Role {
     Both,
     Sender,
     Receiver,
+    /// `attach <group>`: attach the device's manual QP.
+    Attach,
+    /// `detach <group>`.
+    Detach,
 }
 
 pub(crate) struct Config {
@@ -62,6 +66,26 @@ fn parse(dev: &Device, input: &[u8]) -> Result<Config> {
         timeout_ms: 5000,
     };
     let (mut have_role, mut have_group) = (false, false);
+    // `attach <group>` and `detach <group>`, by hand.
+    let mut words = text.split_ascii_whitespace();
+    if let (Some(cmd @ ("attach" | "detach")), Some(group), None) =
+        (words.next(), words.next(), words.next())
+    {
+        cfg.role = if cmd == "attach" {
+            Role::Attach
+        } else {
+            Role::Detach
+        };
+        cfg.group = Group::parse(group).ok_or_else(|| {
+            pr_warn!(
+                "{}: mcast: {} is not a multicast address\n",
+                dev.name(),
+                group
+            );
+            EINVAL
+        })?;
+        return Ok(cfg);
+    }
     for opt in text.split(|c: char| c == ',' || c.is_ascii_whitespace()) {
         if opt.is_empty() {
             continue;
@@ -143,8 +167,93 @@ fn payload(i: u32, off: usize) -> u8 {
         .wrapping_add(i.wrapping_mul(13)) as u8
 }
 
+/// What `attach` sets up and `detach` takes down: a UD QP and the groups
+/// it is attached to, with their IP-level joins. Dropped with the device's
+/// files: the QP detaches, the joins are left.
+struct Manual {
+    qp: Qp<Rts>,
+    joins: KVec<(Group, IpGroup)>,
+}
+
 /// The multicast example.
-pub(crate) struct Mcast;
+pub(crate) struct Mcast {
+    manual: Pin<KBox<Mutex<Option<Manual>>>>,
+}
+
+impl Mcast {
+    pub(crate) fn new() -> Result<Self> {
+        Ok(Mcast {
+            manual: KBox::pin_init(new_mutex!(None), GFP_KERNEL)?,
+        })
+    }
+
+    fn attach(&self, dev: &Device, group: Group, rep: &mut Report) -> Result {
+        let mut manual = self.manual.lock();
+        let port = *dev.ports().start();
+        if manual.is_none() {
+            let pd = Pd::new(dev)?;
+            let cq = Cq::new(dev, 4, PollCtx::Softirq)?;
+            let caps = QpCaps {
+                max_send_wr: 1,
+                max_recv_wr: 1,
+            };
+            let qp = Qp::new_ud(&pd, port, &cq, &cq, caps)?
+                .to_init_ud(0, QKEY)?
+                .to_rtr_ud()?
+                .to_rts_ud(0)?;
+            *manual = Some(Manual {
+                qp,
+                joins: KVec::new(),
+            });
+        }
+        let m = manual.as_mut().ok_or(EINVAL)?;
+        if m.joins.iter().any(|(g, _)| *g == group) {
+            pr_warn!("{}: mcast: {} is attached already\n", dev.name(), group);
+            return Err(EEXIST);
+        }
+        let ifindex = dev.netdev_ifindex(port).ok_or(ENODEV)?;
+        let join = IpGroup::join(group, ifindex)?;
+        m.qp.attach_mcast(group.mgid())?;
+        if let Err(e) = m.joins.push((group, join), GFP_KERNEL) {
+            let _ = m.qp.detach_mcast(group.mgid());
+            return Err(e.into());
+        }
+        let _ = writeln!(
+            rep,
+            "attach: qpn {:#x} to {} (mgid {})",
+            m.qp.qp_num(),
+            group,
+            group.mgid().ipv6()
+        );
+        Ok(())
+    }
+
+    fn detach(&self, dev: &Device, group: Group, rep: &mut Report) -> Result {
+        let mut manual = self.manual.lock();
+        let not_attached = || {
+            pr_warn!("{}: mcast: {} is not attached\n", dev.name(), group);
+            ENOENT
+        };
+        let m = manual.as_mut().ok_or_else(not_attached)?;
+        let i = m
+            .joins
+            .iter()
+            .position(|(g, _)| *g == group)
+            .ok_or_else(not_attached)?;
+        m.qp.detach_mcast(group.mgid())?;
+        // Rebuild the list without the group; dropping its join leaves the
+        // IP group.
+        let mut rest = KVec::with_capacity(m.joins.len(), GFP_KERNEL)?;
+        for (j, entry) in core::mem::take(&mut m.joins).into_iter().enumerate() {
+            if j != i {
+                rest.push(entry, GFP_KERNEL)?;
+            }
+        }
+        m.joins = rest;
+        let _ = writeln!(rep, "detach: qpn {:#x} from {}", m.qp.qp_num(), group);
+        Ok(())
+    }
+}
 
 impl Example for Mcast {
     const NAME: &'static str = "mcast";
@@ -154,8 +263,34 @@ impl Example for Mcast {
         parse(dev, input)
     }
 
-    fn run(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut Report) -> Result {
-        run(dev, cfg, cancel, stats, rep)
+    fn run(
+        &self,
+        dev: &Device,
+        cfg: &Config,
+        cancel: &Cancel,
+        stats: &Stats,
+        rep: &mut Report,
+    ) -> Result {
+        match cfg.role {
+            Role::Attach => self.attach(dev, cfg.group, rep),
+            Role::Detach => self.detach(dev, cfg.group, rep),
+            _ => run(dev, cfg, cancel, stats, rep),
+        }
+    }
+
+    fn show_state(&self, out: &mut dyn Write) -> Result {
+        if let Some(m) = &*self.manual.lock() {
+            for (g, _) in m.joins.iter() {
+                writeln!(
+                    out,
+                    "attached: {} mgid {} qpn {:#x}",
+                    g,
+                    g.mgid().ipv6(),
+                    m.qp.qp_num()
+                )?;
+            }
+        }
+        Ok(())
     }
 }
 

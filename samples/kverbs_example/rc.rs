@@ -342,12 +342,19 @@ pub(crate) trait Example: Send + Sync + 'static {
     fn parse(dev: &Device, input: &[u8]) -> Result<Self::Config>;
     /// Runs, writing the report.
     fn run(
+        &self,
         dev: &Device,
         cfg: &Self::Config,
         cancel: &Cancel,
         stats: &Stats,
         rep: &mut Report,
     ) -> Result;
+
+    /// State to show before the last report, if the example keeps any.
+    fn show_state(&self, out: &mut dyn Write) -> Result {
+        let _ = out;
+        Ok(())
+    }
 }
 
 /// A control file of a device (`rc`, `mcast`): a write runs the example
@@ -359,18 +366,18 @@ pub(crate) struct Control<E> {
     cancel: Cancel,
     report: Pin<KBox<Mutex<KVec<u8>>>>,
     stats: Arc<Stats>,
-    _example: core::marker::PhantomData<E>,
+    example: E,
 }
 
 impl<E: Example> Control<E> {
-    pub(crate) fn new(dev: &Device, stats: Arc<Stats>) -> Result<Self> {
+    pub(crate) fn new(dev: &Device, stats: Arc<Stats>, example: E) -> Result<Self> {
         Ok(Control {
             dev: dev.into(),
             busy: AtomicBool::new(false),
             cancel: Cancel::new(),
             report: KBox::pin_init(new_mutex!(KVec::new()), GFP_KERNEL)?,
             stats,
-            _example: core::marker::PhantomData,
+            example,
         })
     }
 
@@ -386,6 +393,7 @@ impl<E: Example> Show for Control<E> {
         if self.busy.load(Ordering::Acquire) {
             writeln!(out, "status: running")?;
         }
+        self.example.show_state(out)?;
         let report = self.report.lock();
         out.write_str(core::str::from_utf8(&report).unwrap_or("(report is not text)\n"))?;
         Ok(())
@@ -406,7 +414,9 @@ impl<E: Example> Store for Control<E> {
         }
         let mut rep = Report::new();
         let start = kverbs::now_ns();
-        let result = E::run(dev, &cfg, &self.cancel, &self.stats, &mut rep);
+        let result = self
+            .example
+            .run(dev, &cfg, &self.cancel, &self.stats, &mut rep);
         let us = (kverbs::now_ns() - start) / 1000;
         match result {
             Ok(()) => {
@@ -442,7 +452,14 @@ impl Example for Rc {
         parse(dev, input)
     }
 
-    fn run(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut Report) -> Result {
+    fn run(
+        &self,
+        dev: &Device,
+        cfg: &Config,
+        cancel: &Cancel,
+        stats: &Stats,
+        rep: &mut Report,
+    ) -> Result {
         let _ = writeln!(
             rep,
             "config: role={} size={} iters={} mtu={} poll={} timeout_ms={}{}{}",

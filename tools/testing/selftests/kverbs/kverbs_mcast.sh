@@ -119,13 +119,52 @@ bad_attach_limit() {
 		"qps=$((max + 1)) is above max_mcast_qp_attach $max"
 }
 
+# attach/detach by hand; the read lists the attachments; the IP-level
+# join comes and goes with them (/proc/net/igmp: 239.3.0.1 is 010003EF).
+by_hand() {
+	local r=0
+	printf 'attach 239.3.0.1' >"$MC" || r=1
+	printf 'attach ff0e::3:1' >"$MC" || r=1
+	kv_diag <"$MC"
+	grep -qx "attached: 239.3.0.1 mgid ::ffff:239.3.0.1 qpn 0x[0-9a-f]*" "$MC" || r=1
+	grep -qx "attached: ff0e::3:1 mgid ff0e::3:1 qpn 0x[0-9a-f]*" "$MC" || r=1
+	grep -qi "010003EF" /proc/net/igmp || { kv_msg "not joined at the IP level"; r=1; }
+	printf 'detach 239.3.0.1' >"$MC" || r=1
+	! grep -q "^attached: 239.3.0.1 " "$MC" || { kv_msg "still listed"; r=1; }
+	grep -q "^attached: ff0e::3:1 " "$MC" || r=1
+	! grep -qi "010003EF" /proc/net/igmp || { kv_msg "IP group not left"; r=1; }
+	printf 'detach ff0e::3:1' >"$MC" || r=1
+	! grep -q "^attached:" "$MC" || r=1
+	return $r
+}
+
+attach_twice() {
+	printf 'attach 239.3.0.2' >"$MC" || return 1
+	kv_write_fails "$MC" "attach 239.3.0.2" "File exists" "239.3.0.2 is attached already" || return 1
+	printf 'detach 239.3.0.2' >"$MC"
+}
+
+# Device removal while a sender is sending (1000 messages to itself).
+link_del_while_sending() {
+	local r=0
+	bash -c "printf 'role=both,group=239.1.4.1,count=1000,timeout_ms=60000' >$MC" 2>/tmp/run.err &
+	local pid=$!
+	kv_wait grep -q "^status: running" "$MC" || r=1
+	kv_rxe_del rxe_dummy || r=1
+	wait $pid && { kv_msg "the run finished before the removal"; r=1; }
+	kv_msg "writer: $(cat /tmp/run.err)"
+	grep -q "Operation canceled" /tmp/run.err || r=1
+	kv_rxe_add rxe_dummy dummy0 || r=1
+	return $r
+}
+
 bad() {
 	kv_write_fails "$MC" "$1" "$2" "$3" || return 1
 	# Still usable.
 	printf 'role=both,group=239.1.1.2,qps=2,count=2' >"$MC"
 }
 
-kv_begin 15
+kv_begin 20
 kv_case setup_rxe_dummy_and_load setup
 kv_case mcast_loopback_two_receivers loopback 2 100 10
 kv_case mcast_loopback_four_receivers_1024 loopback 4 1024 5
@@ -133,6 +172,11 @@ kv_case mcast_loopback_ipv6_group_two_receivers loopback_ipv6
 kv_case mcast_mckey_receives_kernel_sender mckey_receives_kernel_sender
 kv_case mcast_kernel_receives_mckey_sender kernel_receives_mckey
 kv_case mcast_rdma_link_del_and_rmmod_while_attached link_del_while_attached
+kv_case mcast_rdma_link_del_while_sending link_del_while_sending
+kv_case mcast_attach_detach_by_hand_listed by_hand
+kv_case bad_input_mcast_attach_twice attach_twice
+kv_case bad_input_mcast_detach_not_attached kv_write_fails "$MC" "detach 239.3.0.9" "No such file or directory" "239.3.0.9 is not attached"
+kv_case bad_input_mcast_attach_not_multicast kv_write_fails "$MC" "attach 10.0.0.1" "Invalid argument" "10.0.0.1 is not a multicast address"
 kv_case bad_input_mcast_not_multicast bad "role=both,group=10.1.1.1" "Invalid argument" "10.1.1.1 is not a multicast address"
 kv_case bad_input_mcast_ipv6_not_multicast bad "role=both,group=fe80::1" "Invalid argument" "fe80::1 is not a multicast address"
 kv_case bad_input_mcast_size_above_mtu bad "role=both,group=239.1.1.1,size=2000" "Message too long" "size 2000 is above the active MTU 1024"
