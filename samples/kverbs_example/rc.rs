@@ -574,6 +574,53 @@ fn report_op(rep: &mut Report, op: &str, size: usize, dt_ns: u64, what: &str, bu
     let _ = writeln!(rep, "{}: '{}'", what, Msg::of(buf, size));
 }
 
+/// The port and source GID of a run, reported.
+fn port_and_gid(
+    dev: &Device,
+    cfg: &Config,
+    rep: &mut Report,
+) -> Result<(u32, u32, kverbs::device::Gid)> {
+    let port = *dev.ports().start();
+    let (gid_idx, gid) = pick_gid(dev, port, cfg.gid_idx)?;
+    let _ = writeln!(
+        rep,
+        "device {} port {} gid[{}] {}",
+        dev.name(),
+        port,
+        gid_idx,
+        gid.ipv6()
+    );
+    Ok((port, gid_idx, gid))
+}
+
+/// RDMA_RC_example's INIT -> RTR attributes, toward `dest_qp_num` at `dgid`.
+fn rtr_attr(cfg: &Config, dest_qp_num: u32, dgid: kverbs::device::Gid, sgid_index: u32) -> RtrAttr {
+    RtrAttr {
+        path_mtu: cfg.mtu,
+        dest_qp_num,
+        rq_psn: 0,
+        max_dest_rd_atomic: 1,
+        min_rnr_timer: 0x12,
+        av: AddressVector {
+            dgid,
+            sgid_index: sgid_index as u8,
+            hop_limit: 1,
+            flow_label: 0,
+            traffic_class: 0,
+            sl: 0,
+        },
+    }
+}
+
+/// RDMA_RC_example's RTR -> RTS attributes.
+const RTS_ATTR: RtsAttr = RtsAttr {
+    timeout: 0x12,
+    retry_cnt: 6,
+    rnr_retry: 0,
+    sq_psn: 0,
+    max_rd_atomic: 1,
+};
+
 /// Picks the GID index: the one asked for, or the first RoCE v2 GID that
 /// is an IPv4 address, or the first valid one.
 pub(crate) fn pick_gid(
@@ -642,18 +689,9 @@ fn run_loopback(
     stats: &Stats,
     rep: &mut Report,
 ) -> Result {
-    let port = *dev.ports().start();
-    let (gid_idx, gid) = pick_gid(dev, port, cfg.gid_idx)?;
+    let (port, gid_idx, gid) = port_and_gid(dev, cfg, rep)?;
     let size = cfg.size;
     let t = cfg.timeout_ms;
-    let _ = writeln!(
-        rep,
-        "device {} port {} gid[{}] {}",
-        dev.name(),
-        port,
-        gid_idx,
-        gid.ipv6()
-    );
 
     // resources_create
     let pd = Pd::new(dev)?;
@@ -688,31 +726,10 @@ fn run_loopback(
     let client = client.to_init(&init)?;
     // RDMA_RC_example's client posts its receive before RTR.
     let mut recv = client.post_recv(&client_buf, 0, size)?;
-    let rtr = |dest_qp_num| RtrAttr {
-        path_mtu: cfg.mtu,
-        dest_qp_num,
-        rq_psn: 0,
-        max_dest_rd_atomic: 1,
-        min_rnr_timer: 0x12,
-        av: AddressVector {
-            dgid: gid,
-            sgid_index: gid_idx as u8,
-            hop_limit: 1,
-            flow_label: 0,
-            traffic_class: 0,
-            sl: 0,
-        },
-    };
-    let rts = RtsAttr {
-        timeout: 0x12,
-        retry_cnt: 6,
-        rnr_retry: 0,
-        sq_psn: 0,
-        max_rd_atomic: 1,
-    };
+    let rtr = |dest_qp_num| rtr_attr(cfg, dest_qp_num, gid, gid_idx);
     let (server_qpn, client_qpn) = (server.qp_num(), client.qp_num());
-    let server = server.to_rtr(&rtr(client_qpn))?.to_rts(&rts)?;
-    let client = client.to_rtr(&rtr(server_qpn))?.to_rts(&rts)?;
+    let server = server.to_rtr(&rtr(client_qpn))?.to_rts(&RTS_ATTR)?;
+    let client = client.to_rtr(&rtr(server_qpn))?.to_rts(&RTS_ATTR)?;
     let _ = writeln!(
         rep,
         "connect_qp: ok: both QPs INIT -> RTR -> RTS, path MTU {}",
@@ -937,18 +954,9 @@ fn sync(sock: &TcpStream, c: u8, cfg: &Config, cancel: &Cancel, rep: &mut Report
 /// RDMA_RC_example's server or client, with a peer over TCP.
 fn run_tcp(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut Report) -> Result {
     let server = cfg.role == Role::Server;
-    let port = *dev.ports().start();
-    let (gid_idx, gid) = pick_gid(dev, port, cfg.gid_idx)?;
+    let (port, gid_idx, gid) = port_and_gid(dev, cfg, rep)?;
     let size = cfg.size;
     let t = cfg.timeout_ms;
-    let _ = writeln!(
-        rep,
-        "device {} port {} gid[{}] {}",
-        dev.name(),
-        port,
-        gid_idx,
-        gid.ipv6()
-    );
 
     // The TCP connection first, as RDMA_RC_example does.
     let sock = if server {
@@ -1061,28 +1069,8 @@ fn run_tcp(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut
         Some(qp.post_recv(&buf, 0, size)?)
     };
     let qp = qp
-        .to_rtr(&RtrAttr {
-            path_mtu: cfg.mtu,
-            dest_qp_num: peer.qp_num,
-            rq_psn: 0,
-            max_dest_rd_atomic: 1,
-            min_rnr_timer: 0x12,
-            av: AddressVector {
-                dgid: peer.gid,
-                sgid_index: gid_idx as u8,
-                hop_limit: 1,
-                flow_label: 0,
-                traffic_class: 0,
-                sl: 0,
-            },
-        })?
-        .to_rts(&RtsAttr {
-            timeout: 0x12,
-            retry_cnt: 6,
-            rnr_retry: 0,
-            sq_psn: 0,
-            max_rd_atomic: 1,
-        })?;
+        .to_rtr(&rtr_attr(cfg, peer.qp_num, peer.gid, gid_idx))?
+        .to_rts(&RTS_ATTR)?;
     // Our buffer becomes reachable with the rkey we advertised.
     mr.post_registration(&qp, access, t, cancel)?;
     sync(&sock, b'Q', cfg, cancel, rep)?;
