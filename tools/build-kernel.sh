@@ -1,19 +1,38 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
 #
+# build-kernel.sh [--configure-only]
+#
 # Build (or find in the cache) the kverbs test kernel: Debian's 6.12 source,
 # allnoconfig + tools/testing/selftests/kverbs/config, built with LLVM 19 and
 # Debian's rustc.  Prints the build directory (the KDIR for the module build)
-# as its last line of output.
+# as its last line of output.  With --configure-only it stops after the
+# configuration and its check against the fragment.
 #
 # The cache lives in ${XDG_CACHE_HOME:-~/.cache}/kverbs and is keyed on the
 # kernel version, the config fragment and the toolchain versions: a warm run
-# does no kernel work, a changed fragment or toolchain builds anew.
+# does no kernel work, a changed fragment or toolchain builds anew.  An
+# interrupted unpack is redone; an interrupted build goes on where it stopped.
+#
+# KVERBS_KERNEL_TARBALL and KVERBS_CONFIG (the fragment) override the
+# defaults; the harness tests use them.
 
 set -euo pipefail
 
+die() {
+	echo "kverbs: $*" >&2
+	exit 1
+}
+
+configure_only=0
+case "${1:-}" in
+--configure-only) configure_only=1 ;;
+"") ;;
+*) die "usage: $0 [--configure-only]" ;;
+esac
+
 top=$(cd "$(dirname "$0")/.." && pwd)
-fragment="$top/tools/testing/selftests/kverbs/config"
+fragment=${KVERBS_CONFIG:-$top/tools/testing/selftests/kverbs/config}
 tarball=${KVERBS_KERNEL_TARBALL:-/usr/src/linux-source-6.12.tar.xz}
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/kverbs
 jobs=${JOBS:-$(($(nproc) + 1))}
@@ -22,14 +41,22 @@ export PATH="$HOME/.cargo/bin:$PATH"
 kmake_vars=(LLVM=-19 RUSTC=/usr/bin/rustc RUSTFMT=/usr/bin/rustfmt
 	CLIPPY_DRIVER=/usr/bin/clippy-driver BINDGEN=bindgen ARCH=x86_64)
 
-[ -r "$tarball" ] || { echo "kverbs: no kernel source at $tarball (run tools/setup.sh)" >&2; exit 1; }
+# What a fresh machine may lack: each missing piece is one line saying what
+# to do, never a silent exit.
+[ -r "$tarball" ] || die "no kernel source at $tarball: run tools/setup.sh (or make setup)"
+[ -r "$fragment" ] || die "no config fragment at $fragment"
+for tool in /usr/bin/rustc clang-19 ld.lld-19 bindgen make tar xz; do
+	command -v "$tool" >/dev/null || die "$tool not found: run tools/setup.sh (or make setup)"
+done
+[ -d /usr/lib/rustlib/src/rust/library ] || [ -d "$(/usr/bin/rustc --print sysroot)/lib/rustlib/src/rust/library" ] ||
+	die "no Rust library source for /usr/bin/rustc: run tools/setup.sh (package rust-web-src)"
 
 kver=$(dpkg-query -W -f='${Version}' linux-source-6.12 2>/dev/null || stat -c %Y "$tarball")
 key=$( {
 	echo "kernel $kver"
 	cat "$fragment"
 	/usr/bin/rustc --version
-	clang-19 --version | head -1
+	clang-19 --version | head -n 1
 	bindgen --version
 	echo "vars ${kmake_vars[*]}"
 } | sha256sum | cut -c1-16)
@@ -44,23 +71,45 @@ if [ -f "$build/.kverbs-built" ]; then
 	exit 0
 fi
 
-mkdir -p "$cache"
+mkdir -p "$cache" || die "cannot create the cache directory $cache"
+
+# One build at a time per cache.  The lock is an flock on an open file: a
+# process that dies lets go of it, so a lock file left behind is harmless.
+exec 9>"$cache/.lock"
+if ! flock -n 9; then
+	echo "kverbs: another build holds $cache/.lock; waiting for it" >&2
+	flock 9
+	if [ -f "$build/.kverbs-built" ]; then
+		echo "$build"
+		exit 0
+	fi
+fi
+
+# The unpack goes to a temporary directory, renamed when complete: a
+# directory without the marker is what an interrupted unpack left.
 if [ ! -f "$src/.kverbs-unpacked" ]; then
 	echo "kverbs: unpacking $tarball into $src" >&2
 	rm -rf "$src" "$src.tmp"
 	mkdir -p "$src.tmp"
-	tar -C "$src.tmp" --strip-components=1 -xf "$tarball"
+	tar -C "$src.tmp" --strip-components=1 -xf "$tarball" ||
+		die "unpacking $tarball failed (disk full? $(df -h --output=avail "$cache" | tail -n 1) free)"
 	touch "$src.tmp/.kverbs-unpacked"
 	mv "$src.tmp" "$src"
 fi
 
 echo "kverbs: building the test kernel in $build (log: $log)" >&2
 start=$(date +%s)
-# Start from the previous build, if any, so that only what the new
+# Start from the previous complete build, if any, so that only what the new
 # configuration changes is rebuilt (Kbuild tracks each CONFIG_ option).
 if [ ! -d "$build" ]; then
-	prev=$(ls -dt "$cache"/build-*/ 2>/dev/null | head -n 1)
-	if [ -n "$prev" ] && [ -f "$prev/.kverbs-built" ]; then
+	prev=
+	for d in "$cache"/build-*/; do
+		[ -f "$d/.kverbs-built" ] || continue
+		if [ -z "$prev" ] || [ "$d" -nt "$prev" ]; then
+			prev=$d
+		fi
+	done
+	if [ -n "$prev" ]; then
 		echo "kverbs: starting from ${prev%/}" >&2
 		rm -f "$prev/.kverbs-built"
 		mv "${prev%/}" "$build"
@@ -71,7 +120,10 @@ mkdir -p "$build"
 	make -C "$src" O="$build" "${kmake_vars[@]}" allnoconfig
 	"$src/scripts/kconfig/merge_config.sh" -m -O "$build" "$build/.config" "$fragment"
 	make -C "$src" O="$build" "${kmake_vars[@]}" olddefconfig
-} >"$log" 2>&1 || { tail -30 "$log" >&2; exit 1; }
+} >"$log" 2>&1 || {
+	tail -n 30 "$log" >&2
+	die "configuring the kernel failed; log: $log"
+}
 
 # Every option the fragment asks for must have survived olddefconfig: a
 # silently dropped dependency would make the tests test something else.
@@ -85,11 +137,17 @@ while IFS= read -r line; do
 		grep -q "^$opt=" "$build/.config" && { echo "kverbs: config forced on: $opt" >&2; bad=1; } ;;
 	esac
 done <"$fragment"
-[ $bad -eq 0 ] || exit 1
+[ $bad -eq 0 ] || die "the kernel configuration does not match $fragment (see the lines above)"
+
+if [ $configure_only = 1 ]; then
+	echo "kverbs: test kernel configured in $build" >&2
+	echo "$build"
+	exit 0
+fi
 
 if ! make -C "$src" O="$build" "${kmake_vars[@]}" -j"$jobs" bzImage modules >>"$log" 2>&1; then
-	grep -E 'error|Error' "$log" | tail -20 >&2
-	exit 1
+	grep -E 'error|Error' "$log" | tail -n 20 >&2
+	die "building the kernel failed; log: $log"
 fi
 touch "$build/.kverbs-built"
 echo "kverbs: test kernel built in $(($(date +%s) - start)) s" >&2
