@@ -11,15 +11,17 @@ BINDGEN_VERSION=0.73.2
 
 # Debian packages: kernel source, the toolchain the 6.12 kernel's Rust needs
 # (rustc-web 1.96 with its core source), LLVM 19, QEMU and the guest userspace
-# (static busybox, rdma-core tools for the tests).
+# (static busybox, rdma-core tools for the tests), cargo to build bindgen-cli
+# and shellcheck for the harness tests.
 PKGS=(
 	linux-source-6.12
-	rustc-web rust-web-src rust-web-clippy rustfmt-web
+	rustc-web rust-web-src rust-web-clippy rustfmt-web cargo-web
 	clang-19 lld-19 llvm-19 libclang-19-dev
 	make flex bison bc cpio xz-utils kmod libelf-dev libssl-dev
 	qemu-system-x86 busybox-static
 	iproute2 rdma-core ibverbs-utils ibverbs-providers rdmacm-utils perftest
 	libibverbs-dev librdmacm-dev gcc libc6-dev
+	shellcheck util-linux
 )
 
 missing=()
@@ -37,16 +39,31 @@ if [ ${#missing[@]} -gt 0 ]; then
 		exit 1
 	fi
 	echo "kverbs: installing Debian packages: ${missing[*]}"
-	apt-get update -q >/dev/null
-	DEBIAN_FRONTEND=noninteractive $cmd >/dev/null
+	# A fresh machine may have no package lists yet: always update first.
+	apt-get update -q >/tmp/kverbs-apt.log 2>&1 || {
+		tail -n 5 /tmp/kverbs-apt.log >&2
+		echo "kverbs: apt-get update failed (network? /etc/apt/sources.list?); log: /tmp/kverbs-apt.log" >&2
+		exit 1
+	}
+	# shellcheck disable=SC2086 # $cmd is split into words on purpose
+	DEBIAN_FRONTEND=noninteractive $cmd >>/tmp/kverbs-apt.log 2>&1 || {
+		tail -n 5 /tmp/kverbs-apt.log >&2
+		echo "kverbs: installing ${missing[*]} failed; log: /tmp/kverbs-apt.log" >&2
+		exit 1
+	}
 fi
 
+# bindgen-cli, built with Debian's cargo and rustc (cargo-web, rustc-web):
+# no rustup and no ~/.cargo/bin needed.  As root it goes to /usr/local/bin,
+# which is in every PATH; otherwise to ~/.cargo/bin, which the build adds.
 export PATH="$HOME/.cargo/bin:$PATH"
 if ! bindgen --version 2>/dev/null | grep -q "bindgen $BINDGEN_VERSION\$"; then
-	if ! command -v cargo >/dev/null; then
-		echo "kverbs: cargo is needed to install bindgen-cli $BINDGEN_VERSION" >&2
+	root=$HOME/.cargo
+	[ "$(id -u)" -eq 0 ] && root=/usr/local
+	echo "kverbs: installing bindgen-cli $BINDGEN_VERSION into $root/bin with /usr/bin/cargo"
+	RUSTC=/usr/bin/rustc /usr/bin/cargo install --quiet --locked --root "$root" \
+		bindgen-cli --version "$BINDGEN_VERSION" || {
+		echo "kverbs: building bindgen-cli failed (is crates.io reachable?)" >&2
 		exit 1
-	fi
-	echo "kverbs: installing bindgen-cli $BINDGEN_VERSION with cargo"
-	cargo install --quiet --locked bindgen-cli --version "$BINDGEN_VERSION"
+	}
 fi
