@@ -5,6 +5,7 @@
 # devices added later each get their directory; `rdma link del` removes
 # exactly the device's directory; the sysfs listing follows.
 
+# shellcheck source=kverbs_lib.sh
 . "$(dirname "$(readlink -f "$0")")/kverbs_lib.sh"
 
 listed() {
@@ -34,19 +35,19 @@ link_del_removes_only_that_device() {
 	kv_rxe_del rxe_dummy || return 1
 	! has_dir rxe_dummy || { kv_msg "rxe_dummy directory left"; return 1; }
 	! listed rxe_dummy || { kv_msg "rxe_dummy still listed"; return 1; }
-	has_dir rxe_lo && listed rxe_lo || { kv_msg "rxe_lo lost"; return 1; }
+	{ has_dir rxe_lo && listed rxe_lo; } || { kv_msg "rxe_lo lost"; return 1; }
 	kv_logged "kverbs_example: rxe_dummy: removed"
 }
 
 device_added_after_load() {
 	kv_rxe_add rxe_dummy2 dummy0 || return 1
-	has_dir rxe_dummy2 && listed rxe_dummy2 || { kv_msg "rxe_dummy2 not seen"; return 1; }
+	{ has_dir rxe_dummy2 && listed rxe_dummy2; } || { kv_msg "rxe_dummy2 not seen"; return 1; }
 	[ "$(wc -l <"$KV_SYSFS/devices")" = 2 ]
 }
 
 all_devices_deleted_while_loaded() {
 	kv_rxe_del_all
-	[ -z "$(ls "$KV_DEBUGFS")" ] || { kv_msg "left:"; ls "$KV_DEBUGFS" | kv_diag; return 1; }
+	[ -z "$(find "$KV_DEBUGFS" -mindepth 1 -maxdepth 1)" ] || { kv_msg "left:"; find "$KV_DEBUGFS" -mindepth 1 -maxdepth 1 | kv_diag; return 1; }
 	[ -z "$(cat "$KV_SYSFS/devices")" ] || return 1
 	kv_unload
 }

@@ -5,6 +5,7 @@
 # iproute2's `rdma link` say of the same device, and follows the device's
 # state as it changes (port down/up, a new address giving a new GID).
 
+# shellcheck source=kverbs_lib.sh
 . "$(dirname "$(readlink -f "$0")")/kverbs_lib.sh"
 
 DEV_KEYS="hca_id fw_ver node_guid sys_image_guid vendor_id vendor_part_id
@@ -30,7 +31,7 @@ compare_devinfo() {
 	local dev=$1 theirs
 	theirs=$(ibv_devinfo -v -d "$dev") || return 1
 	[ -n "$theirs" ] || { kv_msg "ibv_devinfo -d $dev printed nothing"; return 1; }
-	echo "$theirs" | normalize >/tmp/devinfo.$dev
+	echo "$theirs" | normalize >"/tmp/devinfo.$dev"
 	normalize <"$KV_DEBUGFS/$dev/info" | awk -v keys="$DEV_KEYS $PORT_KEYS" -v dev="$dev" '
 		function val(line) { sub(/^[^:]*: /, "", line); return line }
 		FNR == NR { k = $1; sub(/:$/, "", k); if (!(k in ours)) ours[k] = val($0)
@@ -51,7 +52,7 @@ compare_devinfo() {
 			for (g in gid_ours) ng++
 			if (!ng) { print "# no GID shown"; bad = 1 }
 			exit bad
-		}' - /tmp/devinfo.$dev
+		}' - "/tmp/devinfo.$dev"
 }
 
 # compare_rdma_link DEV NETDEV: state, physical state and netdev.

@@ -11,7 +11,9 @@ KV_DIR="$(dirname "$(readlink -f "$0")")"
 
 KV_MODDIR=${KV_MODDIR:-/kverbs}
 KV_MOD=kverbs_example
+# shellcheck disable=SC2034 # used by the test programs
 KV_DEBUGFS=/sys/kernel/debug/kverbs_example
+# shellcheck disable=SC2034 # used by the test programs
 KV_SYSFS=/sys/kernel/kverbs_example
 KV_KMEMLEAK=/sys/kernel/debug/kmemleak
 
@@ -27,6 +29,8 @@ kv_diag() {
 	sed 's/^/# /'
 }
 
+# kv_load [PARAM=VALUE...]: loads the example module with those parameters.
+# shellcheck disable=SC2120 # the parameters are optional
 kv_load() {
 	insmod "$KV_MODDIR/$KV_MOD.ko" "$@"
 }
@@ -50,8 +54,8 @@ kv_rxe_del() {
 
 kv_rxe_del_all() {
 	local d
-	for d in $(ls /sys/class/infiniband 2>/dev/null); do
-		rdma link delete "$d" 2>/dev/null
+	for d in /sys/class/infiniband/*; do
+		[ -e "$d" ] && rdma link delete "${d##*/}" 2>/dev/null
 	done
 }
 
@@ -68,8 +72,7 @@ kv_dummy_up() {
 
 # kv_wait COND...: polls COND for up to 10 s.
 kv_wait() {
-	local i
-	for i in $(seq 100); do
+	for _ in $(seq 100); do
 		"$@" && return 0
 		sleep 0.1
 	done

@@ -6,6 +6,7 @@
 # payload and the sender's QPN as immediate data; after a detach a QP gets
 # nothing more; the control file's answers to bad input.
 
+# shellcheck source=kverbs_lib.sh
 . "$(dirname "$(readlink -f "$0")")/kverbs_lib.sh"
 
 MC=$KV_DEBUGFS/rxe_dummy/mcast
@@ -114,7 +115,7 @@ loopback_ipv6() {
 bad_attach_limit() {
 	local max
 	max=$(sed -n 's/^max_mcast_qp_attach: //p' "$KV_DEBUGFS/rxe_dummy/info")
-	[ -n "$max" ] && [ "$max" -lt 64 ] || { kv_msg "max_mcast_qp_attach '$max'"; return 1; }
+	{ [ -n "$max" ] && [ "$max" -lt 64 ]; } || { kv_msg "max_mcast_qp_attach '$max'"; return 1; }
 	bad "role=both,group=239.1.1.1,qps=$((max + 1))" "Numerical result out of range" \
 		"qps=$((max + 1)) is above max_mcast_qp_attach $max"
 }

@@ -5,6 +5,7 @@
 # devices: the client registers and unregisters cleanly every time, its
 # debugfs and sysfs files come and go with it.
 
+# shellcheck source=kverbs_lib.sh
 . "$(dirname "$(readlink -f "$0")")/kverbs_lib.sh"
 
 # One load/unload cycle; $1 lists the devices expected in the listing.

@@ -7,6 +7,7 @@
 # interrupted by a signal, cancelled by device removal, or racing a second
 # run or rmmod.
 
+# shellcheck source=kverbs_lib.sh
 . "$(dirname "$(readlink -f "$0")")/kverbs_lib.sh"
 
 RC=$KV_DEBUGFS/rxe_lo/rc

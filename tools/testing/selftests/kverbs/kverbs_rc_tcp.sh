@@ -6,6 +6,7 @@
 # peer over rxe on lo, in both directions, with RDMA_RC_example's messages
 # and every byte validated on both sides; the TCP side's bad cases.
 
+# shellcheck source=kverbs_lib.sh
 . "$(dirname "$(readlink -f "$0")")/kverbs_lib.sh"
 
 RC=$KV_DEBUGFS/rxe_lo/rc
@@ -26,8 +27,8 @@ kernel_run() {
 
 # rc_peer, retried while its server is not listening yet.
 peer_client() {
-	local i out
-	for i in $(seq 50); do
+	local out
+	for _ in $(seq 50); do
 		out=$(rc_peer -d rxe_lo -g $GID "$@" 127.0.0.1 2>&1) && { echo "$out"; return 0; }
 		echo "$out" | grep -q "connect failed" || { echo "$out"; return 1; }
 		sleep 0.2
@@ -53,10 +54,10 @@ kernel_server_userspace_client() {
 }
 
 userspace_server_kernel_client() {
-	local size=$1 r=0 i
+	local size=$1 r=0
 	rc_peer -d rxe_lo -g $GID -s "$size" -v >/tmp/peer.out 2>&1 &
 	local peer=$!
-	for i in $(seq 50); do
+	for _ in $(seq 50); do
 		printf '%s' "role=client,addr=127.0.0.1,size=$size,gid_idx=$GID,validate" >"$RC" 2>/tmp/run.err && break
 		grep -q "Connection refused" /tmp/run.err || break
 		sleep 0.2
@@ -98,7 +99,7 @@ server_no_client() {
 	t0=$(cut -d. -f1 /proc/uptime)
 	rc_fails "role=server,timeout_ms=2000" "Connection timed out" "no client connected on port 19875" || return 1
 	t1=$(cut -d. -f1 /proc/uptime)
-	[ $((t1 - t0)) -ge 1 ] && [ $((t1 - t0)) -le 10 ] || { kv_msg "waited $((t1 - t0)) s"; return 1; }
+	{ [ $((t1 - t0)) -ge 1 ] && [ $((t1 - t0)) -le 10 ]; } || { kv_msg "waited $((t1 - t0)) s"; return 1; }
 }
 
 client_without_addr() {

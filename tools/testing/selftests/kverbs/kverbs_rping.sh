@@ -6,6 +6,7 @@
 # rxe on dummy0 (rdma_cm does not work over lo), both directions, every ping
 # validated; the rdma_cm failure cases.
 
+# shellcheck source=kverbs_lib.sh
 . "$(dirname "$(readlink -f "$0")")/kverbs_lib.sh"
 
 ADDR=169.254.1.1
@@ -16,11 +17,11 @@ setup() {
 }
 
 kernel_server_rping_client() {
-	local size=$1 r=0 i out
+	local size=$1 r=0 out
 	bash -c "printf '%s' 'role=cm_server,addr=$ADDR,size=$size,validate,timeout_ms=20000' >$RC" 2>/tmp/run.err &
 	local pid=$!
 	kv_wait grep -q "^status: running" "$RC"
-	for i in $(seq 20); do
+	for _ in $(seq 20); do
 		out=$(rping -c -a $ADDR -C 10 -S "$size" -V -v 2>&1) && break
 		sleep 0.3
 	done
@@ -34,10 +35,10 @@ kernel_server_rping_client() {
 }
 
 rping_server_kernel_client() {
-	local size=$1 r=0 i
+	local size=$1 r=0
 	rping -s -a $ADDR -C 10 -S "$size" -V >/tmp/rping.out 2>&1 &
 	local pid=$!
-	for i in $(seq 30); do
+	for _ in $(seq 30); do
 		printf '%s' "role=cm_client,addr=$ADDR,size=$size,iters=10,validate" >"$RC" 2>/tmp/run.err && break
 		sleep 0.3
 	done

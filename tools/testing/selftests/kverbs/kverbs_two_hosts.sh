@@ -8,6 +8,7 @@
 # across the wire; every payload validated on both sides; the peer's kernel
 # log and kmemleak checked too.
 
+# shellcheck source=kverbs_lib.sh
 . "$(dirname "$(readlink -f "$0")")/kverbs_lib.sh"
 
 HERE=169.254.10.1
@@ -39,8 +40,7 @@ setup() {
 	ip link set eth0 multicast on
 	kv_load || return 1
 	# The peer boots beside us: give it up to a minute.
-	local i
-	for i in $(seq 60); do
+	for _ in $(seq 60); do
 		peer_ready && break
 		sleep 1
 	done
@@ -52,8 +52,12 @@ setup() {
 # The GID index of an IPv4 address on a device's port 1.
 gid_index_of() {
 	local dev=$1 addr=$2 hex g
-	hex=$(printf '%02x%02x:%02x%02x' $(echo "$addr" | tr . ' '))
-	for g in /sys/class/infiniband/$dev/ports/1/gids/*; do
+	local IFS=.
+	# shellcheck disable=SC2086 # split the address at its dots
+	set -- $addr
+	unset IFS
+	hex=$(printf '%02x%02x:%02x%02x' "$1" "$2" "$3" "$4")
+	for g in "/sys/class/infiniband/$dev/ports/1/gids/"*; do
 		if [ "$(cat "$g" 2>/dev/null)" = "0000:0000:0000:0000:0000:ffff:$hex" ]; then
 			basename "$g"
 			return 0
@@ -64,9 +68,9 @@ gid_index_of() {
 
 # kernel_client_here SIZE: our kernel client against the peer's kernel server.
 kernel_to_kernel_client_here() {
-	local size=$1 r=0 i out
+	local size=$1 r=0 out
 	peer "bash -c \"printf 'role=server,size=$size,validate,timeout_ms=20000' >$RC\" >/dev/null 2>&1 &" >/dev/null
-	for i in $(seq 50); do
+	for _ in $(seq 50); do
 		printf '%s' "role=client,addr=$THERE,size=$size,validate" >"$RC" 2>/tmp/run.err && break
 		grep -q "Connection refused" /tmp/run.err || break
 		sleep 0.2
@@ -76,7 +80,7 @@ kernel_to_kernel_client_here() {
 	grep -qx "Message is: 'SEND operation      '" "$RC" || r=1
 	grep -qx "Contents of server's buffer: 'RDMA read operation '" "$RC" || r=1
 	# The peer's server finishes right after the last sync.
-	for i in $(seq 20); do
+	for _ in $(seq 20); do
 		out=$(peer "cat $RC")
 		echo "$out" | grep -q "^result:" && break
 		sleep 0.5
@@ -107,10 +111,10 @@ kernel_to_kernel_server_here() {
 }
 
 userspace_here_kernel_there() {
-	local r=0 i out gid
+	local r=0 out gid
 	gid=$(gid_index_of rxe_eth $HERE) || { kv_msg "no GID for $HERE"; return 1; }
 	peer "bash -c \"printf 'role=server,validate,timeout_ms=20000' >$RC\" >/dev/null 2>&1 &" >/dev/null
-	for i in $(seq 50); do
+	for _ in $(seq 50); do
 		out=$(rc_peer -d rxe_eth -g "$gid" -v $THERE 2>&1) && break
 		echo "$out" | grep -q "connect failed" || break
 		sleep 0.2
@@ -118,7 +122,7 @@ userspace_here_kernel_there() {
 	echo "$out" | kv_diag
 	echo "$out" | grep -qx "test result is 0" || r=1
 	echo "$out" | grep -qx "Message is: 'SEND operation      '" || r=1
-	for i in $(seq 20); do
+	for _ in $(seq 20); do
 		out=$(peer "cat $RC")
 		echo "$out" | grep -q "^result:" && break
 		sleep 0.5
@@ -133,16 +137,16 @@ MC=$KV_DEBUGFS/rxe_eth/mcast
 # Multicast across the wire: receivers (2 QPs) in the peer VM, the sender
 # here; with role=both here, receivers in both VMs at once.
 mcast_across() {
-	local role=$1 group=$2 r=0 i out
+	local role=$1 group=$2 r=0 out
 	peer "ip link set eth0 multicast on; bash -c \"printf 'role=receiver,group=$group,qps=2,count=5,timeout_ms=30000' >$MC\" >/dev/null 2>&1 &" >/dev/null
-	for i in $(seq 50); do
+	for _ in $(seq 50); do
 		peer "grep -q '^status: running' $MC" >/dev/null && break
 		sleep 0.2
 	done
 	sleep 1
 	printf '%s' "role=$role,group=$group,qps=2,count=5" >"$MC" || { kv_msg "local run failed"; r=1; }
 	kv_diag <"$MC"
-	for i in $(seq 30); do
+	for _ in $(seq 30); do
 		out=$(peer "cat $MC")
 		echo "$out" | grep -q "^result:" && break
 		sleep 0.5

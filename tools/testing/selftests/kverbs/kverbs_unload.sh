@@ -6,6 +6,7 @@
 # crash, hang or leak; an open file pins the module (rmmod says it is in
 # use) and reads of a removed device's file fail with EIO.
 
+# shellcheck source=kverbs_lib.sh
 . "$(dirname "$(readlink -f "$0")")/kverbs_lib.sh"
 
 setup() {
@@ -49,10 +50,9 @@ readers() {
 }
 
 link_del_under_readers() {
-	local i
 	kv_rxe_add rxe_dummy dummy0 || return 1
 	touch /tmp/readers_run
-	for i in 1 2 3; do
+	for _ in 1 2 3; do
 		readers "$KV_DEBUGFS/rxe_dummy/info" &
 	done
 	sleep 1
@@ -66,15 +66,15 @@ link_del_under_readers() {
 }
 
 rmmod_under_readers() {
-	local i unloaded=0
+	local unloaded=0
 	touch /tmp/readers_run
-	for i in 1 2 3; do
+	for _ in 1 2 3; do
 		readers "$KV_DEBUGFS/rxe_lo/info" &
 	done
 	sleep 1
 	# The readers' open files pin the module: retry until a moment when
 	# none is open.
-	for i in $(seq 200); do
+	for _ in $(seq 200); do
 		if kv_unload 2>/dev/null; then
 			unloaded=1
 			break
