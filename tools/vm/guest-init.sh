@@ -1,4 +1,5 @@
 #!/bin/busybox sh
+# shellcheck shell=dash
 # SPDX-License-Identifier: GPL-2.0
 #
 # /init of the kverbs test VM.  Mounts what the tests need, then, by the
@@ -24,10 +25,10 @@ mkdir -p /dev/pts /dev/shm
 ip link set lo up
 
 mode=check
-for arg in $(cat /proc/cmdline); do
+read -r cmdline </proc/cmdline
+for arg in $cmdline; do
 	case "$arg" in
 	kverbs.mode=*) mode=${arg#kverbs.mode=} ;;
-	kverbs.tests=*) tests=$(echo "${arg#kverbs.tests=}" | tr ',' ' ') ;;
 	kverbs.ip=*) ip=${arg#kverbs.ip=} ;;
 	esac
 done
@@ -45,8 +46,8 @@ if [ -e /sys/kernel/debug/kmemleak ]; then
 fi
 
 run_check() {
-	cd /kselftest/kverbs
-	progs=${tests:-$(cat TEST_PROGS)}
+	cd /kselftest/kverbs || return 1
+	progs=$(cat TEST_PROGS)
 	timeout=$(sed -n 's/^timeout=//p' settings)
 	n=0
 	for p in $progs; do n=$((n + 1)); done
@@ -56,12 +57,14 @@ run_check() {
 	for p in $progs; do
 		i=$((i + 1))
 		echo "# selftests: kverbs: $p"
+		t0=$(cut -d' ' -f1 /proc/uptime)
 		{
 			timeout "${timeout:-300}" ./"$p" 2>&1
 			echo $? >/tmp/rc
 		} | sed 's/^/# /'
 		rc=$(cat /tmp/rc 2>/dev/null || echo 1)
 		rm -f /tmp/rc
+		echo "# kverbs-time: $p $(awk -v t0="$t0" '{ printf "%.1f", $1 - t0 }' /proc/uptime)"
 		if [ "$rc" = 0 ]; then
 			echo "ok $i selftests: kverbs: $p"
 		elif [ "$rc" = 4 ]; then

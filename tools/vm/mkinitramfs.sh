@@ -63,15 +63,22 @@ done
 cp "$ksrc/tools/testing/selftests/kselftest/ktap_helpers.sh" "$root/kselftest/kselftest/"
 sel="$top/tools/testing/selftests/kverbs"
 cp "$sel"/*.sh "$sel/settings" "$root/kselftest/kverbs/"
-# The test list, in the order of TEST_PROGS in the selftest Makefile.
-make -s -f - -C "$sel" print-progs <<'MK' >"$root/kselftest/kverbs/TEST_PROGS"
-include Makefile
-print-progs:
-	@echo $(TEST_PROGS)
-MK
+# The programs /init runs: $KVERBS_PROGS, else all of TEST_PROGS in the
+# selftests' Makefile, in its order.
+echo "${KVERBS_PROGS:-$(make -s --no-print-directory -C "$sel" print-progs)}" >"$root/kselftest/kverbs/TEST_PROGS"
 cp "$top/tools/vm/guest-init.sh" "$root/init"
 cp "$top/tools/vm/demo.sh" "$top/tools/vm/peer-cmd.sh" "$root/kverbs/"
 chmod +x "$root/init" "$root"/kselftest/kverbs/*.sh "$root/kverbs/demo.sh" "$root/kverbs/peer-cmd.sh"
+
+# KVERBS_BREAK breaks the guest on purpose, for the harness's own tests
+# (tools/testing/kverbs_harness.sh): "init" is an /init that exits at once
+# (the kernel panics), "module" a kverbs_example.ko that fails to load.
+case "${KVERBS_BREAK:-}" in
+"") ;;
+init) printf '#!/bin/busybox sh\nexit 1\n' >"$root/init" ;;
+module) for m in "$root"/kverbs/*.ko; do head -c 4096 "$m" >"$m.cut" && mv "$m.cut" "$m"; done ;;
+*) echo "kverbs: unknown KVERBS_BREAK=$KVERBS_BREAK (init, module)" >&2; exit 1 ;;
+esac
 
 (cd "$root" && find . | cpio -o -H newc --quiet) >"$out.tmp"
 mv "$out.tmp" "$out"

@@ -1,0 +1,137 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+#
+# ktap-totals.sh LOG [NPROGS]
+#
+# Reads the console log of a `make check` VM (tools/vm/guest-init.sh's
+# output: a KTAP plan of NPROGS test programs, each program's own KTAP behind
+# "# ", one result line per program, then "kverbs-vm: done") and prints
+#
+#   <program> <seconds> s <ok|not ok|SKIP|never ran|died>   one line each
+#   kverbs: <why>                                             for each problem
+#   N passed, N failed[, N skipped]                           last
+#
+# The exit status is 0 only if every planned program ran to its totals,
+# no case failed and the VM finished.  What cannot be counted is counted as
+# failed, never as passed:
+#   - no plan at all (the VM died before the tests, or printed nothing):
+#     NPROGS failures (1 if NPROGS is not given);
+#   - a program that ended without its KTAP totals (killed by its timeout,
+#     crashed, or the VM died inside it): its printed results count, and
+#     the rest of its own plan, at least one, counts as failed;
+#   - a planned program that never started: one failure each;
+#   - no "kverbs-vm: done": one failure more if nothing else failed.
+
+set -euo pipefail
+
+if [ $# -lt 1 ] || [ $# -gt 2 ]; then
+	echo "usage: $0 LOG [NPROGS]" >&2
+	exit 2
+fi
+log=$1
+nprogs=${2:-0}
+if [ ! -r "$log" ]; then
+	echo "kverbs: no console log at $log"
+	echo "0 passed, $((nprogs > 0 ? nprogs : 1)) failed"
+	exit 1
+fi
+
+# Console lines may end in \r and may be interleaved with kernel messages;
+# only whole lines in the formats above are read.
+sed 's/\r$//' "$log" | awk -v nprogs="$nprogs" '
+function why(s) { problems[++nproblems] = "kverbs: " s }
+# A program has ended (its result line, or the log ran out): count it.
+function close_prog(result,    missing) {
+	if (prog == "")
+		return
+	if (have_totals) {
+		pass += tp; fail += tf; skip += ts
+		if (result == "")
+			result = "died"
+	} else {
+		pass += sub_ok; skip += sub_skip; fail += sub_notok
+		missing = (sub_plan > sub_seen ? sub_plan - sub_seen : 0)
+		if (missing < 1)
+			missing = 1
+		fail += missing
+		if (result == "") {
+			why(prog ": the VM stopped inside it after " sub_seen " of " sub_plan " cases")
+			result = "died"
+		} else if (result == "ok # SKIP" && sub_plan == 0) {
+			# Skipped as a whole (exit 4 before any case): one skip.
+			fail -= missing; skip++
+			result = "SKIP"
+		} else {
+			why(prog ": ended without KTAP totals after " sub_seen " of " sub_plan " cases (" result ")")
+		}
+	}
+	printf "%-28s %7s s  %s\n", prog, (secs == "" ? "?" : secs), result
+	ended++
+	prog = ""
+}
+/^1\.\.[0-9]+$/ && !plan { plan = substr($0, 4) + 0; next }
+/^# selftests: kverbs: [^ ]+$/ {
+	close_prog("")
+	prog = $4; started++
+	have_totals = 0; sub_plan = 0; sub_seen = 0; sub_ok = 0; sub_notok = 0; sub_skip = 0
+	secs = ""
+	next
+}
+prog != "" && /^# 1\.\.[0-9]+$/ { sub_plan = substr($0, 6) + 0; next }
+prog != "" && /^# (not )?ok [0-9]+ / {
+	sub_seen++
+	if ($2 == "not") sub_notok++
+	else if ($0 ~ /# SKIP/) sub_skip++
+	else sub_ok++
+	next
+}
+prog != "" && /^# # Totals: / {
+	tp = tf = ts = 0
+	for (i = 4; i <= NF; i++) {
+		split($i, kv, ":")
+		if (kv[1] == "pass" || kv[1] == "xfail") tp += kv[2]
+		else if (kv[1] == "fail" || kv[1] == "xpass" || kv[1] == "error") tf += kv[2]
+		else if (kv[1] == "skip") ts += kv[2]
+	}
+	have_totals = 1
+	next
+}
+prog != "" && /^# kverbs-time: / { secs = $4; next }
+/^(not )?ok [0-9]+ selftests: kverbs: / {
+	r = ($1 == "not") ? "not ok" : ($0 ~ /# SKIP/ ? "ok # SKIP" : "ok")
+	if ($1 == "not" && have_totals && tf == 0) {
+		why(prog ": exited with failure status but reported no failed case (" $0 ")")
+		tf = 1
+	}
+	close_prog(r)
+	next
+}
+/^kverbs-vm: done$/ { done = 1 }
+END {
+	close_prog("")
+	if (!plan) {
+		why("the VM printed no test plan: it died before the tests started (see the console log)")
+		fail += (nprogs > 0 ? nprogs : 1)
+	} else {
+		if (nprogs > 0 && plan != nprogs) {
+			why("the VM planned " plan " test programs, " nprogs " were asked for")
+			fail++
+		}
+		if (started < plan) {
+			why((plan - started) " of " plan " test programs never ran")
+			fail += plan - started
+		}
+	}
+	if (!done) {
+		why("the VM did not finish (crash, panic or timeout)")
+		if (fail == 0)
+			fail = 1
+	}
+	for (i = 1; i <= nproblems; i++)
+		print problems[i]
+	line = (pass + 0) " passed, " (fail + 0) " failed"
+	if (skip)
+		line = line ", " skip " skipped"
+	print line
+	exit (fail > 0) ? 1 : 0
+}'
