@@ -8,12 +8,22 @@
 #   make run        boot the test kernel in QEMU, create soft-RoCE devices,
 #                   load the example module and show what it finds
 #   make check      run the kselftests in QEMU (KTAP, then "N passed, N failed")
+#   make check-harness  the test harness's own tests (tools/testing/kverbs_harness.sh)
+#   make check KVERBS_COLD=1  (or run, check-harness) from an empty cache in a
+#                   new temporary directory: the path of a fresh machine
 #   make rustfmt / rustfmtcheck / clippy / clean
 #
 # Kbuild (the file `Kbuild`) says what the modules are made of.
 
 TOP := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))
 export PATH := $(HOME)/.cargo/bin:$(PATH)
+
+# KVERBS_COLD=1: everything the build caches goes to a new, empty
+# directory (the kernel is unpacked, configured and built anew there).
+ifeq ($(KVERBS_COLD),1)
+export XDG_CACHE_HOME := $(shell mktemp -d /var/tmp/kverbs-cold.XXXXXX)
+$(info kverbs: cold run, cache in $(XDG_CACHE_HOME) (remove it when done))
+endif
 
 # The toolchain of the test kernel; with your own KDIR pass your own
 # (LLVM=1, RUSTC=...) on the command line: it reaches the kernel's make.
@@ -32,7 +42,7 @@ endif
 
 RUST_SOURCES = $(shell find $(TOP)/rust $(TOP)/samples -name '*.rs' ! -name '*_generated.rs')
 
-.PHONY: all modules setup kernel run check rustfmt rustfmtcheck clippy clean
+.PHONY: all modules setup kernel run check check-harness rustfmt rustfmtcheck clippy clean
 
 all: modules
 
@@ -53,6 +63,9 @@ run: modules
 
 check: modules
 	@$(TOP)/tools/vm/run.sh check
+
+check-harness: modules
+	@$(TOP)/tools/testing/kverbs_harness.sh
 
 rustfmt:
 	@/usr/bin/rustfmt --config-path $(TOP)/.rustfmt.toml $(RUST_SOURCES)

@@ -1,0 +1,300 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+#
+# kverbs_harness.sh [--no-vm]
+#
+# KVERBS_HARNESS_ONLY=REGEX runs only the cases whose name matches.
+#
+# Tests of the test harness itself (make check-harness; .ci/run runs it
+# before make check and counts it).  KTAP, then "N passed, N failed".
+#
+#   totals_*            tools/vm/ktap-totals.sh on recorded console logs
+#                       (kverbs_harness/logs/*.log, each with its .expect)
+#   build_kernel_*      tools/build-kernel.sh on an empty cache
+#                       (XDG_CACHE_HOME in a new temporary directory):
+#                       the fresh path up to the configuration and its
+#                       check against the fragment
+#   the shellcheck case: every shell script of the repository is clean
+#   compile_fail_*      every ```compile_fail,EXXXX example of the layer's
+#                       documentation, built as a module against the real
+#                       layer and the test kernel: it must fail with that
+#                       error, inside the example (rustdoc cannot run the
+#                       examples of an out-of-tree crate); a control example
+#                       that must build shows the scaffolding works
+#   vm_*                make check on a guest broken on purpose
+#                       (KVERBS_BREAK, see tools/vm/mkinitramfs.sh) must fail
+#                       and say why; not with --no-vm
+
+set -uo pipefail
+
+top=$(cd "$(dirname "$0")/../.." && pwd)
+here=$top/tools/testing/kverbs_harness
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/kverbs-harness.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+vm=1
+[ "${1:-}" = --no-vm ] && vm=0
+
+n=0 pass=0 fail=0 skip=0
+msg() { echo "# $*"; }
+diag() { sed 's/^/# /'; }
+# t NAME FUNC [ARGS...]: one KTAP case; with KVERBS_HARNESS_ONLY=REGEX,
+# the cases whose name does not match are skipped.
+t() {
+	local name=$1 start=$SECONDS
+	shift
+	n=$((n + 1))
+	if [ -n "${KVERBS_HARNESS_ONLY:-}" ] && ! [[ $name =~ $KVERBS_HARNESS_ONLY ]]; then
+		echo "ok $n $name # SKIP not in KVERBS_HARNESS_ONLY"
+		skip=$((skip + 1))
+		return
+	fi
+	if "$@"; then
+		echo "ok $n $name # $((SECONDS - start)) s"
+		pass=$((pass + 1))
+	else
+		echo "not ok $n $name # $((SECONDS - start)) s"
+		fail=$((fail + 1))
+	fi
+}
+
+# --- tools/vm/ktap-totals.sh on recorded console logs ---------------------
+
+# A .expect file: "nprogs N", "status S", "last LINE" and any number of
+# "says TEXT" (a line of the output that must be there).
+totals_case() {
+	local log=$1 expect=${1%.log}.expect out status nprogs want_status want_last line
+	nprogs=$(sed -n 's/^nprogs //p' "$expect")
+	want_status=$(sed -n 's/^status //p' "$expect")
+	want_last=$(sed -n 's/^last //p' "$expect")
+	out=$("$top/tools/vm/ktap-totals.sh" "$log" "$nprogs")
+	status=$?
+	echo "$out" | diag
+	[ "$status" = "$want_status" ] || { msg "exit status $status, want $want_status"; return 1; }
+	[ "$(echo "$out" | tail -n 1)" = "$want_last" ] || { msg "last line, want '$want_last'"; return 1; }
+	while IFS= read -r line; do
+		echo "$out" | grep -qxF -- "$line" || { msg "missing line '$line'"; return 1; }
+	done < <(sed -n 's/^says //p' "$expect")
+}
+
+# --- tools/build-kernel.sh on an empty cache ------------------------------
+
+kver=$(dpkg-query -W -f='${Version}' linux-source-6.12 2>/dev/null)
+cache=$tmp/cache
+
+build_kernel_no_source_says_setup() {
+	local out
+	out=$(XDG_CACHE_HOME=$tmp/nosrc KVERBS_KERNEL_TARBALL=$tmp/none.tar.xz \
+		"$top/tools/build-kernel.sh" 2>&1) && { msg "succeeded"; return 1; }
+	echo "$out" | diag
+	[ "$(echo "$out" | wc -l)" = 1 ] && echo "$out" | grep -q "run tools/setup.sh"
+}
+
+# The first run on a machine, after an interrupted one: a half-unpacked
+# source without its marker, a temporary unpack directory, a lock file.
+build_kernel_fresh_cache_configures() {
+	local out bdir opt
+	mkdir -p "$cache/kverbs/linux-$kver/half" "$cache/kverbs/linux-$kver.tmp"
+	touch "$cache/kverbs/.lock"
+	out=$(XDG_CACHE_HOME=$cache "$top/tools/build-kernel.sh" --configure-only 2>&1) ||
+		{ echo "$out" | tail -n 30 | diag; return 1; }
+	echo "$out" | diag
+	bdir=$(echo "$out" | tail -n 1)
+	[ -f "$bdir/.config" ] || { msg "no .config in '$bdir'"; return 1; }
+	[ ! -e "$cache/kverbs/linux-$kver/half" ] || { msg "the half unpack was kept"; return 1; }
+	[ ! -e "$cache/kverbs/linux-$kver.tmp" ] || { msg "the temporary unpack is left"; return 1; }
+	[ -f "$cache/kverbs/linux-$kver/.kverbs-unpacked" ] || { msg "no unpack marker"; return 1; }
+	[ ! -e "$bdir/.kverbs-built" ] || { msg "configure-only marked the kernel built"; return 1; }
+	for opt in CONFIG_RUST=y CONFIG_RDMA_RXE=y CONFIG_KASAN=y CONFIG_PROVE_LOCKING=y; do
+		grep -qxF "$opt" "$bdir/.config" || { msg "$opt missing"; return 1; }
+	done
+}
+
+# A fragment option that olddefconfig drops must stop the build, naming it.
+build_kernel_lost_option_fails() {
+	local out
+	cat "$top/tools/testing/selftests/kverbs/config" >"$tmp/frag"
+	echo CONFIG_KVERBS_NO_SUCH_OPTION=y >>"$tmp/frag"
+	out=$(XDG_CACHE_HOME=$cache KVERBS_CONFIG=$tmp/frag \
+		"$top/tools/build-kernel.sh" --configure-only 2>&1) && { msg "succeeded"; return 1; }
+	echo "$out" | diag
+	echo "$out" | grep -qxF "kverbs: config lost: CONFIG_KVERBS_NO_SUCH_OPTION=y" &&
+		echo "$out" | tail -n 1 | grep -q "does not match"
+}
+
+# A build that holds the cache's lock is waited for, not raced.
+build_kernel_waits_for_held_lock() {
+	local out start=$SECONDS
+	flock "$cache/kverbs/.lock" sleep 5 &
+	sleep 1
+	out=$(XDG_CACHE_HOME=$cache "$top/tools/build-kernel.sh" --configure-only 2>&1) ||
+		{ echo "$out" | tail -n 30 | diag; return 1; }
+	wait
+	echo "$out" | diag
+	echo "$out" | grep -q "another build holds .*waiting" || return 1
+	[ $((SECONDS - start)) -ge 4 ] || { msg "did not wait"; return 1; }
+}
+
+# --- shellcheck -----------------------------------------------------------
+
+# The files of the tree: git's (tracked, and untracked but not ignored), or
+# every file outside a checkout.
+list_files() {
+	if git -C "$top" rev-parse --git-dir >/dev/null 2>&1; then
+		git -C "$top" ls-files -co --exclude-standard
+	else
+		(cd "$top" && find . -type f | sed 's|^\./||')
+	fi
+}
+
+shell_scripts() {
+	local f
+	list_files |
+		while IFS= read -r f; do
+			case "$f" in
+			*.sh) echo "$f" ;;
+			*.*) ;;
+			*) head -n 1 "$top/$f" 2>/dev/null | grep -qE '^#!.*(/|env )(ba|da)?sh( |$)' && echo "$f" ;;
+			esac
+		done
+}
+
+shellcheck_clean_all_scripts() {
+	local scripts
+	command -v shellcheck >/dev/null || { msg "shellcheck is not installed (tools/setup.sh)"; return 1; }
+	mapfile -t scripts < <(shell_scripts)
+	msg "${#scripts[@]} scripts"
+	[ "${#scripts[@]}" -ge 20 ] || { msg "too few scripts found"; return 1; }
+	(cd "$top" && shellcheck -x "${scripts[@]}") | diag
+	[ "${PIPESTATUS[0]}" = 0 ]
+}
+
+# --- compile_fail examples of the layer -------------------------------------
+
+# Writes each example of rust/ into $tmp/cf/N.rs (hidden "# " lines shown)
+# and its expected error code into $tmp/cf/N.code; prints "N file:line".
+extract_compile_fail() {
+	local sources
+	mapfile -t sources < <(list_files | grep -E '^rust/.*\.rs$' | sed "s|^|$top/|")
+	mkdir -p "$tmp/cf"
+	awk -v dir="$tmp/cf" '
+		match($0, /^[ \t]*\/\/[\/!] ?/) {
+			line = substr($0, RLENGTH + 1)
+			if (!inside && line ~ /^```compile_fail,E[0-9]+/) {
+				inside = 1; n++
+				code = line; sub(/^```compile_fail,/, "", code)
+				print code > (dir "/" n ".code"); close(dir "/" n ".code")
+				printf "" > (dir "/" n ".rs")
+				print n " " FILENAME ":" FNR
+				next
+			}
+			if (inside && line ~ /^```/) { inside = 0; close(dir "/" n ".rs"); next }
+			if (inside) {
+				sub(/^# ?/, "", line)
+				print line >> (dir "/" n ".rs")
+			}
+			next
+		}
+		{ inside = 0 }' "${sources[@]}"
+}
+
+# cf_build SRC: builds SRC as a module of kverbs_example (Kbuild links the
+# layer into one module only) in a copy of the tree; the output in
+# $tmp/cf/out.
+cf_build() {
+	local src=$1 kdir
+	kdir=$("$top/tools/build-kernel.sh" 2>/dev/null | tail -n 1)
+	{
+		echo "// SPDX-License-Identifier: GPL-2.0"
+		echo "#![allow(dead_code, unused_imports)]"
+		echo "use kernel::prelude::*;"
+		echo "// --- the example"
+		cat "$src"
+	} >"$tmp/tree/samples/kverbs_example/kverbs_cf.rs"
+	make -C "$kdir" M="$tmp/tree" LLVM=-19 RUSTC=/usr/bin/rustc BINDGEN=bindgen \
+		samples/kverbs_example.o >"$tmp/cf/out" 2>&1
+}
+
+cf_tree() {
+	[ -d "$tmp/tree" ] && return 0
+	mkdir -p "$tmp/tree"
+	(cd "$top" && list_files | grep -vE '^tools/' | tar -cf - -T -) |
+		tar -C "$tmp/tree" -xf - || return 1
+	printf '#[path = "kverbs_example/kverbs_cf.rs"]\nmod kverbs_cf;\n' \
+		>>"$tmp/tree/samples/kverbs_example.rs"
+}
+
+# The scaffolding builds a good example: a failure below is the example's.
+compile_fail_control_builds() {
+	cf_tree || return 1
+	cat >"$tmp/cf/control.rs" <<'RS'
+use kverbs::qp::{Cancel, Qp, Rts, WrId};
+fn f(qp: &Qp<Rts>, id: WrId, c: &Cancel) -> Result {
+    qp.wait(id, 100, c)?;
+    Ok(())
+}
+RS
+	cf_build "$tmp/cf/control.rs" || { tail -n 30 "$tmp/cf/out" | diag; return 1; }
+}
+
+compile_fail_case() {
+	local n=$1 code
+	code=$(cat "$tmp/cf/$n.code")
+	cf_build "$tmp/cf/$n.rs" && { msg "example $n built"; return 1; }
+	grep -E "^error" "$tmp/cf/out" | head -n 3 | diag
+	grep -q "^error\[$code\]" "$tmp/cf/out" || { msg "no error $code"; tail -n 20 "$tmp/cf/out" | diag; return 1; }
+	# The error is in the example, not in the scaffolding or the layer.
+	grep -A3 "^error\[$code\]" "$tmp/cf/out" | grep -q "kverbs_example/kverbs_cf.rs" ||
+		{ msg "error $code is not in the example"; return 1; }
+}
+
+# --- make check on a broken guest -----------------------------------------
+
+# vm_broken BREAK WANT: make check with KVERBS_BREAK=BREAK fails, its last
+# line has failures, and it says WANT.
+vm_broken() {
+	local out status
+	out=$(cd "$top" && KVERBS_BREAK=$1 KVERBS_TWO_HOSTS=0 KVERBS_TESTS=kverbs_module.sh \
+		KVERBS_VM_DIR=$tmp/vm-$1 KVERBS_VM_TIMEOUT=600 make -s check 2>&1)
+	status=$?
+	echo "$out" | grep -E '^kverbs|passed|failed|^not ok|^ok|insmod' | tail -n 15 | diag
+	cp "$tmp/vm-$1/check.log" "$tmp/vm-$1.log" 2>/dev/null
+	[ $status -ne 0 ] || { msg "make check succeeded"; return 1; }
+	echo "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed' | tail -n 1 |
+		grep -qE '^[0-9]+ passed, [1-9][0-9]* failed' || { msg "no failure counted"; return 1; }
+	echo "$out" | grep -q -- "$2" || { msg "does not say '$2'"; return 1; }
+}
+
+echo "TAP version 13"
+logs=("$here"/logs/*.log)
+mapfile -t examples < <(extract_compile_fail)
+nplan=$((${#logs[@]} + 5 + 1 + ${#examples[@]} + (vm ? 2 : 0)))
+echo "1..$nplan"
+for log in "${logs[@]}"; do
+	t "totals_$(basename "$log" .log)" totals_case "$log"
+done
+t shellcheck_clean_all_scripts shellcheck_clean_all_scripts
+t build_kernel_no_source_says_setup build_kernel_no_source_says_setup
+t build_kernel_fresh_cache_configures build_kernel_fresh_cache_configures
+t build_kernel_lost_option_fails build_kernel_lost_option_fails
+t build_kernel_waits_for_held_lock build_kernel_waits_for_held_lock
+t compile_fail_control_builds compile_fail_control_builds
+for e in "${examples[@]}"; do
+	# "N rust/kverbs/qp.rs:42" -> compile_fail_E0599_qp_rs_42
+	where=${e#* }
+	where=${where##*/}
+	where=$(echo "$where" | tr '.:' '__')
+	msg "example ${e#* }"
+	t "compile_fail_$(cat "$tmp/cf/${e%% *}.code")_$where" compile_fail_case "${e%% *}"
+done
+if [ $vm = 1 ]; then
+	t vm_init_exits_make_check_fails vm_broken init "the VM printed no test plan"
+	t vm_module_fails_to_load_make_check_fails vm_broken module "invalid module format"
+fi
+[ "$n" = "$nplan" ] || { echo "not ok $((n + 1)) harness_plan_matches"; fail=$((fail + 1)); }
+echo "# Totals: pass:$pass fail:$fail xfail:0 xpass:0 skip:$skip error:0"
+if [ "$skip" -gt 0 ]; then
+	echo "$pass passed, $fail failed, $skip skipped"
+else
+	echo "$pass passed, $fail failed"
+fi
+[ "$fail" = 0 ]
