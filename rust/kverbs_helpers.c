@@ -18,9 +18,19 @@
 #include <linux/sysfs.h>
 #include <linux/timekeeping.h>
 #include <linux/wait.h>
+#include <rdma/ib_verbs.h>
 #include <rdma/rdma_cm.h>
 
 #include "kverbs_helpers.h"
+
+void kverbs_copy_dev_name(const struct ib_device *dev, u8 *out)
+{
+	int i;
+
+	for (i = 0; i < IB_DEVICE_NAME_MAX; i++)
+		out[i] = READ_ONCE(dev->name[i]);
+	out[IB_DEVICE_NAME_MAX - 1] = 0;
+}
 
 void kverbs_sysfs_attr_init(struct attribute *attr)
 {

@@ -40,6 +40,12 @@ void kverbs_cond_resched(void);
 /* msleep_interruptible(). */
 unsigned long kverbs_msleep_interruptible(unsigned int ms);
 
+struct ib_device;
+
+/* Copies dev->name (IB_DEVICE_NAME_MAX bytes, terminated) with READ_ONCE:
+ * a rename may write it meanwhile. */
+void kverbs_copy_dev_name(const struct ib_device *dev, u8 *out);
+
 /* ktime_get_ns(). */
 u64 kverbs_ktime_get_ns(void);
 

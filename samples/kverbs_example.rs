@@ -191,9 +191,10 @@ struct Example {
     devices: Arc<Devices>,
 }
 
+kverbs::client_slot!(Example);
+
 impl Client for Example {
     type DeviceData = KBox<PerDevice>;
-    kverbs::client_slot!();
 
     fn add(&self, dev: &Device) -> Result<KBox<PerDevice>> {
         let name = CString::try_from_fmt(kernel::fmt!("{}", dev.name()))?;

@@ -16,7 +16,7 @@ use kernel::{error::from_err_ptr, prelude::*, sync::Arc};
 /// `ah` was created by `rdma_create_ah` in `pd` and is not yet destroyed.
 pub(crate) struct AhInner {
     ah: NonNull<bindings::ib_ah>,
-    _pd: Pd,
+    pd: Pd,
 }
 
 // SAFETY: An AH may be used and destroyed from any thread.
@@ -27,6 +27,11 @@ unsafe impl Sync for AhInner {}
 impl AhInner {
     pub(crate) fn as_raw(&self) -> *mut bindings::ib_ah {
         self.ah.as_ptr()
+    }
+
+    /// The PD the AH was created in.
+    pub(crate) fn pd(&self) -> &Pd {
+        &self.pd
     }
 }
 
@@ -47,9 +52,11 @@ impl Ah {
     /// Creates an address handle for `av`, sent from `port`.
     pub fn new(pd: &Pd, port: PortNum, av: &AddressVector) -> Result<Self> {
         let dev = pd.device();
+        crate::qp::check_port(dev, port)?;
         let mut attr = bindings::rdma_ah_attr::default();
         let mut dgid = bindings::ib_gid { raw: av.dgid.0 };
-        // SAFETY: `attr` and `dgid` are valid; the device is live.
+        // SAFETY: `attr` and `dgid` are valid; the device is live and `port`
+        // one of its ports.
         unsafe {
             attr.type_ = bindings::rdma_ah_find_type(dev.as_raw(), port);
             bindings::rdma_ah_set_port_num(&mut attr, port);
@@ -69,12 +76,6 @@ impl Ah {
         })?;
         let ah = NonNull::new(ah).ok_or(ENOMEM)?;
         // INVARIANT: created above in `pd`.
-        Ok(Ah(Arc::new(
-            AhInner {
-                ah,
-                _pd: pd.clone(),
-            },
-            GFP_KERNEL,
-        )?))
+        Ok(Ah(Arc::new(AhInner { ah, pd: pd.clone() }, GFP_KERNEL)?))
     }
 }

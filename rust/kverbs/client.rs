@@ -11,9 +11,17 @@
 //!
 //! The C callbacks are given only the device, not the client, so the
 //! registration is found through a per-client static [`Slot`], declared by
-//! [`crate::client_slot!`].  The slot is set while the client is registered
-//! and cleared after `ib_unregister_client` has returned, when no callback
-//! can be running any more.
+//! [`crate::client_slot!`], the one implementation of the unsafe trait
+//! [`ClientSlot`].  The slot is set while the client is registered and
+//! cleared after `ib_unregister_client` has returned, when no callback can
+//! be running any more.
+//!
+//! A [`Registration`] that is forgotten (`mem::forget`) stays registered:
+//! its `Inner` leaks with it, so the callbacks keep finding live memory, but
+//! the module's code is still called from the RDMA core, so the module must
+//! not be unloaded. A module holds its registration in its module object,
+//! which is dropped on unload; forgetting it is a bug of the module, and
+//! `rmmod` of such a module leaves the core calling freed code.
 
 use crate::bindings;
 use crate::device::Device;
@@ -37,21 +45,18 @@ use kernel::{
 ///
 /// impl kverbs::client::Client for Ulp {
 ///     type DeviceData = KBox<PerDevice>;
-///     kverbs::client_slot!();
 ///
 ///     fn add(&self, dev: &Device) -> Result<KBox<PerDevice>> { ... }
 ///     fn remove(&self, dev: &Device, data: KBox<PerDevice>) {}
 /// }
 ///
+/// kverbs::client_slot!(Ulp);
+///
 /// let reg = Registration::new(c_str!("ulp"), Ulp)?;
 /// ```
-pub trait Client: Send + Sync + Sized + 'static {
+pub trait Client: ClientSlot + Send + Sync + Sized + 'static {
     /// What the client keeps for each device, from `add` to `remove`.
     type DeviceData: ForeignOwnable + Send + Sync;
-
-    /// The static slot through which callbacks find the registration;
-    /// implemented by [`crate::client_slot!`].
-    fn slot() -> &'static Slot;
 
     /// A device appeared (or was present when the client registered).
     ///
@@ -68,6 +73,31 @@ pub trait Client: Send + Sync + Sized + 'static {
     }
 }
 
+/// The static slot through which the callbacks of a [`Client`] find its
+/// [`Registration`]. Implemented by [`crate::client_slot!`]; implementing it
+/// by hand is unsafe, and safe code cannot:
+///
+/// ```compile_fail,E0200
+/// # use kverbs::client::{ClientSlot, Slot};
+/// struct Ulp;
+/// impl ClientSlot for Ulp {
+///     fn slot() -> &'static Slot {
+///         static S: Slot = Slot::new();
+///         &S
+///     }
+/// }
+/// ```
+///
+/// # Safety
+///
+/// `slot` must return the same static [`Slot`] on every call, used by no
+/// other type: the callbacks trust what it holds to be this type's
+/// registration.
+pub unsafe trait ClientSlot {
+    /// This type's slot.
+    fn slot() -> &'static Slot;
+}
+
 /// Where the callbacks of a [`Client`] find its [`Registration`].
 ///
 /// Declare one per client type with [`crate::client_slot!`].
@@ -81,13 +111,19 @@ impl Slot {
     }
 }
 
-/// Implements [`Client::slot`] with a static of its own.
+/// Implements [`ClientSlot`] for a client type, with a static slot of its
+/// own.
 #[macro_export]
 macro_rules! client_slot {
-    () => {
-        fn slot() -> &'static $crate::client::Slot {
-            static SLOT: $crate::client::Slot = $crate::client::Slot::new();
-            &SLOT
+    ($t:ty) => {
+        // SAFETY: The slot is a static of this impl alone, the same on
+        // every call.
+        #[allow(unsafe_code)]
+        unsafe impl $crate::client::ClientSlot for $t {
+            fn slot() -> &'static $crate::client::Slot {
+                static SLOT: $crate::client::Slot = $crate::client::Slot::new();
+                &SLOT
+            }
         }
     };
 }

@@ -52,7 +52,7 @@ pub(crate) struct EventsInner {
     /// A connection request has been recorded: further ones are refused.
     requested: AtomicBool,
     #[pin]
-    list: Mutex<KVec<Option<Event>>>,
+    list: Mutex<KVec<Event>>,
 }
 
 // SAFETY: The raw ID pointers are only compared and, for untaken connection
@@ -69,7 +69,7 @@ impl PinnedDrop for EventsInner {
         // last reference to this queue went); a child's handler may, and
         // `rdma_destroy_id` waits for it.
         let list = core::mem::take(&mut *self.list.lock());
-        for e in list.iter().flatten() {
+        for e in list.iter() {
             if e.kind == bindings::RDMA_CM_EVENT_CONNECT_REQUEST {
                 // SAFETY: The handler recorded this child ID and returned
                 // 0, so the ID is ours; it was never taken.
@@ -106,13 +106,20 @@ impl EventsInner {
     /// Takes the oldest event that `pred` accepts, if any.
     fn take_where(&self, pred: impl Fn(&Event) -> bool) -> Option<Event> {
         let mut list = self.list.lock();
-        list.as_mut_slice()
-            .iter_mut()
-            .find(|e| e.as_ref().is_some_and(&pred))
-            .and_then(Option::take)
+        let i = list.iter().position(pred)?;
+        Some(remove(&mut list, i))
     }
 
-    /// Waits until an event comes after the `seen`th, at most 100 ms.
+    /// Drops the events of `id`, which was just destroyed: none can come
+    /// any more, and an ID created later at the same address must not see
+    /// them.
+    fn forget_id(&self, id: *mut bindings::rdma_cm_id) {
+        let mut list = self.list.lock();
+        while let Some(i) = list.iter().position(|e| e.id == id) {
+            remove(&mut list, i);
+        }
+    }
+
     fn wait_next(&self, seen: u32) {
         // SAFETY: The wait queue lives as long as `self`; `count` is an
         // `AtomicU32`, read by the helper with `READ_ONCE`.
@@ -158,6 +165,18 @@ impl EventsInner {
 }
 
 /// The error an event means, if it is one.
+/// Removes the event at `i`, keeping the order of the others (the events
+/// of one ID are taken in the order they came).
+fn remove(list: &mut KVec<Event>, i: usize) -> Event {
+    let len = list.len();
+    list.as_mut_slice()[i..].rotate_left(1);
+    let e = list[len - 1];
+    // SAFETY: Shrinking by one; `Event` is `Copy`, nothing to drop, and
+    // the element left out was copied above.
+    unsafe { list.set_len(len - 1) };
+    e
+}
+
 fn event_error(e: &Event) -> Option<Error> {
     let default = match e.kind {
         bindings::RDMA_CM_EVENT_ADDR_ERROR | bindings::RDMA_CM_EVENT_ROUTE_ERROR => {
@@ -205,7 +224,7 @@ unsafe extern "C" fn handler(
     let pushed = events
         .list
         .lock()
-        .push(Some(Event { id, kind, status }), GFP_KERNEL);
+        .push(Event { id, kind, status }, GFP_KERNEL);
     if pushed.is_err() {
         pr_err!("rdma_cm: event {} lost: out of memory\n", kind);
         if kind == bindings::RDMA_CM_EVENT_CONNECT_REQUEST {
@@ -227,6 +246,8 @@ unsafe extern "C" fn handler(
 pub(crate) struct CmIdInner {
     id: NonNull<bindings::rdma_cm_id>,
     events: Arc<EventsInner>,
+    /// A QP was created on the ID (`rdma_create_qp`) and not yet destroyed.
+    has_qp: AtomicBool,
 }
 
 // SAFETY: The connection manager's calls are thread safe.
@@ -238,6 +259,20 @@ impl CmIdInner {
     pub(crate) fn as_raw(&self) -> *mut bindings::rdma_cm_id {
         self.id.as_ptr()
     }
+
+    /// Claims the ID's one QP: `EBUSY` if it has one.
+    pub(crate) fn claim_qp(&self) -> Result {
+        if self.has_qp.swap(true, Ordering::AcqRel) {
+            pr_err!("rdma_cm: the ID has a QP already\n");
+            return Err(EBUSY);
+        }
+        Ok(())
+    }
+
+    /// The ID's QP was destroyed (or not created after all).
+    pub(crate) fn release_qp(&self) {
+        self.has_qp.store(false, Ordering::Release);
+    }
 }
 
 impl Drop for CmIdInner {
@@ -245,6 +280,8 @@ impl Drop for CmIdInner {
         // SAFETY: By the type invariant the ID is live; its QP, if any, is
         // gone (a QP holds its ID). This waits for a running handler.
         unsafe { bindings::rdma_destroy_id(self.id.as_ptr()) };
+        // No handler call for the ID runs or will run any more.
+        self.events.forget_id(self.id.as_ptr());
     }
 }
 
@@ -269,6 +306,7 @@ impl CmId {
             CmIdInner {
                 id,
                 events: events.0.clone(),
+                has_qp: AtomicBool::new(false),
             },
             GFP_KERNEL,
         )?))
@@ -309,6 +347,7 @@ impl CmId {
                     CmIdInner {
                         id,
                         events: events.clone(),
+                        has_qp: AtomicBool::new(false),
                     },
                     GFP_KERNEL,
                 )?));
@@ -378,6 +417,7 @@ impl CmId {
     /// Connects (client side) with `qp`, created on this ID, and waits for
     /// the connection: the QP is then in RTS.
     pub fn connect(&self, qp: Qp<Init>, timeout_ms: u32, cancel: &Cancel) -> Result<Qp<Rts>> {
+        self.check_own(&qp)?;
         let mut param = Self::conn_param();
         // SAFETY: The ID is live, resolved, and has its QP.
         kernel::error::to_result(unsafe { bindings::rdma_connect(self.as_raw(), &mut param) })?;
@@ -387,6 +427,7 @@ impl CmId {
     /// Accepts the connection request of this (child) ID with `qp`, and
     /// waits for the connection: the QP is then in RTS.
     pub fn accept(&self, qp: Qp<Init>, timeout_ms: u32, cancel: &Cancel) -> Result<Qp<Rts>> {
+        self.check_own(&qp)?;
         let mut param = Self::conn_param();
         // SAFETY: The ID is live and has its QP; `rdma_accept` wants the
         // handler lock held.
@@ -402,6 +443,16 @@ impl CmId {
 
     /// Waits for the connection of `qp`, which the connection manager then
     /// has moved to RTS.
+    /// `EINVAL` unless `qp` is this ID's own, made by [`Qp::new_cm`] on it:
+    /// the connection manager moves `id->qp`, whatever was passed.
+    fn check_own(&self, qp: &Qp<Init>) -> Result {
+        if qp.cm_id_is(&self.0) {
+            return Ok(());
+        }
+        pr_err!("rdma_cm: connect or accept with a QP not created on this ID\n");
+        Err(EINVAL)
+    }
+
     fn established(&self, qp: Qp<Init>, timeout_ms: u32, cancel: &Cancel) -> Result<Qp<Rts>> {
         self.0.events.wait(
             self.as_raw(),

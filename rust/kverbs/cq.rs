@@ -13,10 +13,17 @@
 //!   `ib_process_cq_direct` in a loop (lowest latency, burns a CPU);
 //! - [`PollCtx::Softirq`]: the core polls in softirq context on interrupt;
 //! - [`PollCtx::Workqueue`]: the core polls from a workqueue.
+//!
+//! A CQ that overflows loses completions (and rxe then moves its QPs to
+//! ERR): each QP takes room for every completion it can have outstanding
+//! when it is created, and a QP for which there is no room left is refused.
 
 use crate::bindings;
 use crate::device::Device;
-use core::ptr::NonNull;
+use core::{
+    ptr::NonNull,
+    sync::atomic::{AtomicU32, Ordering},
+};
 use kernel::{error::from_err_ptr, prelude::*, sync::Arc, types::ARef, types::Opaque};
 
 /// Where completions are polled.
@@ -60,10 +67,12 @@ pub struct Cq(Arc<CqInner>);
 ///
 /// `cq` was allocated by `__ib_alloc_cq` on `dev` with `cq_context` pointing
 /// to `*wq`, an initialised wait queue that lives in its own allocation as
-/// long as the CQ.
+/// long as the CQ. `room` is the number of its entries that no QP has
+/// taken.
 pub(crate) struct CqInner {
     cq: NonNull<bindings::ib_cq>,
     ctx: PollCtx,
+    room: AtomicU32,
     wq: Pin<KBox<Opaque<bindings::wait_queue_head>>>,
     dev: ARef<Device>,
 }
@@ -102,12 +111,15 @@ impl Cq {
             )
         })?;
         let cq = NonNull::new(cq).ok_or(ENOMEM)?;
+        // SAFETY: Just allocated; the driver set its real size.
+        let size = unsafe { (*cq.as_ptr()).cqe };
         // INVARIANT: allocated above with `wq` as its context. If the `Arc`
         // cannot be allocated, dropping the `CqInner` frees the CQ.
         Ok(Cq(Arc::new(
             CqInner {
                 cq,
                 ctx,
+                room: AtomicU32::new(size.try_into().unwrap_or(0)),
                 wq,
                 dev: dev.into(),
             },
@@ -129,6 +141,34 @@ impl Cq {
         &self.0.dev
     }
 
+    /// The entries no QP has taken yet.
+    pub fn room(&self) -> u32 {
+        self.0.room.load(Ordering::Relaxed)
+    }
+
+    /// Takes `n` entries for a QP, or fails with `EINVAL` if fewer are
+    /// left.
+    pub(crate) fn take_room(&self, n: u32) -> Result {
+        self.0
+            .room
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| r.checked_sub(n))
+            .map(|_| ())
+            .map_err(|left| {
+                pr_err!(
+                    "{}: a QP needs {} CQ entries, the CQ has {} left\n",
+                    self.device().name(),
+                    n,
+                    left
+                );
+                EINVAL
+            })
+    }
+
+    /// Gives back `n` entries taken by [`Cq::take_room`].
+    pub(crate) fn give_room(&self, n: u32) {
+        self.0.room.fetch_add(n, Ordering::AcqRel);
+    }
+
     /// The wait queue woken for each completion.
     pub(crate) fn wait_queue(&self) -> *mut bindings::wait_queue_head {
         self.0.wq.get()
@@ -140,8 +180,10 @@ impl Cq {
         if self.0.ctx != PollCtx::Direct {
             return 0;
         }
-        // SAFETY: The CQ is live and polled directly, by this call only
-        // (the queue pairs' waiters are serialised by their owners).
+        // SAFETY: The CQ is live and polled directly. Concurrent calls are
+        // allowed: `ib_process_cq_direct` polls into an array on its own
+        // stack, the driver's `poll_cq` takes the CQ's lock, and the `done`
+        // callbacks touch only their own slots.
         unsafe { bindings::ib_process_cq_direct(self.as_raw(), budget) }
     }
 }

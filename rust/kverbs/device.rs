@@ -5,7 +5,7 @@
 //! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
 
 use crate::bindings;
-use core::{fmt, ops::RangeInclusive, ptr::NonNull};
+use core::{fmt, marker::PhantomData, ops::RangeInclusive, ptr::NonNull};
 use kernel::{
     error::{from_err_ptr, to_result},
     prelude::*,
@@ -80,16 +80,12 @@ impl Device {
     /// renamed at any time (`rdma dev set NAME name NEW`).
     pub fn name(&self) -> Name {
         let mut name = Name([0; bindings::IB_DEVICE_NAME_MAX as usize]);
-        // SAFETY: `name` is a fixed array inside the live device (type
-        // invariant). A concurrent rename may tear the copy, but never
-        // moves or frees the array.
-        let src = unsafe { &raw const (*self.as_raw()).name };
-        // SAFETY: Both arrays have `IB_DEVICE_NAME_MAX` bytes.
-        unsafe {
-            core::ptr::copy_nonoverlapping(src.cast::<u8>(), name.0.as_mut_ptr(), name.0.len())
-        };
-        // Keep it terminated whatever a racing rename did.
-        name.0[name.0.len() - 1] = 0;
+        // SAFETY: The device is live (type invariant); `name` has room for
+        // `IB_DEVICE_NAME_MAX` bytes. The helper copies with `READ_ONCE`
+        // byte by byte, as a rename may write the array meanwhile (it never
+        // moves or frees it): a copy racing a rename may mix the two names,
+        // but it is never a data race, and it is terminated.
+        unsafe { bindings::kverbs_copy_dev_name(self.as_raw(), name.0.as_mut_ptr()) };
         name
     }
 
@@ -224,7 +220,21 @@ impl Device {
 
     /// The entry `index` of the GID table of `port`, held until the
     /// returned guard is dropped. Fails with `ENODATA` for an empty entry.
-    pub fn gid_attr(&self, port: PortNum, index: u32) -> Result<GidAttr> {
+    ///
+    /// The guard borrows the device: the GID table is freed when the device
+    /// is unregistered, so no entry may be held past the device's `remove`:
+    ///
+    /// ```compile_fail,E0505
+    /// # use kverbs::device::Device;
+    /// # use kernel::{prelude::*, types::ARef};
+    /// fn f(dev: ARef<Device>) -> Result {
+    ///     let g = dev.gid_attr(1, 0)?;
+    ///     drop(dev);
+    ///     let _ = g.gid(); // the device may be gone
+    ///     Ok(())
+    /// }
+    /// ```
+    pub fn gid_attr(&self, port: PortNum, index: u32) -> Result<GidAttr<'_>> {
         if !self.ports().contains(&port) {
             return Err(EINVAL);
         }
@@ -233,7 +243,7 @@ impl Device {
         let attr = unsafe { bindings::rdma_get_gid_attr(self.as_raw(), port, index.try_into()?) };
         let attr = from_err_ptr(attr.cast_mut())?;
         // INVARIANT: `rdma_get_gid_attr` returned a held entry.
-        Ok(GidAttr(NonNull::new(attr).ok_or(EINVAL)?))
+        Ok(GidAttr(NonNull::new(attr).ok_or(EINVAL)?, PhantomData))
     }
 }
 
@@ -668,19 +678,29 @@ impl GidType {
     }
 }
 
-/// A held GID table entry (`struct ib_gid_attr`), released on drop.
+/// A held GID table entry (`struct ib_gid_attr`) of a device borrowed for
+/// `'a`, released on drop.
+///
+/// The device's GID table outlives the entry: it is freed only after the
+/// device is unregistered (`ib_cache_cleanup_one`, after `disable_device`
+/// waited for every registration count), which cannot happen while the
+/// `&'a Device` the entry borrows is valid. If the guard is forgotten
+/// (`mem::forget`), the entry's reference leaks: the core warns of a GID
+/// entry reference leak when the device is released, and nothing is freed
+/// early.
 ///
 /// # Invariants
 ///
-/// The pointer came from `rdma_get_gid_attr` and its reference is held.
-pub struct GidAttr(NonNull<bindings::ib_gid_attr>);
+/// The pointer came from `rdma_get_gid_attr` on a device registered for
+/// `'a`, and its reference is held.
+pub struct GidAttr<'a>(NonNull<bindings::ib_gid_attr>, PhantomData<&'a Device>);
 
 // SAFETY: A held GID entry may be used and released from any thread.
-unsafe impl Send for GidAttr {}
+unsafe impl Send for GidAttr<'_> {}
 // SAFETY: `&GidAttr` only reads immutable fields of the entry.
-unsafe impl Sync for GidAttr {}
+unsafe impl Sync for GidAttr<'_> {}
 
-impl GidAttr {
+impl GidAttr<'_> {
     fn get(&self) -> &bindings::ib_gid_attr {
         // SAFETY: By the type invariant the entry is held, and the fields
         // read through this reference do not change while it is.
@@ -713,7 +733,7 @@ impl GidAttr {
     }
 }
 
-impl Drop for GidAttr {
+impl Drop for GidAttr<'_> {
     fn drop(&mut self) {
         // SAFETY: By the type invariant we hold this reference.
         unsafe { bindings::rdma_put_gid_attr(self.0.as_ptr()) };

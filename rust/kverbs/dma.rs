@@ -7,35 +7,46 @@
 
 use crate::bindings;
 use crate::device::Device;
+use core::sync::atomic::{AtomicBool, Ordering};
 use kernel::{prelude::*, types::ARef};
 
 /// A kernel buffer mapped for DMA by an RDMA device (bidirectional), unmapped
 /// and freed on drop.
 ///
 /// The CPU reaches the contents only by copying ([`DmaBuf::write`],
-/// [`DmaBuf::read`]), which sync the mapping for the CPU before and for the
-/// device after, so no Rust reference ever aliases memory the device may
-/// write. Work requests hold the buffer through an `Arc<DmaBuf>` until their
-/// completion has been reaped or flushed (see [`crate::qp`]), so it cannot
-/// be freed while the device may still access it.
+/// [`DmaBuf::read`]), which sync the range they touch for the CPU before
+/// and for the device after, so no Rust reference ever aliases memory the
+/// device may write, and a sync never overwrites what the device wrote in
+/// another part of the buffer (with swiotlb, a sync copies). One copy runs
+/// at a time: another one started meanwhile, from another thread, fails
+/// with `EBUSY` instead of racing it. Work requests hold the buffer through
+/// an `Arc<DmaBuf>` until their completion has been reaped or flushed (see
+/// [`crate::qp`]), so it cannot be freed while the device may still access
+/// it.
+///
+/// What the device writes while the CPU copies (a receive posted on the
+/// buffer) is outside the CPU's memory model, as device memory is: the
+/// copies are raw byte copies, never references.
 ///
 /// # Invariants
 ///
-/// `cpu` is a `kmalloc`ed allocation of `len` bytes (`len > 0`), mapped at
-/// `dma` on `dev` with `DMA_BIDIRECTIONAL`.
+/// `cpu` is a `kmalloc`ed allocation of `cap >= len` bytes (`len > 0`), of
+/// which the first `len` are mapped at `dma` on `dev` with
+/// `DMA_BIDIRECTIONAL`. The CPU touches them only while holding `busy`.
 pub struct DmaBuf {
     dev: ARef<Device>,
     cpu: *mut u8,
     dma: u64,
     len: usize,
+    cap: usize,
+    busy: AtomicBool,
 }
 
 // SAFETY: The buffer is plain memory owned by this object; the pointers are
 // usable from any thread.
 unsafe impl Send for DmaBuf {}
 // SAFETY: Through `&DmaBuf` the memory is only copied in and out with raw
-// copies, never referenced, so concurrent use is not a Rust data race on a
-// reference; what the bytes are is up to the users (as with device memory).
+// copies, one at a time (`busy`), never referenced.
 unsafe impl Sync for DmaBuf {}
 
 impl DmaBuf {
@@ -45,15 +56,15 @@ impl DmaBuf {
             return Err(EINVAL);
         }
         let mem = KVec::<u8>::from_elem(0, len, GFP_KERNEL)?;
-        let (cpu, _, _) = mem.into_raw_parts();
+        let (cpu, _, cap) = mem.into_raw_parts();
         // SAFETY: `dev` is live; `cpu` is valid for `len` bytes.
         let dma = unsafe {
             bindings::ib_dma_map_single(dev.as_raw(), cpu.cast(), len, bindings::DMA_BIDIRECTIONAL)
         };
         // SAFETY: `dev` is live; `dma` was just returned by the mapping.
         if unsafe { bindings::ib_dma_mapping_error(dev.as_raw(), dma) } != 0 {
-            // SAFETY: `cpu`, `len`, `len` came from `into_raw_parts` above.
-            drop(unsafe { KVec::from_raw_parts(cpu, len, len) });
+            // SAFETY: `cpu`, `len`, `cap` came from `into_raw_parts` above.
+            drop(unsafe { KVec::from_raw_parts(cpu, len, cap) });
             return Err(ENOMEM);
         }
         // INVARIANT: allocated and mapped above.
@@ -62,7 +73,14 @@ impl DmaBuf {
             cpu,
             dma,
             len,
+            cap,
+            busy: AtomicBool::new(false),
         })
+    }
+
+    /// The device the buffer is mapped for.
+    pub fn device(&self) -> &Device {
+        &self.dev
     }
 
     /// The length in bytes.
@@ -88,50 +106,52 @@ impl DmaBuf {
         }
     }
 
-    fn sync_for_cpu(&self) {
-        // SAFETY: By the type invariant the mapping is live.
+    /// Runs `f` on `offset..offset + len`, synced for the CPU, then syncs
+    /// that range back for the device. `EBUSY` if another copy is running.
+    fn with_range(&self, offset: usize, len: usize, f: impl FnOnce(*mut u8)) -> Result {
+        self.check(offset, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        if self
+            .busy
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            return Err(EBUSY);
+        }
+        let dev = self.dev.as_raw();
+        let dma = self.dma_addr(offset);
+        // SAFETY: By the type invariant the mapping is live; the range lies
+        // within it (checked above).
+        unsafe { bindings::ib_dma_sync_single_for_cpu(dev, dma, len, bindings::DMA_BIDIRECTIONAL) };
+        // SAFETY: The range lies within the allocation (checked above).
+        f(unsafe { self.cpu.add(offset) });
+        // SAFETY: As above.
         unsafe {
-            bindings::ib_dma_sync_single_for_cpu(
-                self.dev.as_raw(),
-                self.dma,
-                self.len,
-                bindings::DMA_BIDIRECTIONAL,
-            )
+            bindings::ib_dma_sync_single_for_device(dev, dma, len, bindings::DMA_BIDIRECTIONAL)
         };
-    }
-
-    fn sync_for_device(&self) {
-        // SAFETY: By the type invariant the mapping is live.
-        unsafe {
-            bindings::ib_dma_sync_single_for_device(
-                self.dev.as_raw(),
-                self.dma,
-                self.len,
-                bindings::DMA_BIDIRECTIONAL,
-            )
-        };
+        self.busy.store(false, Ordering::Release);
+        Ok(())
     }
 
     /// Copies `data` into the buffer at `offset`.
     pub fn write(&self, offset: usize, data: &[u8]) -> Result {
-        self.check(offset, data.len())?;
-        self.sync_for_cpu();
-        // SAFETY: The range was checked to lie in the allocation (type
-        // invariant); `data` cannot overlap memory we own.
-        unsafe { core::ptr::copy_nonoverlapping(data.as_ptr(), self.cpu.add(offset), data.len()) };
-        self.sync_for_device();
-        Ok(())
+        self.with_range(offset, data.len(), |p| {
+            // SAFETY: `p` is valid for `data.len()` bytes, which no other
+            // CPU access touches (`busy` is held); `data` cannot overlap
+            // memory we own.
+            unsafe { core::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len()) }
+        })
     }
 
     /// Copies the buffer at `offset` into `out`.
     pub fn read(&self, offset: usize, out: &mut [u8]) -> Result {
-        self.check(offset, out.len())?;
-        self.sync_for_cpu();
-        // SAFETY: As in `write`.
-        unsafe {
-            core::ptr::copy_nonoverlapping(self.cpu.add(offset), out.as_mut_ptr(), out.len())
-        };
-        Ok(())
+        let len = out.len();
+        self.with_range(offset, len, |p| {
+            // SAFETY: As in `write`.
+            unsafe { core::ptr::copy_nonoverlapping(p, out.as_mut_ptr(), len) }
+        })
     }
 }
 
@@ -146,7 +166,7 @@ impl Drop for DmaBuf {
                 self.len,
                 bindings::DMA_BIDIRECTIONAL,
             );
-            drop(KVec::from_raw_parts(self.cpu, self.len, self.len));
+            drop(KVec::from_raw_parts(self.cpu, self.len, self.cap));
         }
     }
 }

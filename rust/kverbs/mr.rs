@@ -24,6 +24,8 @@ struct MrState {
     buf: Option<Arc<DmaBuf>>,
     rkey: u32,
     registered: bool,
+    /// A REG_MR or LOCAL_INV is being waited for (without the lock).
+    busy: bool,
 }
 
 /// # Invariants
@@ -79,6 +81,7 @@ impl Mr {
                     buf: None,
                     rkey: 0,
                     registered: false,
+                    busy: false,
                 }),
             }),
             GFP_KERNEL,
@@ -100,13 +103,23 @@ impl Mr {
     /// advertise them before it is connected (as RDMA_RC_example does).
     pub fn map(&self, buf: &Arc<DmaBuf>) -> Result<RemoteBuf> {
         let inner = &self.0;
+        let dev = inner.pd.device();
+        if !buf.device().same_as(dev) {
+            pr_err!(
+                "{}: an MR cannot map a buffer mapped for {}\n",
+                dev.name(),
+                buf.device().name()
+            );
+            return Err(EINVAL);
+        }
         let mut state = inner.state.lock();
-        if state.buf.is_some() {
+        if state.buf.is_some() || state.busy {
             return Err(EBUSY);
         }
         let len: u32 = buf.len().try_into()?;
         let mut sg = bindings::scatterlist::default();
-        // SAFETY: `sg` is a valid one-entry list; the buffer is mapped.
+        // SAFETY: `sg` is a valid one-entry list; the buffer is mapped for
+        // the MR's device (checked above).
         unsafe { bindings::kverbs_sg_set_dma(&mut sg, buf.dma_addr(0), len) };
         // SAFETY: The MR is live and not registered; `sg` describes mapped
         // memory that `state.buf` holds while the MR maps it.
@@ -139,7 +152,10 @@ impl Mr {
 
     /// Posts the registration of the mapping made by [`Mr::map`]
     /// (`IB_WR_REG_MR` with `access`, the narrowest the peer needs) on
-    /// `qp`, and waits for it.
+    /// `qp`, a QP of the MR's PD, and waits for it.
+    ///
+    /// As the verbs require, remote write and atomic access need local
+    /// write access too (`EINVAL` otherwise).
     pub fn post_registration(
         &self,
         qp: &Qp<Rts>,
@@ -148,15 +164,38 @@ impl Mr {
         cancel: &Cancel,
     ) -> Result {
         let inner = &self.0;
-        let mut state = inner.state.lock();
-        if state.buf.is_none() || state.registered {
+        let dev = inner.pd.device();
+        if !qp.pd().same_as(&inner.pd) {
+            pr_err!(
+                "{}: an MR can be registered only through a QP of its PD\n",
+                dev.name()
+            );
             return Err(EINVAL);
         }
-        let id = qp.post_reg_mr(inner, state.rkey, access)?;
-        // From the post on the registration may execute: invalidate it
-        // before the buffer is let go, even if the wait fails.
-        state.registered = true;
-        let wc = qp.wait(id, timeout_ms, cancel)?;
+        if !access.is_valid() {
+            pr_err!(
+                "{}: MR access {:#x}: remote write or atomic without local write\n",
+                dev.name(),
+                access.bits()
+            );
+            return Err(EINVAL);
+        }
+        let id = {
+            let mut state = inner.state.lock();
+            if state.buf.is_none() || state.registered || state.busy {
+                return Err(EINVAL);
+            }
+            let id = qp.post_reg_mr(inner, state.rkey, access)?;
+            // From the post on the registration may execute: invalidate it
+            // before the buffer is let go, even if the wait fails.
+            state.registered = true;
+            state.busy = true;
+            id
+        };
+        // Not under the lock: the wait may take `timeout_ms`.
+        let wc = qp.wait(id, timeout_ms, cancel);
+        inner.state.lock().busy = false;
+        let wc = wc?;
         if wc.result().is_err() {
             pr_err!("REG_MR failed: {}\n", wc.status);
             return Err(EIO);
@@ -183,12 +222,23 @@ impl Mr {
     /// released.
     pub fn invalidate(&self, qp: &Qp<Rts>, timeout_ms: u32, cancel: &Cancel) -> Result {
         let inner = &self.0;
-        let mut state = inner.state.lock();
-        if !state.registered {
+        if !qp.pd().same_as(&inner.pd) {
             return Err(EINVAL);
         }
-        let id = qp.post_local_inv(inner, state.rkey)?;
-        let wc = qp.wait(id, timeout_ms, cancel)?;
+        let id = {
+            let mut state = inner.state.lock();
+            if !state.registered || state.busy {
+                return Err(EINVAL);
+            }
+            let id = qp.post_local_inv(inner, state.rkey)?;
+            state.busy = true;
+            id
+        };
+        // Not under the lock, as in `post_registration`.
+        let wc = qp.wait(id, timeout_ms, cancel);
+        let mut state = inner.state.lock();
+        state.busy = false;
+        let wc = wc?;
         if wc.result().is_err() {
             pr_err!("LOCAL_INV failed: {}\n", wc.status);
             return Err(EIO);

@@ -59,6 +59,11 @@ impl Pd {
         &self.0.dev
     }
 
+    /// Whether `other` is this very PD.
+    pub fn same_as(&self, other: &Pd) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+
     /// The key local work requests use for DMA addresses in this PD.
     pub(crate) fn local_dma_lkey(&self) -> u32 {
         // SAFETY: The PD is live (type invariant); the key is set at

@@ -6,7 +6,20 @@
 //!
 //! # The state machine in the types
 //!
-//! A [`Qp<S>`] is created in [`Reset`]. Each transition consumes the QP and
+//! A [`Qp<S, T>`] is an RC ([`Rc`], the default) or UD ([`Ud`]) queue pair
+//! in state `S`: what a verb needs of the transport is in the type, so an
+//! RDMA operation cannot be posted on a UD QP nor a datagram on an RC QP:
+//!
+//! ```compile_fail,E0599
+//! # use kverbs::{dma::DmaBuf, qp::{Qp, Rts, SendOp, Ud}};
+//! # use kernel::{prelude::*, sync::Arc};
+//! fn f(qp: &Qp<Rts, Ud>, buf: &Arc<DmaBuf>) -> Result {
+//!     qp.post_send(SendOp::Send, buf, 0, 1, true)?; // RC only
+//!     Ok(())
+//! }
+//! ```
+//!
+//! A [`Qp<S, T>`] is created in [`Reset`]. Each transition consumes the QP and
 //! returns it in the next state, taking exactly the attributes the verbs
 //! require for it: [`Qp::<Reset>::to_init`], [`Qp::<Init>::to_rtr`],
 //! [`Qp::<Rtr>::to_rts`]; any state may go to [`ErrorState`] with
@@ -16,6 +29,14 @@
 //!
 //! Receives may be posted from [`Init`] on, sends only in [`Rts`].
 //!
+//! # Objects of one device and PD
+//!
+//! The CQs of a QP must be of its PD's device, with room for every
+//! completion the QP can have outstanding (its queue sizes plus one each
+//! for the drain): [`Cq`] counts what its QPs take. Buffers posted on a QP
+//! must be mapped for its device, AHs created in its PD, ports among the
+//! device's. Anything else is refused with `EINVAL` and a kernel message.
+//!
 //! # Work requests and buffer lifetimes
 //!
 //! Every posted work request takes a slot of the QP's send or receive
@@ -24,7 +45,21 @@
 //! been reaped, the resources the request uses: an `Arc<DmaBuf>` for its
 //! local buffer, the memory region it registers. So a buffer cannot be freed
 //! while the device may still access it, whatever the caller does.
-//! [`Qp::wait`] reaps a completion and releases its slot; an unsignalled send
+//! [`Qp::wait`] reaps a completion and releases its slot, given the
+//! [`WrId`] the post returned: a `WrId` is used once (it is not `Copy`) and
+//! only on its own QP, so one completion is never reaped twice:
+//!
+//! ```compile_fail,E0382
+//! # use kverbs::qp::{Cancel, Qp, Rts, WrId};
+//! # use kernel::prelude::*;
+//! fn f(qp: &Qp<Rts>, id: WrId, c: &Cancel) -> Result {
+//!     qp.wait(id, 100, c)?;
+//!     qp.wait(id, 100, c)?; // used
+//!     Ok(())
+//! }
+//! ```
+//!
+//! The an unsignalled send
 //! is released when a later signalled send completes. When the QP is
 //! dropped it is drained first (`ib_drain_qp`): every outstanding request
 //! completes (flushed), then the QP is destroyed and all slots released.
@@ -44,7 +79,7 @@ use core::{
     cell::UnsafeCell,
     marker::PhantomData,
     ptr::{self, NonNull},
-    sync::atomic::{AtomicBool, AtomicU32, Ordering},
+    sync::atomic::{AtomicU32, AtomicU64, Ordering},
 };
 use kernel::{
     error::from_err_ptr,
@@ -61,6 +96,31 @@ pub trait State: private::Sealed {
 }
 /// Receives may be posted in this state.
 pub trait CanPostRecv: State {}
+
+/// QP transports, as type parameters of [`Qp`].
+pub trait Transport: private::Sealed {
+    /// The transport's name in messages.
+    const NAME: &'static str;
+    /// `enum ib_qp_type`.
+    const QP_TYPE: bindings::ib_qp_type;
+}
+
+/// Reliable connected (`IB_QPT_RC`): SEND, RDMA READ/WRITE, memory
+/// registration.
+pub struct Rc;
+/// Unreliable datagram (`IB_QPT_UD`): SENDs to address handles, multicast.
+pub struct Ud;
+
+impl private::Sealed for Rc {}
+impl private::Sealed for Ud {}
+impl Transport for Rc {
+    const NAME: &'static str = "RC";
+    const QP_TYPE: bindings::ib_qp_type = bindings::IB_QPT_RC;
+}
+impl Transport for Ud {
+    const NAME: &'static str = "UD";
+    const QP_TYPE: bindings::ib_qp_type = bindings::IB_QPT_UD;
+}
 
 mod private {
     pub trait Sealed {}
@@ -113,6 +173,13 @@ impl Access {
     pub fn bits(self) -> u32 {
         self.0
     }
+
+    /// Whether the verbs allow these rights on a memory region: remote
+    /// write and remote atomic need local write.
+    pub fn is_valid(self) -> bool {
+        let remote = Self::REMOTE_WRITE.0 | Self::REMOTE_ATOMIC.0;
+        self.0 & remote == 0 || self.0 & Self::LOCAL_WRITE.0 != 0
+    }
 }
 
 impl core::ops::BitOr for Access {
@@ -129,6 +196,16 @@ pub struct QpCaps {
     pub max_send_wr: u32,
     /// Receive work requests outstanding at once.
     pub max_recv_wr: u32,
+}
+
+impl QpCaps {
+    /// The CQ entries a QP of these sizes takes of a CQ that both its
+    /// queues use: each queue plus one for the drain.
+    pub fn cq_entries(&self) -> u32 {
+        self.max_send_wr
+            .saturating_add(self.max_recv_wr)
+            .saturating_add(2)
+    }
 }
 
 /// Attributes of RESET to INIT.
@@ -231,25 +308,53 @@ pub enum SendOp {
 
 /// Cancels the waits of a run from another thread (for instance when the
 /// device is being removed).
+///
+/// [`Cancel::cancel`] ends the waits of one run and is cleared by
+/// [`Cancel::reset`] for the next; [`Cancel::close`] is for good: a closed
+/// token stays cancelled whatever resets it, so that nothing started after
+/// a removal began can make the removal wait.
 #[derive(Default)]
-pub struct Cancel(AtomicBool);
+pub struct Cancel(AtomicU32);
+
+const CANCEL_NONE: u32 = 0;
+const CANCEL_ONCE: u32 = 1;
+const CANCEL_CLOSED: u32 = 2;
 
 impl Cancel {
     /// A new, not cancelled, token.
     pub const fn new() -> Self {
-        Cancel(AtomicBool::new(false))
+        Cancel(AtomicU32::new(CANCEL_NONE))
     }
     /// Cancels: waits return `ECANCELED` within 100 ms.
     pub fn cancel(&self) {
-        self.0.store(true, Ordering::Release);
+        let _ = self.0.compare_exchange(
+            CANCEL_NONE,
+            CANCEL_ONCE,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
     }
-    /// Clears the token for the next run.
+    /// Cancels for good: [`Cancel::reset`] no longer clears it.
+    pub fn close(&self) {
+        self.0.store(CANCEL_CLOSED, Ordering::Release);
+    }
+    /// Clears a [`Cancel::cancel`] for the next run; a closed token stays
+    /// closed.
     pub fn reset(&self) {
-        self.0.store(false, Ordering::Release);
+        let _ = self.0.compare_exchange(
+            CANCEL_ONCE,
+            CANCEL_NONE,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
     }
-    /// Whether it was cancelled.
+    /// Whether it was cancelled (or closed).
     pub fn is_cancelled(&self) -> bool {
-        self.0.load(Ordering::Acquire)
+        self.0.load(Ordering::Acquire) != CANCEL_NONE
+    }
+    /// Whether it was closed.
+    pub fn is_closed(&self) -> bool {
+        self.0.load(Ordering::Acquire) == CANCEL_CLOSED
     }
 }
 
@@ -260,12 +365,24 @@ enum Queue {
     Recv,
 }
 
-/// Identifies a posted work request, to [`Qp::wait`] for it.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+/// Identifies a posted work request, to [`Qp::wait`] for it: once, on the
+/// QP that posted it.
+#[derive(Debug)]
 pub struct WrId {
+    /// The address of the QP's `QpInner`, as its identity.
+    qp: usize,
     queue: Queue,
     index: usize,
     seq: u64,
+}
+
+/// What [`Qp::wait_for`] found.
+#[derive(Debug)]
+pub enum Waited {
+    /// The request completed: its completion.
+    Done(Wc),
+    /// The request is still outstanding: its id, to wait again.
+    Pending(WrId),
 }
 
 const SLOT_FREE: u32 = 0;
@@ -301,7 +418,6 @@ struct SlotRes {
 struct Book {
     send: KVec<SlotRes>,
     recv: KVec<SlotRes>,
-    seq: u64,
     posted_any: bool,
     /// A UD QP's most recent AH, for the marker of its drain.
     last_ah: Option<Arc<AhInner>>,
@@ -314,7 +430,8 @@ struct Book {
 /// `qp` was created by `ib_create_qp` with `send_cq`, `recv_cq` and `pd`,
 /// which the fields keep alive, and is not yet destroyed. The slot arrays
 /// are never reallocated; their `ib_cqe`s are the `wr_cqe` of every request
-/// posted on `qp`.
+/// posted on `qp`. Each has one slot more than `book`'s: the last, the
+/// drain's marker.
 #[pin_data(PinnedDrop)]
 struct QpInner {
     qp: NonNull<bindings::ib_qp>,
@@ -322,30 +439,77 @@ struct QpInner {
     /// `rdma_create_qp` (then it is destroyed by `rdma_destroy_qp`).
     cm: Option<CmIdRef>,
     ud: bool,
-    /// The drain marker of a UD send queue.
-    marker: Slot,
     port: PortNum,
     send_slots: KVec<Slot>,
     recv_slots: KVec<Slot>,
     #[pin]
     book: Mutex<Book>,
-    send_cq: Cq,
-    recv_cq: Cq,
+    send_cq: CqRoom,
+    recv_cq: CqRoom,
     pd: Pd,
 }
 
-/// An RC queue pair in state `S`.
-pub struct Qp<S: State> {
+/// A queue pair of transport `T` ([`Rc`] or [`Ud`]) in state `S`.
+pub struct Qp<S: State, T: Transport = Rc> {
     inner: Pin<KBox<QpInner>>,
-    _state: PhantomData<S>,
+    _state: PhantomData<(S, T)>,
 }
 
 // SAFETY: The QP and its bookkeeping (under a mutex) may be used from any
 // thread; the slots are shared with `done` callbacks through atomics.
-unsafe impl<S: State> Send for Qp<S> {}
+unsafe impl<S: State, T: Transport> Send for Qp<S, T> {}
 // SAFETY: All methods of `&Qp` are thread safe (the verbs are; the
 // bookkeeping is locked).
-unsafe impl<S: State> Sync for Qp<S> {}
+unsafe impl<S: State, T: Transport> Sync for Qp<S, T> {}
+
+/// Completion queue entries a QP takes of a CQ, given back on drop.
+struct CqRoom {
+    cq: Cq,
+    n: u32,
+}
+
+impl CqRoom {
+    fn take(cq: &Cq, n: u32, dev: &Device) -> Result<Self> {
+        if !cq.device().same_as(dev) {
+            pr_err!(
+                "{}: a QP cannot use a CQ of {}\n",
+                dev.name(),
+                cq.device().name()
+            );
+            return Err(EINVAL);
+        }
+        cq.take_room(n)?;
+        Ok(CqRoom { cq: cq.clone(), n })
+    }
+}
+
+impl Drop for CqRoom {
+    fn drop(&mut self) {
+        self.cq.give_room(self.n);
+    }
+}
+
+/// Checks that `buf` is mapped for `dev`.
+fn check_buf(buf: &DmaBuf, dev: &Device) -> Result {
+    if buf.device().same_as(dev) {
+        return Ok(());
+    }
+    pr_err!(
+        "{}: a buffer mapped for {} cannot be posted here\n",
+        dev.name(),
+        buf.device().name()
+    );
+    Err(EINVAL)
+}
+
+/// Checks that `port` is a port of `dev`.
+pub(crate) fn check_port(dev: &Device, port: PortNum) -> Result {
+    if dev.ports().contains(&port) {
+        return Ok(());
+    }
+    pr_err!("{}: no port {}\n", dev.name(), port);
+    Err(EINVAL)
+}
 
 fn new_slots(n: u32) -> Result<KVec<Slot>> {
     let mut v = KVec::with_capacity(n as usize, GFP_KERNEL)?;
@@ -411,11 +575,12 @@ impl core::fmt::Display for MaskNames {
     }
 }
 
-impl Qp<Reset> {
+impl Qp<Reset, Rc> {
     /// Creates an RC QP on `port` of the PD's device, with its completions
-    /// on `send_cq` and `recv_cq`.
+    /// on `send_cq` and `recv_cq`, CQs of the same device.
     ///
-    /// One more request than asked is allowed on each queue, for the drain.
+    /// One more request than asked is allowed on each queue, for the drain;
+    /// the CQs must have room for them all (`EINVAL` otherwise).
     pub fn new_rc(
         pd: &Pd,
         port: PortNum,
@@ -423,12 +588,14 @@ impl Qp<Reset> {
         recv_cq: &Cq,
         caps: QpCaps,
     ) -> Result<Self> {
-        Self::create(pd, port, send_cq, recv_cq, caps, None, false)
+        Self::create(pd, port, send_cq, recv_cq, caps, None)
     }
+}
 
+impl Qp<Reset, Ud> {
     /// Creates a UD QP on `port` of the PD's device, with its completions
-    /// on `send_cq` and `recv_cq`. Its receives need 40 bytes of room for
-    /// the GRH before the data ([`GRH_LEN`]).
+    /// on `send_cq` and `recv_cq`, as [`Qp::new_rc`]. Its receives need 40
+    /// bytes of room for the GRH before the data ([`GRH_LEN`]).
     pub fn new_ud(
         pd: &Pd,
         port: PortNum,
@@ -436,9 +603,11 @@ impl Qp<Reset> {
         recv_cq: &Cq,
         caps: QpCaps,
     ) -> Result<Self> {
-        Self::create(pd, port, send_cq, recv_cq, caps, None, true)
+        Self::create(pd, port, send_cq, recv_cq, caps, None)
     }
+}
 
+impl<T: Transport> Qp<Reset, T> {
     /// Creates the QP with `ib_create_qp`, or with `rdma_create_qp` on
     /// `cm`, which then moves it to INIT.
     fn create(
@@ -448,17 +617,22 @@ impl Qp<Reset> {
         recv_cq: &Cq,
         caps: QpCaps,
         cm: Option<&CmId>,
-        ud: bool,
     ) -> Result<Self> {
         if caps.max_send_wr == 0 || caps.max_recv_wr == 0 {
             return Err(EINVAL);
         }
-        let send_slots = new_slots(caps.max_send_wr)?;
-        let recv_slots = new_slots(caps.max_recv_wr)?;
+        let dev = pd.device();
+        check_port(dev, port)?;
+        let max_send_wr = caps.max_send_wr.checked_add(1).ok_or(EINVAL)?;
+        let max_recv_wr = caps.max_recv_wr.checked_add(1).ok_or(EINVAL)?;
+        let send_room = CqRoom::take(send_cq, max_send_wr, dev)?;
+        let recv_room = CqRoom::take(recv_cq, max_recv_wr, dev)?;
+        // One slot more on each queue, the last, for the drain's marker.
+        let send_slots = new_slots(max_send_wr)?;
+        let recv_slots = new_slots(max_recv_wr)?;
         let book = Book {
             send: new_res(caps.max_send_wr)?,
             recv: new_res(caps.max_recv_wr)?,
-            seq: 0,
             posted_any: false,
             last_ah: None,
             mcast: KVec::new(),
@@ -467,21 +641,18 @@ impl Qp<Reset> {
             send_cq: send_cq.as_raw(),
             recv_cq: recv_cq.as_raw(),
             sq_sig_type: bindings::IB_SIGNAL_REQ_WR,
-            qp_type: if ud {
-                bindings::IB_QPT_UD
-            } else {
-                bindings::IB_QPT_RC
-            },
+            qp_type: T::QP_TYPE,
             ..Default::default()
         };
-        init.cap.max_send_wr = caps.max_send_wr + 1;
-        init.cap.max_recv_wr = caps.max_recv_wr + 1;
+        init.cap.max_send_wr = max_send_wr;
+        init.cap.max_recv_wr = max_recv_wr;
         init.cap.max_send_sge = 1;
         init.cap.max_recv_sge = 1;
         let qp = match cm {
             None => {
-                // SAFETY: The PD and CQs are live and on the same device;
-                // `init` is a valid, fully initialised attribute set.
+                // SAFETY: The PD and CQs are live and on the same device
+                // (checked by `CqRoom::take`); `init` is a valid, fully
+                // initialised attribute set.
                 from_err_ptr(unsafe { bindings::ib_create_qp(pd.as_raw(), &mut init) })?
             }
             Some(cm) => {
@@ -501,20 +672,13 @@ impl Qp<Reset> {
             try_pin_init!(QpInner {
                 qp,
                 cm: cm_ref,
-                ud,
-                marker: Slot {
-                    cqe: Opaque::new(bindings::ib_cqe {
-                        done: Some(slot_done),
-                    }),
-                    state: AtomicU32::new(SLOT_FREE),
-                    wc: UnsafeCell::new(None),
-                },
+                ud: T::QP_TYPE == bindings::IB_QPT_UD,
                 port,
                 send_slots,
                 recv_slots,
                 book <- new_mutex!(book),
-                send_cq: send_cq.clone(),
-                recv_cq: recv_cq.clone(),
+                send_cq: send_room,
+                recv_cq: recv_room,
                 pd: pd.clone(),
             }),
             GFP_KERNEL,
@@ -540,9 +704,11 @@ impl Qp<Reset> {
             }
         }
     }
+}
 
+impl Qp<Reset, Ud> {
     /// RESET to INIT, for a UD QP: its Q_Key is `qkey`.
-    pub fn to_init_ud(self, pkey_index: u16, qkey: u32) -> Result<Qp<Init>> {
+    pub fn to_init_ud(self, pkey_index: u16, qkey: u32) -> Result<Qp<Init, Ud>> {
         let mut a = bindings::ib_qp_attr {
             qp_state: bindings::IB_QPS_INIT,
             pkey_index,
@@ -556,7 +722,9 @@ impl Qp<Reset> {
             | bindings::IB_QP_QKEY;
         self.modify(&mut a, mask)
     }
+}
 
+impl Qp<Reset, Rc> {
     /// RESET to INIT.
     pub fn to_init(self, attr: &InitAttr) -> Result<Qp<Init>> {
         let mut a = bindings::ib_qp_attr {
@@ -574,22 +742,29 @@ impl Qp<Reset> {
     }
 }
 
-impl Qp<Init> {
+impl Qp<Init, Ud> {
     /// INIT to RTR, for a UD QP (no attribute but the state).
-    pub fn to_rtr_ud(self) -> Result<Qp<Rtr>> {
+    pub fn to_rtr_ud(self) -> Result<Qp<Rtr, Ud>> {
         let mut a = bindings::ib_qp_attr {
             qp_state: bindings::IB_QPS_RTR,
             ..Default::default()
         };
         self.modify(&mut a, bindings::IB_QP_STATE)
     }
+}
 
+impl Qp<Init> {
     /// Creates an RC QP for the connection of `cm` (`rdma_create_qp`): the
     /// connection manager moves it to INIT now, and to RTR and RTS when the
     /// connection is established ([`CmId::connect`], [`CmId::accept`]).
+    ///
+    /// An ID has one QP at a time: `EBUSY` if it has one already.
     pub fn new_cm(cm: &CmId, pd: &Pd, send_cq: &Cq, recv_cq: &Cq, caps: QpCaps) -> Result<Self> {
         let port = cm.port_num();
-        Qp::<Reset>::create(pd, port, send_cq, recv_cq, caps, Some(cm), false).map(Qp::retype)
+        cm.inner().claim_qp()?;
+        Qp::<Reset>::create(pd, port, send_cq, recv_cq, caps, Some(cm))
+            .map(Qp::retype)
+            .inspect_err(|_| cm.inner().release_qp())
     }
 
     /// INIT to RTR, for an RC QP.
@@ -633,9 +808,9 @@ impl Qp<Init> {
     }
 }
 
-impl Qp<Rtr> {
+impl Qp<Rtr, Ud> {
     /// RTR to RTS, for a UD QP.
-    pub fn to_rts_ud(self, sq_psn: u32) -> Result<Qp<Rts>> {
+    pub fn to_rts_ud(self, sq_psn: u32) -> Result<Qp<Rts, Ud>> {
         let mut a = bindings::ib_qp_attr {
             qp_state: bindings::IB_QPS_RTS,
             sq_psn,
@@ -643,7 +818,9 @@ impl Qp<Rtr> {
         };
         self.modify(&mut a, bindings::IB_QP_STATE | bindings::IB_QP_SQ_PSN)
     }
+}
 
+impl Qp<Rtr> {
     /// RTR to RTS, for an RC QP.
     pub fn to_rts(self, attr: &RtsAttr) -> Result<Qp<Rts>> {
         let mut a = bindings::ib_qp_attr {
@@ -665,7 +842,7 @@ impl Qp<Rtr> {
     }
 }
 
-impl Qp<Rts> {
+impl Qp<Rts, Rc> {
     /// Posts a send work request on `len` bytes of `buf` at `offset`: the
     /// data sent or written, or the target of a read.
     ///
@@ -679,6 +856,7 @@ impl Qp<Rts> {
         len: usize,
         signaled: bool,
     ) -> Result<WrId> {
+        check_buf(buf, self.device())?;
         buf.check(offset, len)?;
         let mut sge = bindings::ib_sge {
             addr: buf.dma_addr(offset),
@@ -710,11 +888,13 @@ impl Qp<Rts> {
             ..Default::default()
         };
         // SAFETY: `wr.wr` is the first field of `ib_rdma_wr`, which the
-        // device reads for RDMA opcodes; the SGE describes mapped memory
-        // that the slot keeps alive.
+        // device of this RC QP reads for RDMA opcodes; the SGE describes
+        // memory mapped for this device that the slot keeps alive.
         unsafe { self.post(Queue::Send, &mut wr.wr, signaled, res) }
     }
+}
 
+impl Qp<Rts, Ud> {
     /// Posts a UD SEND (with immediate data if `imm`) of `len` bytes of
     /// `buf` at `offset` to `dest`. The slot holds the buffer and the AH.
     pub fn post_send_ud(
@@ -726,7 +906,12 @@ impl Qp<Rts> {
         dest: &UdDest,
         signaled: bool,
     ) -> Result<WrId> {
-        if !self.inner.ud {
+        check_buf(buf, self.device())?;
+        if !dest.ah.0.pd().same_as(&self.inner.pd) {
+            pr_err!(
+                "{}: an AH of another PD cannot be used here\n",
+                self.device().name()
+            );
             return Err(EINVAL);
         }
         buf.check(offset, len)?;
@@ -755,11 +940,14 @@ impl Qp<Rts> {
             ah: Some(dest.ah.0.clone()),
             ..Default::default()
         };
-        // SAFETY: `wr.wr` is the first field of `ib_ud_wr`; the buffer and
-        // the AH are kept alive by the slot.
+        // SAFETY: `wr.wr` is the first field of `ib_ud_wr`, which the device
+        // of this UD QP reads; the buffer (mapped for this device) and the
+        // AH (of this PD) are kept alive by the slot.
         unsafe { self.post(Queue::Send, &mut wr.wr, signaled, res) }
     }
+}
 
+impl Qp<Rts, Rc> {
     /// Posts a REG_MR of `mr`, whose pages are already mapped; the slot keeps
     /// the MR alive until the request is reaped.
     pub(crate) fn post_reg_mr(&self, mr: &Arc<MrInner>, key: u32, access: Access) -> Result<WrId> {
@@ -795,9 +983,10 @@ impl Qp<Rts> {
     }
 }
 
-impl<S: CanPostRecv> Qp<S> {
+impl<S: CanPostRecv, T: Transport> Qp<S, T> {
     /// Posts a receive into `len` bytes of `buf` at `offset`.
     pub fn post_recv(&self, buf: &Arc<DmaBuf>, offset: usize, len: usize) -> Result<WrId> {
+        check_buf(buf, self.device())?;
         buf.check(offset, len)?;
         let mut sge = bindings::ib_sge {
             addr: buf.dma_addr(offset),
@@ -811,7 +1000,7 @@ impl<S: CanPostRecv> Qp<S> {
         let inner = &self.inner;
         let mut book = inner.book.lock();
         let book = &mut *book;
-        let (index, seq) = reserve(&mut book.recv, &mut book.seq, &inner.recv_slots, true, res)?;
+        let (index, seq) = reserve(&mut book.recv, &inner.recv_slots, true, res)?;
         let mut wr = bindings::ib_recv_wr {
             sg_list: &mut sge,
             num_sge: 1,
@@ -828,6 +1017,7 @@ impl<S: CanPostRecv> Qp<S> {
         }
         book.posted_any = true;
         Ok(WrId {
+            qp: inner.id(),
             queue: Queue::Recv,
             index,
             seq,
@@ -839,23 +1029,25 @@ impl<S: CanPostRecv> Qp<S> {
 /// sequence number.
 fn reserve(
     res: &mut KVec<SlotRes>,
-    seq: &mut u64,
     slots: &KVec<Slot>,
     signaled: bool,
     new: SlotRes,
 ) -> Result<(usize, u64)> {
     let index = res.iter().position(|r| !r.busy).ok_or(ENOSPC)?;
-    *seq += 1;
+    // Unique across all QPs, so that no `WrId` ever matches another
+    // request, even of a QP at the address of a dropped one.
+    static NEXT_SEQ: AtomicU64 = AtomicU64::new(1);
+    let seq = NEXT_SEQ.fetch_add(1, Ordering::Relaxed);
     res[index] = SlotRes {
         busy: true,
         signaled,
-        seq: *seq,
+        seq,
         ..new
     };
     // SAFETY: The slot is free (not posted), so `done` does not touch it.
     unsafe { *slots[index].wc.get() = None };
     slots[index].state.store(SLOT_POSTED, Ordering::Release);
-    Ok((index, *seq))
+    Ok((index, seq))
 }
 
 /// Gives back a slot whose request was not posted.
@@ -864,26 +1056,27 @@ fn unreserve(res: &mut KVec<SlotRes>, slots: &KVec<Slot>, index: usize) {
     slots[index].state.store(SLOT_FREE, Ordering::Release);
 }
 
-impl<S: State> Qp<S> {
-    /// The same QP in the state `T` that something else (the connection
+impl<S: State, T: Transport> Qp<S, T> {
+    /// The same QP in the state `N` that something else (the connection
     /// manager) moved it to.
-    pub(crate) fn retype<T: State>(self) -> Qp<T> {
+    pub(crate) fn retype<N: State>(self) -> Qp<N, T> {
         Qp {
             inner: self.inner,
             _state: PhantomData,
         }
     }
 
-    fn modify<T: State>(self, attr: &mut bindings::ib_qp_attr, mask: u32) -> Result<Qp<T>> {
+    fn modify<N: State>(self, attr: &mut bindings::ib_qp_attr, mask: u32) -> Result<Qp<N, T>> {
         // SAFETY: The QP is live; `attr` is valid for the bits of `mask`.
         let ret = unsafe { bindings::ib_modify_qp(self.inner.qp.as_ptr(), attr, mask as i32) };
         if ret != 0 {
             pr_err!(
-                "{}: modify QP {} {} -> {} failed: error {} (attribute mask {:#x}: {})\n",
+                "{}: modify {} QP {} {} -> {} failed: error {} (attribute mask {:#x}: {})\n",
                 self.device().name(),
+                T::NAME,
                 self.qp_num(),
                 S::NAME,
-                T::NAME,
+                N::NAME,
                 ret,
                 mask,
                 MaskNames(mask)
@@ -897,7 +1090,7 @@ impl<S: State> Qp<S> {
     }
 
     /// Any state to ERR: outstanding requests complete, flushed.
-    pub fn to_error(self) -> Result<Qp<ErrorState>> {
+    pub fn to_error(self) -> Result<Qp<ErrorState, T>> {
         let mut a = bindings::ib_qp_attr {
             qp_state: bindings::IB_QPS_ERR,
             ..Default::default()
@@ -905,12 +1098,40 @@ impl<S: State> Qp<S> {
         self.modify(&mut a, bindings::IB_QP_STATE)
     }
 
+    /// The QP number.
+    pub fn qp_num(&self) -> u32 {
+        // SAFETY: The QP is live; its number never changes.
+        unsafe { (*self.inner.qp.as_ptr()).qp_num }
+    }
+
+    /// The device.
+    pub fn device(&self) -> &Device {
+        self.inner.pd.device()
+    }
+
+    /// The PD.
+    pub fn pd(&self) -> &Pd {
+        &self.inner.pd
+    }
+
+    /// The port.
+    pub fn port(&self) -> PortNum {
+        self.inner.port
+    }
+
+    /// Whether the QP was created on the connection manager ID `cm`.
+    pub(crate) fn cm_id_is(&self, cm: &CmIdRef) -> bool {
+        self.inner.cm.as_ref().is_some_and(|c| Arc::ptr_eq(c, cm))
+    }
+}
+
+impl<S: State> Qp<S, Ud> {
     /// Attaches this UD QP to the multicast group `mgid` (`ib_attach_mcast`;
-    /// LID 0 on RoCE). `EEXIST` if it is attached already, `EINVAL` for an
-    /// RC QP or a GID that is not multicast. The QP detaches from every
-    /// group it is still attached to when it is dropped.
+    /// LID 0 on RoCE). `EEXIST` if it is attached already, `EINVAL` for a
+    /// GID that is not multicast. The QP detaches from every group it is
+    /// still attached to when it is dropped.
     pub fn attach_mcast(&self, mgid: Gid) -> Result {
-        if !self.inner.ud || mgid.0[0] != 0xff && !mgid.is_v4_mapped() {
+        if mgid.0[0] != 0xff && !mgid.is_v4_mapped() {
             return Err(EINVAL);
         }
         let mut book = self.inner.book.lock();
@@ -952,23 +1173,9 @@ impl<S: State> Qp<S> {
         v.extend_from_slice(&book.mcast, GFP_KERNEL)?;
         Ok(v)
     }
+}
 
-    /// The QP number.
-    pub fn qp_num(&self) -> u32 {
-        // SAFETY: The QP is live; its number never changes.
-        unsafe { (*self.inner.qp.as_ptr()).qp_num }
-    }
-
-    /// The device.
-    pub fn device(&self) -> &Device {
-        self.inner.pd.device()
-    }
-
-    /// The port.
-    pub fn port(&self) -> PortNum {
-        self.inner.port
-    }
-
+impl<S: State, T: Transport> Qp<S, T> {
     /// Posts `wr` on `queue` with a slot holding `res`.
     ///
     /// # Safety
@@ -990,13 +1197,7 @@ impl<S: State> Qp<S> {
         if let Some(ah) = &res.ah {
             book.last_ah = Some(ah.clone());
         }
-        let (index, seq) = reserve(
-            &mut book.send,
-            &mut book.seq,
-            &inner.send_slots,
-            signaled,
-            res,
-        )?;
+        let (index, seq) = reserve(&mut book.send, &inner.send_slots, signaled, res)?;
         wr.__bindgen_anon_1.wr_cqe = inner.send_slots[index].cqe.get();
         if signaled {
             wr.send_flags |= bindings::IB_SEND_SIGNALED;
@@ -1009,34 +1210,65 @@ impl<S: State> Qp<S> {
             return Err(Error::from_errno(ret));
         }
         book.posted_any = true;
-        Ok(WrId { queue, index, seq })
+        Ok(WrId {
+            qp: inner.id(),
+            queue,
+            index,
+            seq,
+        })
     }
 
     /// Waits for the completion of `id`, at most `timeout_ms`, and releases
     /// its slot. Fails with `ETIMEDOUT`, with `EINTR` on a signal, with
-    /// `ECANCELED` if `cancel` is cancelled, with `EINVAL` for an id that
-    /// was already reaped. After a failed wait the request is still
-    /// outstanding: it is flushed when the QP is dropped.
+    /// `ECANCELED` if `cancel` is cancelled, with `EINVAL` for a request of
+    /// another QP or one already released (an unsignalled send, released
+    /// with a later signalled one). After a failed wait the request is
+    /// still outstanding: it is flushed when the QP is dropped.
     pub fn wait(&self, id: WrId, timeout_ms: u32, cancel: &Cancel) -> Result<Wc> {
+        match self.wait_for(id, timeout_ms, cancel)? {
+            Waited::Done(wc) => Ok(wc),
+            Waited::Pending(_) => Err(crate::errno::etimedout()),
+        }
+    }
+
+    /// As [`Qp::wait`], but a request not complete after `timeout_ms` is
+    /// given back ([`Waited::Pending`]) to be waited for again.
+    pub fn wait_for(&self, id: WrId, timeout_ms: u32, cancel: &Cancel) -> Result<Waited> {
         let inner = &self.inner;
+        if id.qp != inner.id() {
+            pr_err!(
+                "{}: QP {}: a work request of another QP\n",
+                self.device().name(),
+                self.qp_num()
+            );
+            return Err(EINVAL);
+        }
         let (slots, cq) = match id.queue {
-            Queue::Send => (&inner.send_slots, &inner.send_cq),
-            Queue::Recv => (&inner.recv_slots, &inner.recv_cq),
+            Queue::Send => (&inner.send_slots, &inner.send_cq.cq),
+            Queue::Recv => (&inner.recv_slots, &inner.recv_cq.cq),
         };
         let slot = slots.get(id.index).ok_or(EINVAL)?;
-        {
-            let book = inner.book.lock();
+        // Whether `id`'s request still holds its slot. A `WrId` is used once,
+        // but an unsignalled send's slot is released by the wait of a later
+        // signalled one, and may be taken again by another request.
+        let holds = |book: &Book| {
             let res = match id.queue {
                 Queue::Send => &book.send[id.index],
                 Queue::Recv => &book.recv[id.index],
             };
-            if !res.busy || res.seq != id.seq {
-                return Err(EINVAL);
-            }
+            res.busy && res.seq == id.seq
+        };
+        if !holds(&inner.book.lock()) {
+            return Err(EINVAL);
         }
         let deadline = crate::Deadline::new(timeout_ms, cancel);
         while slot.state.load(Ordering::Acquire) != SLOT_DONE {
-            deadline.check()?;
+            if let Err(e) = deadline.check() {
+                if e.to_errno() == crate::errno::etimedout().to_errno() {
+                    return Ok(Waited::Pending(id));
+                }
+                return Err(e);
+            }
             if cq.poll_ctx() == PollCtx::Direct {
                 if cq.process_direct(16) == 0 {
                     // SAFETY: Plain helper; we are in process context.
@@ -1051,10 +1283,16 @@ impl<S: State> Qp<S> {
                 bindings::kverbs_wait_u32(cq.wait_queue(), slot.state.as_ptr(), SLOT_DONE, slice)
             };
         }
-        // SAFETY: `SLOT_DONE` was observed with acquire ordering, after
-        // `done` wrote `wc` (type invariant of `Slot`).
-        let wc = unsafe { *slot.wc.get() }.ok_or(EIO)?;
         let mut book = inner.book.lock();
+        // The slot may have been released and taken again since it was seen
+        // done: only if it still holds `id`'s request is the completion ours.
+        if !holds(&book) || slot.state.load(Ordering::Acquire) != SLOT_DONE {
+            return Err(EINVAL);
+        }
+        // SAFETY: `SLOT_DONE` was observed with acquire ordering, after
+        // `done` wrote `wc` (type invariant of `Slot`); the slot cannot be
+        // taken again, and so written again, while we hold the lock.
+        let wc = unsafe { *slot.wc.get() }.ok_or(EIO)?;
         let book = &mut *book;
         let (res, slots) = match id.queue {
             Queue::Send => (&mut book.send, &inner.send_slots),
@@ -1071,7 +1309,7 @@ impl<S: State> Qp<S> {
         }
         res[id.index] = SlotRes::default();
         slots[id.index].state.store(SLOT_FREE, Ordering::Release);
-        Ok(wc)
+        Ok(Waited::Done(wc))
     }
 }
 
@@ -1094,12 +1332,31 @@ unsafe extern "C" fn slot_done(cq: *mut bindings::ib_cq, wc: *mut bindings::ib_w
 }
 
 impl QpInner {
-    /// Drains a UD QP by hand (`ib_drain_sq` posts an RDMA WRITE, which UD
-    /// QPs refuse): to ERR, then a signalled SEND marker, which completes
-    /// (flushed) after every send posted before it; then `ib_drain_rq`,
-    /// whose marker receive is valid on UD.
-    fn drain_ud(&self, last_ah: Option<Arc<AhInner>>) {
+    /// The identity of the QP in [`WrId`]s: the address of its pinned
+    /// `QpInner`.
+    fn id(&self) -> usize {
+        ptr::from_ref(self) as usize
+    }
+
+    /// Drains the QP: moves it to ERR, posts a marker on each queue and
+    /// waits (5 s at most each) for the markers' completions, which come
+    /// after every request posted before them has completed, flushed.
+    /// Returns whether both came.
+    ///
+    /// Not `ib_drain_qp`: it cannot say whether it drained (it returns early
+    /// with only a WARN when its modify or post fails), and its send marker,
+    /// an RDMA WRITE, is refused by UD QPs. A device with drain functions of
+    /// its own (iWARP) is drained by them, as the core does.
+    fn drain(&self, last_ah: Option<Arc<AhInner>>) -> bool {
         let qp = self.qp.as_ptr();
+        let dev = self.pd.device().as_raw();
+        // SAFETY: The device is live; its ops are set before registration.
+        let (drv_sq, drv_rq) = unsafe { ((*dev).ops.drain_sq, (*dev).ops.drain_rq) };
+        if drv_sq.is_some() || drv_rq.is_some() {
+            // SAFETY: The QP is live; the driver's drain waits for it.
+            unsafe { bindings::ib_drain_qp(qp) };
+            return true;
+        }
         let mut a = bindings::ib_qp_attr {
             qp_state: bindings::IB_QPS_ERR,
             ..Default::default()
@@ -1107,49 +1364,116 @@ impl QpInner {
         // SAFETY: The QP is live; any state may go to ERR.
         let ret = unsafe { bindings::ib_modify_qp(qp, &mut a, bindings::IB_QP_STATE as i32) };
         if ret != 0 {
-            pr_err!("UD QP drain: modify to ERR failed: {}\n", ret);
+            pr_err!(
+                "QP {:#x} drain: modify to ERR failed: {}\n",
+                self.qp_num(),
+                ret
+            );
+            return false;
         }
-        if let Some(ah) = last_ah {
-            let marker = &self.marker;
-            marker.state.store(SLOT_POSTED, Ordering::Release);
-            let mut wr = bindings::ib_ud_wr {
-                ah: ah.as_raw(),
-                ..Default::default()
-            };
-            wr.wr.opcode = bindings::IB_WR_SEND;
-            wr.wr.send_flags = bindings::IB_SEND_SIGNALED;
-            wr.wr.__bindgen_anon_1.wr_cqe = marker.cqe.get();
-            let mut bad = ptr::null();
-            // SAFETY: The QP is live; the marker has no SGE, its AH is held
-            // by `ah`, its `ib_cqe` lives in `self`.
-            let ret = unsafe { bindings::ib_post_send(qp, &wr.wr, &mut bad) };
-            if ret != 0 {
-                pr_err!("UD QP drain: posting the marker failed: {}\n", ret);
-            } else {
-                let cancel = Cancel::new();
-                let deadline = crate::Deadline::new(5000, &cancel);
-                while marker.state.load(Ordering::Acquire) != SLOT_DONE && deadline.left_ns() > 0 {
-                    if self.send_cq.poll_ctx() == PollCtx::Direct {
-                        self.send_cq.process_direct(16);
-                    } else {
-                        // SAFETY: As in `Qp::wait`.
-                        unsafe {
-                            bindings::kverbs_wait_u32(
-                                self.send_cq.wait_queue(),
-                                marker.state.as_ptr(),
-                                SLOT_DONE,
-                                100,
-                            )
-                        };
-                    }
-                }
-                if marker.state.load(Ordering::Acquire) != SLOT_DONE {
-                    pr_err!("UD QP drain: the send queue did not flush in 5 s\n");
+        // The send marker: a zero-length RDMA WRITE on RC (as `ib_drain_sq`
+        // posts), a SEND to the last AH used on UD. A UD QP that never sent
+        // has nothing in its send queue to wait for.
+        let send_marker = self.send_slots.last();
+        let sq = match (send_marker, self.ud, last_ah.as_ref()) {
+            (Some(m), false, _) => {
+                let mut wr = bindings::ib_rdma_wr::default();
+                wr.wr.opcode = bindings::IB_WR_RDMA_WRITE;
+                // SAFETY: The marker is the last slot, never given to a
+                // request (`book` has one slot less); it is not posted.
+                unsafe { self.post_marker_send(m, &mut wr.wr) }
+            }
+            (Some(m), true, Some(ah)) => {
+                let mut wr = bindings::ib_ud_wr {
+                    ah: ah.as_raw(),
+                    ..Default::default()
+                };
+                wr.wr.opcode = bindings::IB_WR_SEND;
+                // SAFETY: As above; the AH is held by `last_ah` until the
+                // marker has completed or the drain has given up (then the
+                // caller leaks what completions can reach).
+                unsafe { self.post_marker_send(m, &mut wr.wr) }
+            }
+            _ => true,
+        };
+        let rq = match self.recv_slots.last() {
+            Some(m) => {
+                let mut wr = bindings::ib_recv_wr::default();
+                wr.__bindgen_anon_1.wr_cqe = m.cqe.get();
+                m.state.store(SLOT_POSTED, Ordering::Release);
+                let mut bad = ptr::null();
+                // SAFETY: The QP is live; the marker has no SGE; its slot
+                // is the last, never given to a request.
+                let ret = unsafe { bindings::ib_post_recv(qp, &wr, &mut bad) };
+                if ret != 0 {
+                    pr_err!(
+                        "QP {:#x} drain: posting the receive marker failed: {}\n",
+                        self.qp_num(),
+                        ret
+                    );
+                    false
+                } else {
+                    self.wait_marker(m, &self.recv_cq.cq, "receive")
                 }
             }
+            None => true,
+        };
+        sq && rq
+    }
+
+    /// Posts `wr`, signalled, with the marker slot `m`, and waits for it.
+    ///
+    /// # Safety
+    ///
+    /// `m` must be a marker slot of this QP that is not posted; `wr` must be
+    /// a valid send request for this QP, with no SGE, whose memory (an AH)
+    /// lives until `m` is done.
+    unsafe fn post_marker_send(&self, m: &Slot, wr: &mut bindings::ib_send_wr) -> bool {
+        wr.send_flags = bindings::IB_SEND_SIGNALED;
+        wr.__bindgen_anon_1.wr_cqe = m.cqe.get();
+        m.state.store(SLOT_POSTED, Ordering::Release);
+        let mut bad = ptr::null();
+        // SAFETY: The QP is live; the caller guarantees `wr`.
+        let ret = unsafe { bindings::ib_post_send(self.qp.as_ptr(), wr, &mut bad) };
+        if ret != 0 {
+            pr_err!(
+                "QP {:#x} drain: posting the send marker failed: {}\n",
+                self.qp_num(),
+                ret
+            );
+            return false;
         }
-        // SAFETY: The QP is live and in ERR.
-        unsafe { bindings::ib_drain_rq(qp) };
+        self.wait_marker(m, &self.send_cq.cq, "send")
+    }
+
+    /// Waits up to 5 s for the marker `m` on `cq`.
+    fn wait_marker(&self, m: &Slot, cq: &Cq, queue: &str) -> bool {
+        let cancel = Cancel::new();
+        let deadline = crate::Deadline::new(5000, &cancel);
+        while m.state.load(Ordering::Acquire) != SLOT_DONE && deadline.left_ns() > 0 {
+            if cq.poll_ctx() == PollCtx::Direct {
+                cq.process_direct(16);
+            } else {
+                // SAFETY: As in `Qp::wait`.
+                unsafe {
+                    bindings::kverbs_wait_u32(cq.wait_queue(), m.state.as_ptr(), SLOT_DONE, 100)
+                };
+            }
+        }
+        if m.state.load(Ordering::Acquire) != SLOT_DONE {
+            pr_err!(
+                "QP {:#x} drain: the {} queue did not flush in 5 s\n",
+                self.qp_num(),
+                queue
+            );
+            return false;
+        }
+        true
+    }
+
+    fn qp_num(&self) -> u32 {
+        // SAFETY: The QP is live; its number never changes.
+        unsafe { (*self.qp.as_ptr()).qp_num }
     }
 }
 
@@ -1170,24 +1494,42 @@ impl PinnedDrop for QpInner {
             // SAFETY: The QP is live and attached to the group.
             unsafe { bindings::ib_detach_mcast(qp, &mut gid, 0) };
         }
-        if posted_any && !self.ud {
-            // SAFETY: The QP is live. Draining moves it to ERR and returns
-            // when every outstanding request has completed; their `done`
-            // calls touch only the slots, which are still alive.
-            unsafe { bindings::ib_drain_qp(qp) };
-        } else if posted_any {
-            self.drain_ud(last_ah);
-        }
-        // SAFETY: The QP is live and drained: the device no longer uses it
-        // or any memory its requests named. A QP of a connection manager ID
-        // is destroyed through the ID, which `cm` keeps alive until after.
+        let drained = !posted_any || self.drain(last_ah.clone());
+        // SAFETY: The QP is live; if it was drained, the device no longer
+        // uses it or any memory its requests named. A QP of a connection
+        // manager ID is destroyed through the ID, which `cm` keeps alive
+        // until after.
         unsafe {
             match &self.cm {
-                Some(cm) => bindings::rdma_destroy_qp(cm.as_raw()),
+                Some(cm) => {
+                    bindings::rdma_destroy_qp(cm.as_raw());
+                    cm.release_qp();
+                }
                 None => {
                     bindings::ib_destroy_qp(qp);
                 }
             }
+        }
+        if !drained {
+            // Completions of requests that did not flush may still be in
+            // the CQ, which outlives the QP, and reach their slots; what the
+            // requests named may still be in use. Leak all of it rather than
+            // free what the device or a `done` call may touch.
+            pr_err!(
+                "{}: QP {:#x} was not drained: its slots and buffers are leaked\n",
+                self.pd.device().name(),
+                self.qp_num()
+            );
+            // SAFETY: Only fields that are not structurally pinned (the slot
+            // arrays) are moved out; `book` is used through `&` only.
+            let this = unsafe { self.get_unchecked_mut() };
+            let mut book = this.book.lock();
+            core::mem::forget(core::mem::replace(&mut book.send, KVec::new()));
+            core::mem::forget(core::mem::replace(&mut book.recv, KVec::new()));
+            drop(book);
+            core::mem::forget(core::mem::replace(&mut this.send_slots, KVec::new()));
+            core::mem::forget(core::mem::replace(&mut this.recv_slots, KVec::new()));
+            core::mem::forget(last_ah);
         }
         // The slots' resources (buffers, MRs) and then the CQs and PD are
         // released as the fields drop.

@@ -13,7 +13,7 @@
 use crate::bindings;
 use crate::show::Show;
 use core::{fmt, ptr};
-use kernel::{ffi::c_char, page::PAGE_SIZE, prelude::*, str::CStr, sync::Arc};
+use kernel::{ffi::c_char, page::PAGE_SIZE, prelude::*, str::CStr, sync::Arc, types::Opaque};
 
 /// A directory `/sys/kernel/<name>`, removed when the last reference to it
 /// is dropped.
@@ -64,24 +64,25 @@ impl KernelDir {
         name: &'static CStr,
         data: T,
     ) -> Result<Attribute<T>> {
+        // SAFETY: An all-zero `kobj_attribute` is valid (null name, no
+        // callbacks); the fields that matter are set here.
+        let mut kattr: bindings::kobj_attribute = unsafe { core::mem::zeroed() };
+        kattr.attr.name = name.as_char_ptr();
+        kattr.attr.mode = 0o444;
+        kattr.show = Some(show_callback::<T>);
         let inner = KBox::new(
             AttrInner {
-                // SAFETY: An all-zero `kobj_attribute` is valid (null name,
-                // no callbacks); the fields that matter are set below.
-                kattr: unsafe { core::mem::zeroed() },
+                kattr: Opaque::new(kattr),
                 data,
             },
             GFP_KERNEL,
         )?;
-        let kattr = ptr::from_ref(&inner.kattr).cast_mut();
-        // SAFETY: `kattr` points into the box we own and nobody else sees
-        // yet; the attribute name is `'static`.
-        unsafe {
-            (*kattr).attr.name = name.as_char_ptr();
-            (*kattr).attr.mode = 0o444;
-            (*kattr).show = Some(show_callback::<T>);
-            bindings::kverbs_sysfs_attr_init(&raw mut (*kattr).attr);
-        }
+        // The attribute is shared with sysfs from here on: it is reached only
+        // through the raw pointer of its `Opaque`.
+        let kattr = inner.kattr.get();
+        // SAFETY: `kattr` is valid and seen by nobody else yet; the lockdep
+        // key goes into its `attr`.
+        unsafe { bindings::kverbs_sysfs_attr_init(&raw mut (*kattr).attr) };
         // SAFETY: The kobject is live (type invariant of `KobjInner`);
         // the attribute lives in `inner` until `Attribute::drop` removes it.
         kernel::error::to_result(unsafe {
@@ -98,7 +99,7 @@ impl KernelDir {
 /// The `kobj_attribute` sysfs calls back with, followed by the data.
 #[repr(C)]
 struct AttrInner<T> {
-    kattr: bindings::kobj_attribute,
+    kattr: Opaque<bindings::kobj_attribute>,
     data: T,
 }
 
@@ -132,7 +133,11 @@ impl<T> Drop for Attribute<T> {
         // kobject. Removal drains the `show` calls running on it, so
         // `inner` may be freed once this returns.
         unsafe {
-            bindings::sysfs_remove_file_ns(self.dir.0.kobj, &self.inner.kattr.attr, ptr::null())
+            bindings::sysfs_remove_file_ns(
+                self.dir.0.kobj,
+                &raw const (*self.inner.kattr.get()).attr,
+                ptr::null(),
+            )
         };
     }
 }
@@ -148,8 +153,9 @@ unsafe extern "C" fn show_callback<T: Show>(
     kattr: *mut bindings::kobj_attribute,
     buf: *mut c_char,
 ) -> isize {
-    // SAFETY: `kattr` is the first field of the `#[repr(C)]` `AttrInner<T>`
-    // that `Attribute<T>` keeps alive until the attribute is removed.
+    // SAFETY: `kattr` is (the `Opaque`, transparent, of) the first field of
+    // the `#[repr(C)]` `AttrInner<T>` that `Attribute<T>` keeps alive until
+    // the attribute is removed; only `data` is read through the reference.
     let inner = unsafe { &*kattr.cast::<AttrInner<T>>() };
     let mut out = PageWriter { buf, len: 0 };
     match inner.data.show(&mut out) {

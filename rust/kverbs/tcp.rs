@@ -10,7 +10,6 @@
 //! and pending signals between slices.
 
 use crate::bindings;
-use crate::errno;
 use crate::qp::Cancel;
 use crate::Deadline;
 use core::ptr::{self, NonNull};
@@ -140,25 +139,33 @@ impl TcpListener {
 pub struct TcpStream(Socket);
 
 impl TcpStream {
-    /// Connects to `addr:port`, waiting at most `timeout_ms`.
+    /// Connects to `addr:port`, waiting at most `timeout_ms`, in slices of
+    /// 100 ms between which `cancel` and signals are checked (as every
+    /// other wait of kverbs), so that a device removal never waits for a
+    /// connect that does not come.
     pub fn connect(addr: Ipv4, port: u16, timeout_ms: u32, cancel: &Cancel) -> Result<Self> {
         let sock = Socket::new_tcp()?;
-        sock.set_timeouts(SLICE_MS, timeout_ms);
-        // The connect itself is bounded by the send timeout.
-        if cancel.is_cancelled() {
-            return Err(errno::ecanceled());
-        }
-        // SAFETY: The socket is live.
-        let ret = unsafe { bindings::kverbs_sock_connect_v4(sock.raw(), addr.be(), port) };
-        // A connect still in progress when the send timeout ran out.
-        if ret == -(kernel::bindings::EINPROGRESS as i32) {
-            return Err(errno::etimedout());
-        }
-        match slice_result(ret)? {
-            Some(_) => {}
-            None => return Err(errno::etimedout()),
-        }
+        // Each connect call waits at most one slice (the send timeout).
         sock.set_timeouts(SLICE_MS, SLICE_MS);
+        let deadline = Deadline::new(timeout_ms, cancel);
+        let inprogress = -(kernel::bindings::EINPROGRESS as i32);
+        let already = -(kernel::bindings::EALREADY as i32);
+        let isconn = -(kernel::bindings::EISCONN as i32);
+        loop {
+            deadline.check()?;
+            // SAFETY: The socket is live. A call after one that ran out of
+            // time goes on waiting for the same connection (`EALREADY`
+            // case of `__inet_stream_connect`).
+            let ret = unsafe { bindings::kverbs_sock_connect_v4(sock.raw(), addr.be(), port) };
+            match ret {
+                0 => break,
+                r if r == isconn => break,
+                r if r == inprogress || r == already => continue,
+                r => {
+                    slice_result(r)?;
+                }
+            }
+        }
         Ok(TcpStream(sock))
     }
 

@@ -20,7 +20,7 @@ use kverbs::{
     errno,
     mcast::{Group, IpGroup},
     pd::Pd,
-    qp::{AddressVector, Cancel, Qp, QpCaps, Rts, UdDest, WrId, GRH_LEN},
+    qp::{AddressVector, Cancel, Qp, QpCaps, Rts, Ud, UdDest, WrId, GRH_LEN},
     tcp::Ipv4,
     wc::Grh,
 };
@@ -171,7 +171,7 @@ fn payload(i: u32, off: usize) -> u8 {
 /// it is attached to, with their IP-level joins. Dropped with the device's
 /// files: the QP detaches, the joins are left.
 struct Manual {
-    qp: Qp<Rts>,
+    qp: Qp<Rts, Ud>,
     joins: KVec<(Group, IpGroup)>,
 }
 
@@ -192,11 +192,11 @@ impl Mcast {
         let port = *dev.ports().start();
         if manual.is_none() {
             let pd = Pd::new(dev)?;
-            let cq = Cq::new(dev, 4, PollCtx::Softirq)?;
             let caps = QpCaps {
                 max_send_wr: 1,
                 max_recv_wr: 1,
             };
+            let cq = Cq::new(dev, caps.cq_entries(), PollCtx::Softirq)?;
             let qp = Qp::new_ud(&pd, port, &cq, &cq, caps)?
                 .to_init_ud(0, QKEY)?
                 .to_rtr_ud()?
@@ -297,7 +297,7 @@ impl Example for Mcast {
 /// A receiver: its QP, its buffer (one `GRH_LEN + size` slot per message)
 /// and its posted receives.
 struct Receiver {
-    qp: Qp<Rts>,
+    qp: Qp<Rts, Ud>,
     buf: Arc<DmaBuf>,
     recvs: KVec<WrId>,
 }
@@ -363,11 +363,11 @@ fn run(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut Rep
     let mut receivers = KVec::new();
     if cfg.role != Role::Sender {
         for _ in 0..cfg.qps {
-            let cq = Cq::new(dev, cfg.count + 4, PollCtx::Softirq)?;
             let caps = QpCaps {
                 max_send_wr: 1,
                 max_recv_wr: cfg.count + 1,
             };
+            let cq = Cq::new(dev, caps.cq_entries(), PollCtx::Softirq)?;
             let qp = Qp::new_ud(&pd, port, &cq, &cq, caps)?
                 .to_init_ud(0, QKEY)?
                 .to_rtr_ud()?
@@ -393,11 +393,11 @@ fn run(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut Rep
     let mut sender_qpn = None;
     let mut sender = None;
     if cfg.role != Role::Receiver {
-        let cq = Cq::new(dev, cfg.count + 4, PollCtx::Softirq)?;
         let caps = QpCaps {
             max_send_wr: cfg.count,
             max_recv_wr: 1,
         };
+        let cq = Cq::new(dev, caps.cq_entries(), PollCtx::Softirq)?;
         let qp = Qp::new_ud(&pd, port, &cq, &cq, caps)?
             .to_init_ud(0, QKEY)?
             .to_rtr_ud()?
@@ -443,10 +443,11 @@ fn run(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut Rep
         sender = Some((qp, dest, buf));
     }
 
-    for (n, r) in receivers.iter().enumerate() {
+    for (n, r) in receivers.iter_mut().enumerate() {
         let slot = GRH_LEN + cfg.size;
         let mut first_ipv4 = None;
-        for (i, &id) in r.recvs.iter().enumerate() {
+        let recvs = core::mem::replace(&mut r.recvs, KVec::new());
+        for (i, id) in recvs.into_iter().enumerate() {
             let wc = r.qp.wait(id, t, cancel).inspect_err(|e| {
                 let _ = writeln!(
                     rep,
@@ -531,10 +532,12 @@ fn run(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut Rep
         }
         let id = qp.post_send_ud(Some(qp.qp_num()), buf, 0, cfg.size, dest, true)?;
         qp.wait(id, t, cancel)?.result()?;
-        for (n, r) in receivers.iter().enumerate().skip(1) {
-            r.qp.wait(ids[n], t, cancel)?.result()?;
+        let mut ids = ids.into_iter();
+        let first = ids.next().ok_or(EINVAL)?;
+        for (r, id) in receivers.iter().skip(1).zip(ids) {
+            r.qp.wait(id, t, cancel)?.result()?;
         }
-        match receivers[0].qp.wait(ids[0], 1000, cancel) {
+        match receivers[0].qp.wait(first, 1000, cancel) {
             Err(e) if e.to_errno() == errno::etimedout().to_errno() => {}
             Ok(_) => {
                 let _ = writeln!(

@@ -381,10 +381,10 @@ impl<E: Example> Control<E> {
         })
     }
 
-    /// Makes a run in progress end (with `ECANCELED`) within 100 ms: the
-    /// device is going away.
+    /// Makes a run in progress end (with `ECANCELED`) within 100 ms, and
+    /// every later write fail with `ENODEV`: the device is going away.
     pub(crate) fn cancel(&self) {
-        self.cancel.cancel();
+        self.cancel.close();
     }
 }
 
@@ -411,6 +411,11 @@ impl<E: Example> Store for Control<E> {
                 E::NAME
             );
             return Err(EBUSY);
+        }
+        if self.cancel.is_closed() {
+            self.busy.store(false, Ordering::Release);
+            pr_warn!("{}: {}: the device is being removed\n", dev.name(), E::NAME);
+            return Err(ENODEV);
         }
         let mut rep = Report::new();
         let start = kverbs::now_ns();
@@ -695,12 +700,12 @@ fn run_loopback(
 
     // resources_create
     let pd = Pd::new(dev)?;
-    let server_cq = Cq::new(dev, 8, cfg.poll)?;
-    let client_cq = Cq::new(dev, 8, cfg.poll)?;
     let caps = QpCaps {
         max_send_wr: 4,
         max_recv_wr: 4,
     };
+    let server_cq = Cq::new(dev, caps.cq_entries(), cfg.poll)?;
+    let client_cq = Cq::new(dev, caps.cq_entries(), cfg.poll)?;
     let server = Qp::new_rc(&pd, port, &server_cq, &server_cq, caps)?;
     let client = Qp::new_rc(&pd, port, &client_cq, &client_cq, caps)?;
     let server_buf = Arc::new(DmaBuf::new(dev, size)?, GFP_KERNEL)?;
@@ -725,7 +730,7 @@ fn run_loopback(
     let server = server.to_init(&init)?;
     let client = client.to_init(&init)?;
     // RDMA_RC_example's client posts its receive before RTR.
-    let mut recv = client.post_recv(&client_buf, 0, size)?;
+    let mut first_recv = Some(client.post_recv(&client_buf, 0, size)?);
     let rtr = |dest_qp_num| rtr_attr(cfg, dest_qp_num, gid, gid_idx);
     let (server_qpn, client_qpn) = (server.qp_num(), client.qp_num());
     let server = server.to_rtr(&rtr(client_qpn))?.to_rts(&RTS_ATTR)?;
@@ -752,9 +757,10 @@ fn run_loopback(
     );
 
     for iter in 0..cfg.iters {
-        if iter > 0 {
-            recv = client.post_recv(&client_buf, 0, size)?;
-        }
+        let recv = match first_recv.take() {
+            Some(recv) => recv,
+            None => client.post_recv(&client_buf, 0, size)?,
+        };
         // SEND: the server sends its buffer, the client's receive gets it.
         fill(&server_buf, size, MSG_SEND, iter)?;
         let t0 = kverbs::now_ns();
@@ -1002,17 +1008,12 @@ fn run_tcp(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut
 
     // resources_create
     let pd = Pd::new(dev)?;
-    let cq = Cq::new(dev, 8, cfg.poll)?;
-    let qp = Qp::new_rc(
-        &pd,
-        port,
-        &cq,
-        &cq,
-        QpCaps {
-            max_send_wr: 4,
-            max_recv_wr: 4,
-        },
-    )?;
+    let caps = QpCaps {
+        max_send_wr: 4,
+        max_recv_wr: 4,
+    };
+    let cq = Cq::new(dev, caps.cq_entries(), cfg.poll)?;
+    let qp = Qp::new_rc(&pd, port, &cq, &cq, caps)?;
     let buf = Arc::new(DmaBuf::new(dev, size)?, GFP_KERNEL)?;
     if server {
         fill(&buf, size, MSG_SEND, 0)?;

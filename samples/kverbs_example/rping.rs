@@ -22,7 +22,7 @@ use kverbs::{
     errno,
     mr::Mr,
     pd::Pd,
-    qp::{Access, Cancel, Qp, QpCaps, RemoteBuf, Rts, SendOp, WrId},
+    qp::{Access, Cancel, Qp, QpCaps, RemoteBuf, Rts, SendOp, Waited, WrId},
     tcp::Ipv4,
     wc::WcStatus,
 };
@@ -77,24 +77,25 @@ fn wait_recv(
     rep: &mut Report,
 ) -> Result<Option<u32>> {
     let end = kverbs::now_ns() + u64::from(cfg.timeout_ms) * 1_000_000;
+    let mut id = id;
     loop {
-        match qp.wait(id, 200, cancel) {
-            Ok(wc) if wc.status == WcStatus::WrFlushErr => return Ok(None),
-            Ok(wc) if wc.result().is_ok() => return Ok(Some(wc.byte_len)),
-            Ok(wc) => {
+        match qp.wait_for(id, 200, cancel)? {
+            Waited::Done(wc) if wc.status == WcStatus::WrFlushErr => return Ok(None),
+            Waited::Done(wc) if wc.result().is_ok() => return Ok(Some(wc.byte_len)),
+            Waited::Done(wc) => {
                 let _ = writeln!(rep, "RECV: completion with error: {}", wc.status);
                 return Err(EIO);
             }
-            Err(e) if e.to_errno() == errno::etimedout().to_errno() => {
+            Waited::Pending(pending) => {
                 if cm.disconnected() {
                     return Ok(None);
                 }
                 if kverbs::now_ns() >= end {
                     let _ = writeln!(rep, "RECV: nothing from the peer in {} ms", cfg.timeout_ms);
-                    return Err(e);
+                    return Err(errno::etimedout());
                 }
+                id = pending;
             }
-            Err(e) => return Err(e),
         }
     }
 }
