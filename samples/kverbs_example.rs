@@ -6,7 +6,8 @@
 //! added later, it creates `/sys/kernel/debug/kverbs_example/<dev>/info`
 //! showing the device, its ports and their GID tables; the directory goes
 //! when the device does. `/sys/kernel/kverbs_example/devices` lists the
-//! devices the client has been given.
+//! devices the client has been given. `kverbs_example/selftest` runs the
+//! in-kernel tests of what the layer refuses (`selftest.rs`).
 
 #![deny(unsafe_code)]
 
@@ -16,6 +17,8 @@ mod mcast;
 mod rc;
 #[path = "kverbs_example/rping.rs"]
 mod rping;
+#[path = "kverbs_example/selftest.rs"]
+mod selftest;
 
 use core::fmt::Write;
 use kernel::{c_str, new_mutex, prelude::*, str::CString, sync::Arc, sync::Mutex, types::ARef};
@@ -189,6 +192,7 @@ impl Drop for PerDevice {
 struct Example {
     root: Dir,
     devices: Arc<Devices>,
+    selftest_devices: Arc<selftest::Devices>,
 }
 
 kverbs::client_slot!(Example);
@@ -207,6 +211,7 @@ impl Client for Example {
             rc::Control::new(dev, stats.clone(), mcast::Mcast::new()?)?,
         )?;
         let stats = dir.file(c_str!("stats"), rc::StatsFile(stats))?;
+        selftest::add_device(&self.selftest_devices, dev)?;
         let entry = CString::try_from_fmt(kernel::fmt!("{}", dev.name()))?;
         {
             let mut list = self.devices.lock();
@@ -240,6 +245,7 @@ impl Client for Example {
         // removing `rc` waits for the writer inside it.
         data.rc.data().cancel();
         data.mcast.data().cancel();
+        selftest::remove_device(&self.selftest_devices, dev);
         drop(data);
         pr_info!("{}: removed\n", dev.name());
     }
@@ -248,6 +254,7 @@ impl Client for Example {
 struct KverbsExample {
     // Dropped first: removes every device's directory.
     _reg: Registration<Example>,
+    _selftest: File<selftest::Runner>,
     _devices_attr: Attribute<DeviceList>,
     _sysfs: KernelDir,
 }
@@ -258,10 +265,23 @@ impl kernel::Module for KverbsExample {
         let sysfs = KernelDir::new(c_str!("kverbs_example"))?;
         let attr = sysfs.attribute(c_str!("devices"), DeviceList(devices.clone()))?;
         let root = Dir::new(c_str!("kverbs_example"))?;
-        let reg = Registration::new(c_str!("kverbs_example"), Example { root, devices })?;
+        let selftest_devices = Arc::pin_init(new_mutex!(KVec::new()), GFP_KERNEL)?;
+        let selftest = root.control_file(
+            c_str!("selftest"),
+            selftest::Runner::new(selftest_devices.clone())?,
+        )?;
+        let reg = Registration::new(
+            c_str!("kverbs_example"),
+            Example {
+                root,
+                devices,
+                selftest_devices,
+            },
+        )?;
         pr_info!("registered as an RDMA client\n");
         Ok(KverbsExample {
             _reg: reg,
+            _selftest: selftest,
             _devices_attr: attr,
             _sysfs: sysfs,
         })

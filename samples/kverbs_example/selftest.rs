@@ -1,0 +1,704 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The self-test: in-kernel tests of what the kverbs layer refuses.
+//!
+//! Each case hands the safe API something a careless (but safe) caller
+//! could: objects of two devices or two PDs mixed, a port the device does
+//! not have, a CQ too small for its QPs, a work request id of another QP or
+//! one already released, remote write without local write, two QPs on one
+//! connection manager ID. Before kverbs refused them, each of these reached
+//! the driver and ended in a NULL or wild dereference, out-of-bounds reads
+//! or DMA to the wrong address; now each must fail with its errno, and the
+//! kselftest around it (kverbs_soundness.sh) fails on any kernel report.
+//! The cases are safe Rust, like the rest of the module.
+//!
+//! Writing `A B IP [CASE]` to `/sys/kernel/debug/kverbs_example/selftest`
+//! runs every case (or only `CASE`) with device `A`, device `B` (another
+//! one) and `IP`, an IPv4 address of `B`'s netdev for the connection
+//! manager; reading the file gives a plan and one KTAP line per case run
+//! (`ok N name` or `not ok N name # why`), or, before any run, `case NAME`
+//! for each case.
+
+use core::fmt::Write;
+use kernel::{new_mutex, prelude::*, sync::Arc, sync::Mutex, types::ARef};
+use kverbs::{
+    ah::Ah,
+    cm::{CmEvents, CmId},
+    cq::{Cq, PollCtx},
+    device::{Device, Gid, Mtu},
+    dma::DmaBuf,
+    mr::Mr,
+    pd::Pd,
+    qp::{
+        Access, AddressVector, Cancel, InitAttr, Qp, QpCaps, RtrAttr, Rts, RtsAttr, SendOp, Ud,
+        UdDest,
+    },
+    tcp::Ipv4,
+    Show, Store,
+};
+
+/// The devices the client has, for the self-test to pick from.
+pub(crate) type Devices = Mutex<KVec<ARef<Device>>>;
+
+/// Adds `dev` to `devices`.
+pub(crate) fn add_device(devices: &Devices, dev: &Device) -> Result {
+    devices.lock().push(dev.into(), GFP_KERNEL)?;
+    Ok(())
+}
+
+/// Drops `dev` from `devices`: its unregistration waits for our count.
+pub(crate) fn remove_device(devices: &Devices, dev: &Device) {
+    let mut list = devices.lock();
+    let old = core::mem::replace(&mut *list, KVec::new());
+    for d in old {
+        if !d.same_as(dev) {
+            // On allocation failure the self-test forgets that device,
+            // nothing worse.
+            let _ = list.push(d, GFP_KERNEL);
+        }
+    }
+}
+
+/// Text written by the cases.
+struct Text(KVec<u8>);
+
+impl Write for Text {
+    fn write_str(&mut self, s: &str) -> core::fmt::Result {
+        self.0
+            .extend_from_slice(s.as_bytes(), GFP_KERNEL)
+            .map_err(|_| core::fmt::Error)
+    }
+}
+
+/// What the cases run with.
+struct Env {
+    a: ARef<Device>,
+    b: ARef<Device>,
+    ip: Ipv4,
+}
+
+/// A case: `Ok` if the layer behaved, else why not.
+type Case = fn(&Env, &mut Text) -> core::result::Result<(), &'static str>;
+
+const TIMEOUT_MS: u32 = 2000;
+const QKEY: u32 = 0x1234_5678;
+
+fn port(dev: &Device) -> u32 {
+    *dev.ports().start()
+}
+
+fn caps(n: u32) -> QpCaps {
+    QpCaps {
+        max_send_wr: n,
+        max_recv_wr: n,
+    }
+}
+
+/// `r` failed with `want`; says what it did otherwise.
+fn refused<T>(
+    r: Result<T>,
+    want: Error,
+    what: &'static str,
+    out: &mut Text,
+) -> Result<(), &'static str> {
+    match r {
+        Err(e) if e.to_errno() == want.to_errno() => Ok(()),
+        Err(e) => {
+            let _ = write!(
+                out,
+                "{}: error {}, want {}",
+                what,
+                e.to_errno(),
+                want.to_errno()
+            );
+            Err(what)
+        }
+        Ok(_) => {
+            let _ = write!(out, "{}: accepted", what);
+            Err(what)
+        }
+    }
+}
+
+/// `r` succeeded; says how it failed otherwise.
+fn ok<T>(r: Result<T>, what: &'static str, out: &mut Text) -> Result<T, &'static str> {
+    r.map_err(|e| {
+        let _ = write!(out, "{}: error {}", what, e.to_errno());
+        what
+    })
+}
+
+/// A GID of `dev`'s first port and its index: the first IPv4 one (a RoCE
+/// v2 GID routes over `lo`, the link-local one does not), else the first.
+fn first_gid(dev: &Device) -> Option<(u32, Gid)> {
+    let gids = || (0..64).filter_map(|i| dev.gid_attr(port(dev), i).ok().map(|g| (i, g.gid())));
+    gids()
+        .find(|(_, g)| g.is_v4_mapped())
+        .or_else(|| gids().next())
+}
+
+/// An RC QP of `pd` connected to itself, in RTS.
+fn rc_self(pd: &Pd, cq: &Cq) -> Result<Qp<Rts>> {
+    let dev = pd.device();
+    let (sgid_index, dgid) = first_gid(dev).ok_or(ENODEV)?;
+    let qp = Qp::new_rc(pd, port(dev), cq, cq, caps(4))?.to_init(&InitAttr {
+        pkey_index: 0,
+        access: Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE,
+    })?;
+    let qpn = qp.qp_num();
+    qp.to_rtr(&RtrAttr {
+        path_mtu: Mtu::MTU_1024,
+        dest_qp_num: qpn,
+        rq_psn: 0,
+        max_dest_rd_atomic: 1,
+        min_rnr_timer: 0x12,
+        av: av(dgid, sgid_index),
+    })?
+    .to_rts(&RtsAttr {
+        timeout: 0x12,
+        retry_cnt: 6,
+        rnr_retry: 7,
+        sq_psn: 0,
+        max_rd_atomic: 1,
+    })
+}
+
+/// A UD QP of `pd` in RTS.
+fn ud_rts(pd: &Pd, cq: &Cq) -> Result<Qp<Rts, Ud>> {
+    Qp::new_ud(pd, port(pd.device()), cq, cq, caps(2))?
+        .to_init_ud(0, QKEY)?
+        .to_rtr_ud()?
+        .to_rts_ud(0)
+}
+
+fn av(dgid: Gid, sgid_index: u32) -> AddressVector {
+    AddressVector {
+        dgid,
+        sgid_index: sgid_index as u8,
+        hop_limit: 1,
+        flow_label: 0,
+        traffic_class: 0,
+        sl: 0,
+    }
+}
+
+fn cq(dev: &Device) -> Result<Cq> {
+    Cq::new(dev, 32, PollCtx::Softirq)
+}
+
+fn buf(dev: &Device) -> Result<Arc<DmaBuf>> {
+    Ok(Arc::new(DmaBuf::new(dev, 4096)?, GFP_KERNEL)?)
+}
+
+fn qp_refuses_cq_of_other_device(env: &Env, out: &mut Text) -> Result<(), &'static str> {
+    let pd = ok(Pd::new(&env.a), "PD", out)?;
+    let cq_b = ok(cq(&env.b), "CQ of B", out)?;
+    let cq_a = ok(cq(&env.a), "CQ of A", out)?;
+    let p = port(&env.a);
+    refused(
+        Qp::new_rc(&pd, p, &cq_b, &cq_b, caps(2)),
+        EINVAL,
+        "QP of A, CQs of B",
+        out,
+    )?;
+    refused(
+        Qp::new_ud(&pd, p, &cq_a, &cq_b, caps(2)),
+        EINVAL,
+        "UD QP of A, recv CQ of B",
+        out,
+    )
+}
+
+fn qp_refuses_port_out_of_range(env: &Env, out: &mut Text) -> Result<(), &'static str> {
+    let pd = ok(Pd::new(&env.a), "PD", out)?;
+    let cq = ok(cq(&env.a), "CQ", out)?;
+    let past = *env.a.ports().end() + 1;
+    refused(
+        Qp::new_rc(&pd, 0, &cq, &cq, caps(2)),
+        EINVAL,
+        "RC QP on port 0",
+        out,
+    )?;
+    refused(
+        Qp::new_ud(&pd, past, &cq, &cq, caps(2)),
+        EINVAL,
+        "UD QP past the last port",
+        out,
+    )?;
+    refused(
+        Qp::new_rc(&pd, u32::MAX, &cq, &cq, caps(2)),
+        EINVAL,
+        "RC QP on port 2^32-1",
+        out,
+    )
+}
+
+fn ah_refuses_port_out_of_range(env: &Env, out: &mut Text) -> Result<(), &'static str> {
+    let pd = ok(Pd::new(&env.a), "PD", out)?;
+    let (i, gid) = first_gid(&env.a).ok_or("no GID")?;
+    let past = *env.a.ports().end() + 1;
+    refused(
+        Ah::new(&pd, past, &av(gid, i)),
+        EINVAL,
+        "AH past the last port",
+        out,
+    )?;
+    refused(Ah::new(&pd, 0, &av(gid, i)), EINVAL, "AH on port 0", out)
+}
+
+fn qp_takes_cq_room(env: &Env, out: &mut Text) -> Result<(), &'static str> {
+    let pd = ok(Pd::new(&env.a), "PD", out)?;
+    let cq = ok(Cq::new(&env.a, 8, PollCtx::Softirq), "CQ", out)?;
+    let room = cq.room();
+    let _ = write!(out, "CQ of 8 has {} entries; ", room);
+    if room < 4 {
+        return Err("CQ too small");
+    }
+    let p = port(&env.a);
+    // Each queue takes its size plus one (the drain's marker).
+    let over = QpCaps {
+        max_send_wr: room - 2,
+        max_recv_wr: 1,
+    };
+    refused(
+        Qp::new_rc(&pd, p, &cq, &cq, over),
+        EINVAL,
+        "QP one entry over",
+        out,
+    )?;
+    let exact = QpCaps {
+        max_send_wr: room - 3,
+        max_recv_wr: 1,
+    };
+    let qp = ok(
+        Qp::new_rc(&pd, p, &cq, &cq, exact),
+        "QP that fits exactly",
+        out,
+    )?;
+    refused(
+        Qp::new_rc(&pd, p, &cq, &cq, caps(1)),
+        EINVAL,
+        "second QP on a full CQ",
+        out,
+    )?;
+    drop(qp);
+    if cq.room() != room {
+        let _ = write!(out, "room {} after the QP went, want {}", cq.room(), room);
+        return Err("room not given back");
+    }
+    Ok(())
+}
+
+fn post_recv_refuses_buffer_of_other_device(env: &Env, out: &mut Text) -> Result<(), &'static str> {
+    let pd = ok(Pd::new(&env.a), "PD", out)?;
+    let cq = ok(cq(&env.a), "CQ", out)?;
+    let qp = ok(Qp::new_rc(&pd, port(&env.a), &cq, &cq, caps(2)), "QP", out)?;
+    let qp = ok(
+        qp.to_init(&InitAttr {
+            pkey_index: 0,
+            access: Access::LOCAL_WRITE,
+        }),
+        "INIT",
+        out,
+    )?;
+    let b = ok(buf(&env.b), "buffer of B", out)?;
+    refused(
+        qp.post_recv(&b, 0, 64),
+        EINVAL,
+        "receive into a buffer of B",
+        out,
+    )
+}
+
+fn post_send_refuses_buffer_of_other_device(env: &Env, out: &mut Text) -> Result<(), &'static str> {
+    let pd = ok(Pd::new(&env.a), "PD", out)?;
+    let cq = ok(cq(&env.a), "CQ", out)?;
+    let qp = ok(rc_self(&pd, &cq), "RC QP in RTS", out)?;
+    let b = ok(buf(&env.b), "buffer of B", out)?;
+    refused(
+        qp.post_send(SendOp::Send, &b, 0, 64, true),
+        EINVAL,
+        "SEND of a buffer of B",
+        out,
+    )?;
+    let ud = ok(ud_rts(&pd, &cq), "UD QP in RTS", out)?;
+    let (i, gid) = first_gid(&env.a).ok_or("no GID")?;
+    let dest = UdDest {
+        ah: ok(Ah::new(&pd, port(&env.a), &av(gid, i)), "AH", out)?,
+        qpn: ud.qp_num(),
+        qkey: QKEY,
+    };
+    refused(
+        ud.post_send_ud(None, &b, 0, 64, &dest, true),
+        EINVAL,
+        "UD SEND of a buffer of B",
+        out,
+    )
+}
+
+fn post_send_ud_refuses_ah_of_other_pd(env: &Env, out: &mut Text) -> Result<(), &'static str> {
+    let pd1 = ok(Pd::new(&env.a), "PD 1", out)?;
+    let pd2 = ok(Pd::new(&env.a), "PD 2", out)?;
+    let cq = ok(cq(&env.a), "CQ", out)?;
+    let qp = ok(ud_rts(&pd1, &cq), "UD QP in RTS", out)?;
+    let (i, gid) = first_gid(&env.a).ok_or("no GID")?;
+    let dest = UdDest {
+        ah: ok(Ah::new(&pd2, port(&env.a), &av(gid, i)), "AH of PD 2", out)?,
+        qpn: qp.qp_num(),
+        qkey: QKEY,
+    };
+    let a = ok(buf(&env.a), "buffer", out)?;
+    refused(
+        qp.post_send_ud(None, &a, 0, 64, &dest, true),
+        EINVAL,
+        "UD SEND with an AH of another PD",
+        out,
+    )
+}
+
+fn mr_map_refuses_buffer_of_other_device(env: &Env, out: &mut Text) -> Result<(), &'static str> {
+    let pd = ok(Pd::new(&env.a), "PD", out)?;
+    let mr = ok(Mr::new(&pd, 4096), "MR", out)?;
+    let b = ok(buf(&env.b), "buffer of B", out)?;
+    refused(mr.map(&b), EINVAL, "MR of A mapping a buffer of B", out)
+}
+
+fn mr_registration_refuses_qp_of_other_pd(env: &Env, out: &mut Text) -> Result<(), &'static str> {
+    let pd1 = ok(Pd::new(&env.a), "PD 1", out)?;
+    let pd2 = ok(Pd::new(&env.a), "PD 2", out)?;
+    let cq = ok(cq(&env.a), "CQ", out)?;
+    let qp = ok(rc_self(&pd2, &cq), "QP of PD 2", out)?;
+    let mr = ok(Mr::new(&pd1, 4096), "MR of PD 1", out)?;
+    let a = ok(buf(&env.a), "buffer", out)?;
+    ok(mr.map(&a), "map", out)?;
+    let c = Cancel::new();
+    refused(
+        mr.post_registration(&qp, Access::LOCAL_WRITE, TIMEOUT_MS, &c),
+        EINVAL,
+        "REG_MR through a QP of another PD",
+        out,
+    )
+}
+
+fn mr_registration_refuses_remote_write_without_local_write(
+    env: &Env,
+    out: &mut Text,
+) -> Result<(), &'static str> {
+    let pd = ok(Pd::new(&env.a), "PD", out)?;
+    let cq = ok(cq(&env.a), "CQ", out)?;
+    let qp = ok(rc_self(&pd, &cq), "QP", out)?;
+    let mr = ok(Mr::new(&pd, 4096), "MR", out)?;
+    let a = ok(buf(&env.a), "buffer", out)?;
+    ok(mr.map(&a), "map", out)?;
+    let c = Cancel::new();
+    refused(
+        mr.post_registration(&qp, Access::REMOTE_WRITE, TIMEOUT_MS, &c),
+        EINVAL,
+        "REMOTE_WRITE without LOCAL_WRITE",
+        out,
+    )?;
+    refused(
+        mr.post_registration(
+            &qp,
+            Access::REMOTE_ATOMIC | Access::REMOTE_READ,
+            TIMEOUT_MS,
+            &c,
+        ),
+        EINVAL,
+        "REMOTE_ATOMIC without LOCAL_WRITE",
+        out,
+    )?;
+    ok(
+        mr.post_registration(
+            &qp,
+            Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+            TIMEOUT_MS,
+            &c,
+        ),
+        "LOCAL_WRITE | REMOTE_WRITE",
+        out,
+    )?;
+    ok(mr.invalidate(&qp, TIMEOUT_MS, &c), "LOCAL_INV", out)
+}
+
+fn wait_refuses_request_of_other_qp(env: &Env, out: &mut Text) -> Result<(), &'static str> {
+    let pd = ok(Pd::new(&env.a), "PD", out)?;
+    let cq = ok(cq(&env.a), "CQ", out)?;
+    let init = InitAttr {
+        pkey_index: 0,
+        access: Access::LOCAL_WRITE,
+    };
+    let p = port(&env.a);
+    let qp1 = ok(
+        Qp::new_rc(&pd, p, &cq, &cq, caps(2)).and_then(|q| q.to_init(&init)),
+        "QP 1",
+        out,
+    )?;
+    let qp2 = ok(
+        Qp::new_rc(&pd, p, &cq, &cq, caps(2)).and_then(|q| q.to_init(&init)),
+        "QP 2",
+        out,
+    )?;
+    let a = ok(buf(&env.a), "buffer", out)?;
+    let id = ok(qp1.post_recv(&a, 0, 64), "receive on QP 1", out)?;
+    let c = Cancel::new();
+    refused(
+        qp2.wait(id, 10, &c),
+        EINVAL,
+        "QP 2 waiting for QP 1's receive",
+        out,
+    )
+}
+
+fn wait_refuses_released_unsignalled_send(env: &Env, out: &mut Text) -> Result<(), &'static str> {
+    let pd = ok(Pd::new(&env.a), "PD", out)?;
+    let cq = ok(cq(&env.a), "CQ", out)?;
+    let qp = ok(rc_self(&pd, &cq), "QP", out)?;
+    let a = ok(buf(&env.a), "buffer", out)?;
+    let c = Cancel::new();
+    let r1 = ok(qp.post_recv(&a, 1024, 64), "receive 1", out)?;
+    let r2 = ok(qp.post_recv(&a, 2048, 64), "receive 2", out)?;
+    let quiet = ok(
+        qp.post_send(SendOp::Send, &a, 0, 64, false),
+        "unsignalled SEND",
+        out,
+    )?;
+    let loud = ok(
+        qp.post_send(SendOp::Send, &a, 0, 64, true),
+        "signalled SEND",
+        out,
+    )?;
+    let wc = ok(
+        qp.wait(loud, TIMEOUT_MS, &c),
+        "signalled SEND completion",
+        out,
+    )?;
+    if wc.result().is_err() {
+        let _ = write!(out, "SEND: {}", wc.status);
+        return Err("SEND failed");
+    }
+    // Released with the signalled send: its slot may be another's now.
+    refused(
+        qp.wait(quiet, 10, &c),
+        EINVAL,
+        "wait for a released unsignalled SEND",
+        out,
+    )?;
+    ok(qp.wait(r1, TIMEOUT_MS, &c), "receive 1 completion", out)?;
+    ok(qp.wait(r2, TIMEOUT_MS, &c), "receive 2 completion", out)?;
+    Ok(())
+}
+
+/// A connection manager ID with its address and route resolved to
+/// `env.ip` (of device `B`), its PD and CQ.
+fn cm_resolved(
+    env: &Env,
+    events: &CmEvents,
+    out: &mut Text,
+) -> Result<(CmId, Pd, Cq), &'static str> {
+    let id = ok(CmId::new(events), "CM ID", out)?;
+    let c = Cancel::new();
+    ok(id.resolve(env.ip, 7999, TIMEOUT_MS, &c), "resolve", out)?;
+    let dev = id.device().ok_or("no device after resolve")?;
+    let pd = ok(Pd::new(dev), "PD", out)?;
+    let cq = ok(cq(dev), "CQ", out)?;
+    Ok((id, pd, cq))
+}
+
+fn cm_id_takes_one_qp(env: &Env, out: &mut Text) -> Result<(), &'static str> {
+    let events = ok(CmEvents::new(), "events", out)?;
+    let (id, pd, cq) = cm_resolved(env, &events, out)?;
+    let qp = ok(Qp::new_cm(&id, &pd, &cq, &cq, caps(2)), "first QP", out)?;
+    refused(
+        Qp::new_cm(&id, &pd, &cq, &cq, caps(2)),
+        EBUSY,
+        "second QP on the ID",
+        out,
+    )?;
+    drop(qp);
+    ok(
+        Qp::new_cm(&id, &pd, &cq, &cq, caps(2)),
+        "a QP after the first went",
+        out,
+    )?;
+    Ok(())
+}
+
+fn cm_connect_refuses_qp_of_other_id(env: &Env, out: &mut Text) -> Result<(), &'static str> {
+    let events = ok(CmEvents::new(), "events", out)?;
+    let (id1, pd, cq) = cm_resolved(env, &events, out)?;
+    let (id2, _, _) = cm_resolved(env, &events, out)?;
+    let qp1 = ok(Qp::new_cm(&id1, &pd, &cq, &cq, caps(2)), "QP of ID 1", out)?;
+    let c = Cancel::new();
+    refused(
+        id2.connect(qp1, TIMEOUT_MS, &c),
+        EINVAL,
+        "ID 2 connecting with ID 1's QP",
+        out,
+    )?;
+    let init = InitAttr {
+        pkey_index: 0,
+        access: Access::LOCAL_WRITE,
+    };
+    let plain = ok(
+        Qp::new_rc(&pd, id1.port_num(), &cq, &cq, caps(2)).and_then(|q| q.to_init(&init)),
+        "QP of no ID",
+        out,
+    )?;
+    refused(
+        id1.accept(plain, TIMEOUT_MS, &c),
+        EINVAL,
+        "accept with a QP of no ID",
+        out,
+    )
+}
+
+const CASES: &[(&str, Case)] = &[
+    (
+        "qp_refuses_cq_of_other_device",
+        qp_refuses_cq_of_other_device,
+    ),
+    ("qp_refuses_port_out_of_range", qp_refuses_port_out_of_range),
+    ("ah_refuses_port_out_of_range", ah_refuses_port_out_of_range),
+    ("qp_takes_cq_room_and_gives_it_back", qp_takes_cq_room),
+    (
+        "post_recv_refuses_buffer_of_other_device",
+        post_recv_refuses_buffer_of_other_device,
+    ),
+    (
+        "post_send_refuses_buffer_of_other_device",
+        post_send_refuses_buffer_of_other_device,
+    ),
+    (
+        "post_send_ud_refuses_ah_of_other_pd",
+        post_send_ud_refuses_ah_of_other_pd,
+    ),
+    (
+        "mr_map_refuses_buffer_of_other_device",
+        mr_map_refuses_buffer_of_other_device,
+    ),
+    (
+        "mr_registration_refuses_qp_of_other_pd",
+        mr_registration_refuses_qp_of_other_pd,
+    ),
+    (
+        "mr_registration_refuses_remote_write_without_local_write",
+        mr_registration_refuses_remote_write_without_local_write,
+    ),
+    (
+        "wait_refuses_request_of_other_qp",
+        wait_refuses_request_of_other_qp,
+    ),
+    (
+        "wait_refuses_released_unsignalled_send",
+        wait_refuses_released_unsignalled_send,
+    ),
+    ("cm_id_takes_one_qp", cm_id_takes_one_qp),
+    (
+        "cm_connect_refuses_qp_of_other_id",
+        cm_connect_refuses_qp_of_other_id,
+    ),
+];
+
+/// `selftest`: the control file.
+pub(crate) struct Runner {
+    devices: Arc<Devices>,
+    report: Pin<KBox<Mutex<KVec<u8>>>>,
+}
+
+impl Runner {
+    pub(crate) fn new(devices: Arc<Devices>) -> Result<Self> {
+        Ok(Runner {
+            devices,
+            report: KBox::pin_init(new_mutex!(KVec::new()), GFP_KERNEL)?,
+        })
+    }
+
+    fn find(&self, name: &str) -> Option<ARef<Device>> {
+        self.devices
+            .lock()
+            .iter()
+            .find(|d| d.name().as_str() == name)
+            .cloned()
+    }
+}
+
+fn parse_ipv4(s: &str) -> Option<Ipv4> {
+    let mut a = [0u8; 4];
+    let mut parts = s.split('.');
+    for b in a.iter_mut() {
+        *b = parts.next()?.parse().ok()?;
+    }
+    parts.next().is_none().then_some(Ipv4(a))
+}
+
+impl Store for Runner {
+    fn store(&self, input: &[u8]) -> Result {
+        let text = core::str::from_utf8(input).map_err(|_| EINVAL)?;
+        let mut words = text.split_whitespace();
+        let (Some(a), Some(b), Some(ip), only, None) = (
+            words.next(),
+            words.next(),
+            words.next(),
+            words.next(),
+            words.next(),
+        ) else {
+            pr_err!("selftest: want 'DEVICE_A DEVICE_B IPV4_OF_B [CASE]'\n");
+            return Err(EINVAL);
+        };
+        if let Some(only) = only {
+            if !CASES.iter().any(|(name, _)| *name == only) {
+                pr_err!("selftest: no case '{}'\n", only);
+                return Err(ENOENT);
+            }
+        }
+        let ip = parse_ipv4(ip).ok_or_else(|| {
+            pr_err!("selftest: '{}' is not an IPv4 address\n", ip);
+            EINVAL
+        })?;
+        let (Some(a), Some(b)) = (self.find(a), self.find(b)) else {
+            pr_err!("selftest: no device '{}' or '{}'\n", a, b);
+            return Err(ENODEV);
+        };
+        if a.same_as(&b) {
+            pr_err!("selftest: the two devices must differ\n");
+            return Err(EINVAL);
+        }
+        let env = Env { a, b, ip };
+        let mut rep = Text(KVec::new());
+        let cases = CASES.iter().filter(|(name, _)| match only {
+            None => true,
+            Some(o) => o == *name,
+        });
+        let _ = writeln!(rep, "1..{}", cases.clone().count());
+        for (n, (name, case)) in cases.enumerate() {
+            let mut why = Text(KVec::new());
+            match case(&env, &mut why) {
+                Ok(()) => {
+                    let _ = writeln!(rep, "ok {} {}", n + 1, name);
+                }
+                Err(_) => {
+                    let why = core::str::from_utf8(&why.0).unwrap_or("?");
+                    pr_err!("{}: {}\n", name, why);
+                    let _ = writeln!(rep, "not ok {} {} # {}", n + 1, name, why);
+                }
+            }
+        }
+        *self.report.lock() = rep.0;
+        Ok(())
+    }
+}
+
+impl Show for Runner {
+    fn show(&self, out: &mut dyn Write) -> Result {
+        let report = self.report.lock();
+        if report.is_empty() {
+            for (name, _) in CASES {
+                writeln!(out, "case {}", name)?;
+            }
+            return Ok(());
+        }
+        out.write_str(core::str::from_utf8(&report).unwrap_or("?\n"))?;
+        Ok(())
+    }
+}
