@@ -18,6 +18,9 @@
 #include <linux/sysfs.h>
 #include <linux/timekeeping.h>
 #include <linux/wait.h>
+#include <linux/completion.h>
+#include <net/if_inet6.h>
+#include <rdma/ib_addr.h>
 #include <rdma/ib_verbs.h>
 #include <rdma/rdma_cm.h>
 
@@ -30,6 +33,67 @@ void kverbs_copy_dev_name(const struct ib_device *dev, u8 *out)
 	for (i = 0; i < IB_DEVICE_NAME_MAX; i++)
 		out[i] = READ_ONCE(dev->name[i]);
 	out[IB_DEVICE_NAME_MAX - 1] = 0;
+}
+
+struct kverbs_resolve {
+	struct completion done;
+	int status;
+};
+
+static void kverbs_resolve_cb(int status, struct sockaddr *src,
+			      struct rdma_dev_addr *addr, void *context)
+{
+	struct kverbs_resolve *r = context;
+
+	r->status = status;
+	complete(&r->done);
+}
+
+int kverbs_ah_attr_resolve_dmac(struct rdma_ah_attr *attr,
+				const struct ib_gid_attr *sgid_attr)
+{
+	struct ib_global_route *grh = rdma_ah_retrieve_grh(attr);
+	struct in6_addr *dgid = (struct in6_addr *)grh->dgid.raw;
+	union {
+		struct sockaddr_in v4;
+		struct sockaddr_in6 v6;
+	} src, dst;
+	struct rdma_dev_addr dev_addr = {};
+	struct kverbs_resolve r;
+	int ret;
+
+	if (rdma_is_multicast_addr(dgid)) {
+		if (ipv6_addr_v4mapped(dgid))
+			ip_eth_mc_map(dgid->s6_addr32[3], attr->roce.dmac);
+		else
+			ipv6_eth_mc_map(dgid, attr->roce.dmac);
+		return 0;
+	}
+	if (rdma_link_local_addr(dgid) &&
+	    sgid_attr->gid_type == IB_GID_TYPE_ROCE) {
+		rdma_get_ll_mac(dgid, attr->roce.dmac);
+		return 0;
+	}
+	/* As rdma_addr_find_l2_eth_by_grh(), which is not exported. */
+	rdma_gid2ip((struct sockaddr *)&src, &sgid_attr->gid);
+	rdma_gid2ip((struct sockaddr *)&dst, &grh->dgid);
+	dev_addr.net = &init_net;
+	dev_addr.sgid_attr = sgid_attr;
+	init_completion(&r.done);
+	ret = rdma_resolve_ip((struct sockaddr *)&src, (struct sockaddr *)&dst,
+			      &dev_addr, 1000, kverbs_resolve_cb, true, &r);
+	if (ret)
+		return ret;
+	wait_for_completion(&r.done);
+	if (r.status)
+		return r.status;
+	memcpy(attr->roce.dmac, dev_addr.dst_dev_addr, ETH_ALEN);
+	return 0;
+}
+
+void kverbs_ah_attr_dmac(const struct rdma_ah_attr *attr, u8 *out)
+{
+	memcpy(out, attr->roce.dmac, ETH_ALEN);
 }
 
 void kverbs_sysfs_attr_init(struct attribute *attr)

@@ -41,6 +41,21 @@ void kverbs_cond_resched(void);
 unsigned long kverbs_msleep_interruptible(unsigned int ms);
 
 struct ib_device;
+struct ib_gid_attr;
+struct rdma_ah_attr;
+
+/*
+ * Fills attr->roce.dmac, the destination MAC of the RoCE address in attr
+ * (its GRH's dgid) sent from sgid_attr, as the core does for user AHs
+ * (ib_resolve_eth_dmac(), which kernel users do not get): a multicast GID
+ * is mapped, a link-local RoCE v1 GID gives its MAC, anything else is
+ * resolved by the IP stack (neighbour, at most 1 s). 0 or -errno.
+ */
+int kverbs_ah_attr_resolve_dmac(struct rdma_ah_attr *attr,
+				const struct ib_gid_attr *sgid_attr);
+
+/* attr->roce.dmac. */
+void kverbs_ah_attr_dmac(const struct rdma_ah_attr *attr, u8 *out);
 
 /* Copies dev->name (IB_DEVICE_NAME_MAX bytes, terminated) with READ_ONCE:
  * a rename may write it meanwhile. */

@@ -5,7 +5,7 @@
 //! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
 
 use crate::bindings;
-use crate::device::PortNum;
+use crate::device::{Device, PortNum};
 use crate::pd::Pd;
 use crate::qp::AddressVector;
 use core::ptr::NonNull;
@@ -17,6 +17,7 @@ use kernel::{error::from_err_ptr, prelude::*, sync::Arc};
 pub(crate) struct AhInner {
     ah: NonNull<bindings::ib_ah>,
     pd: Pd,
+    dmac: Option<[u8; 6]>,
 }
 
 // SAFETY: An AH may be used and destroyed from any thread.
@@ -43,6 +44,55 @@ impl Drop for AhInner {
     }
 }
 
+/// The address attributes of `av`, sent from `port` of `dev`: a GRH, and
+/// on RoCE the destination MAC, resolved as the core does for user AHs
+/// (`ib_resolve_eth_dmac`) -- the verbs take only resolved RoCE addresses
+/// from kernel users, which rxe does not need but hardware does. Also
+/// returns that MAC.
+pub(crate) fn ah_attr(
+    dev: &Device,
+    port: PortNum,
+    av: &AddressVector,
+) -> Result<(bindings::rdma_ah_attr, Option<[u8; 6]>)> {
+    crate::qp::check_port(dev, port)?;
+    let mut attr = bindings::rdma_ah_attr::default();
+    let mut dgid = bindings::ib_gid { raw: av.dgid.0 };
+    // SAFETY: `attr` and `dgid` are valid; the device is live and `port`
+    // one of its ports.
+    unsafe {
+        attr.type_ = bindings::rdma_ah_find_type(dev.as_raw(), port);
+        bindings::rdma_ah_set_port_num(&mut attr, port);
+        bindings::rdma_ah_set_sl(&mut attr, av.sl);
+        bindings::rdma_ah_set_grh(
+            &mut attr,
+            &mut dgid,
+            av.flow_label,
+            av.sgid_index,
+            av.hop_limit,
+            av.traffic_class,
+        );
+    }
+    if attr.type_ != bindings::RDMA_AH_ATTR_TYPE_ROCE {
+        return Ok((attr, None));
+    }
+    let sgid = dev.gid_attr(port, av.sgid_index.into())?;
+    // SAFETY: `attr` is a RoCE address with a GRH; `sgid` is held.
+    let ret = unsafe { bindings::kverbs_ah_attr_resolve_dmac(&mut attr, sgid.as_raw()) };
+    if ret != 0 {
+        pr_err!(
+            "{}: no MAC address for {}: error {}\n",
+            dev.name(),
+            av.dgid.ipv6(),
+            ret
+        );
+        return Err(Error::from_errno(ret));
+    }
+    let mut dmac = [0u8; 6];
+    // SAFETY: `attr` is valid; `dmac` has room for the 6 bytes.
+    unsafe { bindings::kverbs_ah_attr_dmac(&attr, dmac.as_mut_ptr()) };
+    Ok((attr, Some(dmac)))
+}
+
 /// An address handle (`rdma_create_ah`): where UD sends go. Destroyed when
 /// the last of its users (this handle, requests posted with it) is gone.
 #[derive(Clone)]
@@ -50,32 +100,29 @@ pub struct Ah(pub(crate) Arc<AhInner>);
 
 impl Ah {
     /// Creates an address handle for `av`, sent from `port`.
+    ///
+    /// On RoCE the destination MAC is resolved (see [`Ah::dmac`]); `port`
+    /// must be a port of the PD's device.
     pub fn new(pd: &Pd, port: PortNum, av: &AddressVector) -> Result<Self> {
-        let dev = pd.device();
-        crate::qp::check_port(dev, port)?;
-        let mut attr = bindings::rdma_ah_attr::default();
-        let mut dgid = bindings::ib_gid { raw: av.dgid.0 };
-        // SAFETY: `attr` and `dgid` are valid; the device is live and `port`
-        // one of its ports.
-        unsafe {
-            attr.type_ = bindings::rdma_ah_find_type(dev.as_raw(), port);
-            bindings::rdma_ah_set_port_num(&mut attr, port);
-            bindings::rdma_ah_set_sl(&mut attr, av.sl);
-            bindings::rdma_ah_set_grh(
-                &mut attr,
-                &mut dgid,
-                av.flow_label,
-                av.sgid_index,
-                av.hop_limit,
-                av.traffic_class,
-            );
-        }
+        let (mut attr, dmac) = ah_attr(pd.device(), port, av)?;
         // SAFETY: The PD is live; `attr` is a complete RoCE/IB address.
         let ah = from_err_ptr(unsafe {
             bindings::rdma_create_ah(pd.as_raw(), &mut attr, bindings::RDMA_CREATE_AH_SLEEPABLE)
         })?;
         let ah = NonNull::new(ah).ok_or(ENOMEM)?;
         // INVARIANT: created above in `pd`.
-        Ok(Ah(Arc::new(AhInner { ah, pd: pd.clone() }, GFP_KERNEL)?))
+        Ok(Ah(Arc::new(
+            AhInner {
+                ah,
+                pd: pd.clone(),
+                dmac,
+            },
+            GFP_KERNEL,
+        )?))
+    }
+
+    /// The destination MAC of a RoCE address, as kverbs resolved it.
+    pub fn dmac(&self) -> Option<[u8; 6]> {
+        self.0.dmac
     }
 }

@@ -701,6 +701,10 @@ unsafe impl Send for GidAttr<'_> {}
 unsafe impl Sync for GidAttr<'_> {}
 
 impl GidAttr<'_> {
+    pub(crate) fn as_raw(&self) -> *const bindings::ib_gid_attr {
+        self.0.as_ptr()
+    }
+
     fn get(&self) -> &bindings::ib_gid_attr {
         // SAFETY: By the type invariant the entry is held, and the fields
         // read through this reference do not change while it is.

@@ -779,24 +779,7 @@ impl Qp<Init> {
             min_rnr_timer: attr.min_rnr_timer,
             ..Default::default()
         };
-        let av = &attr.av;
-        let mut dgid = bindings::ib_gid { raw: av.dgid.0 };
-        let ah = &mut a.ah_attr;
-        // SAFETY: `ah` and `dgid` are valid; the device is live and the port
-        // is the QP's.
-        unsafe {
-            ah.type_ = bindings::rdma_ah_find_type(dev.as_raw(), self.inner.port);
-            bindings::rdma_ah_set_port_num(ah, self.inner.port);
-            bindings::rdma_ah_set_sl(ah, av.sl);
-            bindings::rdma_ah_set_grh(
-                ah,
-                &mut dgid,
-                av.flow_label,
-                av.sgid_index,
-                av.hop_limit,
-                av.traffic_class,
-            );
-        }
+        a.ah_attr = crate::ah::ah_attr(dev, self.inner.port, &attr.av)?.0;
         let mask = bindings::IB_QP_STATE
             | bindings::IB_QP_AV
             | bindings::IB_QP_PATH_MTU

@@ -553,6 +553,48 @@ fn cm_connect_refuses_qp_of_other_id(env: &Env, out: &mut Text) -> Result<(), &'
     )
 }
 
+/// On RoCE an AH's destination MAC is resolved: a multicast group's is
+/// mapped from its address, a unicast address's comes from the IP stack
+/// (for our own address, our netdev's MAC, written out for the test to
+/// compare).
+fn ah_resolves_roce_dmac(env: &Env, out: &mut Text) -> Result<(), &'static str> {
+    let dev = &env.b;
+    let pd = ok(Pd::new(dev), "PD", out)?;
+    let (i, gid) = first_gid(dev).ok_or("no GID")?;
+    let mut v4 = [0u8; 16];
+    v4[10] = 0xff;
+    v4[11] = 0xff;
+    v4[12..].copy_from_slice(&[239, 1, 1, 1]);
+    let mut v6 = [0u8; 16];
+    v6[0] = 0xff;
+    v6[1] = 0x0e;
+    v6[14] = 0x12;
+    v6[15] = 0x34;
+    let groups = [
+        (Gid(v4), [0x01, 0x00, 0x5e, 0x01, 0x01, 0x01], "239.1.1.1"),
+        (Gid(v6), [0x33, 0x33, 0x00, 0x00, 0x12, 0x34], "ff0e::1234"),
+    ];
+    for (mgid, want, name) in groups {
+        let ah = ok(Ah::new(&pd, port(dev), &av(mgid, i)), name, out)?;
+        if ah.dmac() != Some(want) {
+            let _ = write!(out, "{}: dmac {:?}, want {:?}", name, ah.dmac(), want);
+            return Err(name);
+        }
+    }
+    let own = ok(
+        Ah::new(&pd, port(dev), &av(gid, i)),
+        "AH to our own address",
+        out,
+    )?;
+    let m = own.dmac().ok_or("no dmac")?;
+    let _ = write!(
+        out,
+        "dmac {:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+        m[0], m[1], m[2], m[3], m[4], m[5]
+    );
+    Ok(())
+}
+
 const CASES: &[(&str, Case)] = &[
     (
         "qp_refuses_cq_of_other_device",
@@ -598,6 +640,7 @@ const CASES: &[(&str, Case)] = &[
         "cm_connect_refuses_qp_of_other_id",
         cm_connect_refuses_qp_of_other_id,
     ),
+    ("ah_resolves_roce_dmac", ah_resolves_roce_dmac),
 ];
 
 /// `selftest`: the control file.
@@ -676,6 +719,9 @@ impl Store for Runner {
             match case(&env, &mut why) {
                 Ok(()) => {
                     let _ = writeln!(rep, "ok {} {}", n + 1, name);
+                    if !why.0.is_empty() {
+                        let _ = writeln!(rep, "# {}", core::str::from_utf8(&why.0).unwrap_or("?"));
+                    }
                 }
                 Err(_) => {
                     let why = core::str::from_utf8(&why.0).unwrap_or("?");
