@@ -5,6 +5,8 @@
  * the generated rust/kverbs_extern.c.
  */
 #include <linux/delay.h>
+#include <linux/fault-inject.h>
+#include <linux/kmemleak.h>
 #include <linux/igmp.h>
 #include <net/ipv6.h>
 #include <linux/in.h>
@@ -89,6 +91,38 @@ int kverbs_ah_attr_resolve_dmac(struct rdma_ah_attr *attr,
 		return r.status;
 	memcpy(attr->roce.dmac, dev_addr.dst_dev_addr, ETH_ALEN);
 	return 0;
+}
+
+#ifdef CONFIG_FAULT_INJECTION
+static DECLARE_FAULT_ATTR(kverbs_fail_drain);
+
+bool kverbs_should_fail_drain(void)
+{
+	return should_fail(&kverbs_fail_drain, 1);
+}
+#else
+bool kverbs_should_fail_drain(void)
+{
+	return false;
+}
+#endif
+
+#ifdef CONFIG_FAULT_INJECTION_DEBUG_FS
+struct dentry *kverbs_fail_drain_create(struct dentry *parent)
+{
+	return fault_create_debugfs_attr("fail_drain", parent,
+					 &kverbs_fail_drain);
+}
+#else
+struct dentry *kverbs_fail_drain_create(struct dentry *parent)
+{
+	return ERR_PTR(-EOPNOTSUPP);
+}
+#endif
+
+void kverbs_kmemleak_not_leak(const void *ptr)
+{
+	kmemleak_not_leak(ptr);
 }
 
 void kverbs_ah_attr_dmac(const struct rdma_ah_attr *attr, u8 *out)

@@ -54,6 +54,21 @@ struct rdma_ah_attr;
 int kverbs_ah_attr_resolve_dmac(struct rdma_ah_attr *attr,
 				const struct ib_gid_attr *sgid_attr);
 
+struct dentry;
+
+/*
+ * The fault attribute "fail_drain" (probability, times, ...: see
+ * Documentation/fault-injection) in debugfs under parent; ERR_PTR on
+ * failure, -EOPNOTSUPP without CONFIG_FAULT_INJECTION_DEBUG_FS.
+ */
+struct dentry *kverbs_fail_drain_create(struct dentry *parent);
+
+/* Whether the drain of a QP is to fail now (should_fail()). */
+bool kverbs_should_fail_drain(void);
+
+/* kmemleak_not_leak(): ptr is leaked on purpose. */
+void kverbs_kmemleak_not_leak(const void *ptr);
+
 /* attr->roce.dmac. */
 void kverbs_ah_attr_dmac(const struct rdma_ah_attr *attr, u8 *out);
 

@@ -255,6 +255,8 @@ struct KverbsExample {
     // Dropped first: removes every device's directory.
     _reg: Registration<Example>,
     _selftest: File<selftest::Runner>,
+    // `kverbs_example/fail_drain`, where the kernel has fault injection.
+    _fail_drain: Option<kverbs::qp::DrainFaultInjection>,
     _devices_attr: Attribute<DeviceList>,
     _sysfs: KernelDir,
 }
@@ -265,6 +267,7 @@ impl kernel::Module for KverbsExample {
         let sysfs = KernelDir::new(c_str!("kverbs_example"))?;
         let attr = sysfs.attribute(c_str!("devices"), DeviceList(devices.clone()))?;
         let root = Dir::new(c_str!("kverbs_example"))?;
+        let fail_drain = kverbs::qp::DrainFaultInjection::new(&root).ok();
         let selftest_devices = Arc::pin_init(new_mutex!(KVec::new()), GFP_KERNEL)?;
         let selftest = root.control_file(
             c_str!("selftest"),
@@ -282,6 +285,7 @@ impl kernel::Module for KverbsExample {
         Ok(KverbsExample {
             _reg: reg,
             _selftest: selftest,
+            _fail_drain: fail_drain,
             _devices_attr: attr,
             _sysfs: sysfs,
         })

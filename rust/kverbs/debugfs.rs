@@ -60,6 +60,11 @@ impl Drop for DirInner {
 }
 
 impl Dir {
+    /// The directory's dentry, live while `self` is.
+    pub(crate) fn as_raw(&self) -> *mut bindings::dentry {
+        self.0.dentry
+    }
+
     /// Creates a directory `name` at the debugfs root.
     pub fn new(name: &CStr) -> Result<Self> {
         Self::create(name, None)

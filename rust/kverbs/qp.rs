@@ -376,6 +376,47 @@ pub struct WrId {
     seq: u64,
 }
 
+/// Fault injection of the drain of QPs: `fail_drain` in a debugfs
+/// directory, with the kernel's fault attributes (`probability`, `times`,
+/// `verbose`...: Documentation/fault-injection). A drain made to fail is
+/// one that did not complete: the QP is destroyed and its slots leaked.
+/// For tests of that path; needs `CONFIG_FAULT_INJECTION_DEBUG_FS`
+/// (`EOPNOTSUPP` otherwise). Removed on drop.
+///
+/// # Invariants
+///
+/// `dentry` is the live `fail_drain` directory, in `_dir`.
+pub struct DrainFaultInjection {
+    dentry: *mut bindings::dentry,
+    _dir: crate::debugfs::Dir,
+}
+
+// SAFETY: The dentry is only removed, which debugfs allows from any thread.
+unsafe impl Send for DrainFaultInjection {}
+// SAFETY: `&DrainFaultInjection` gives access to nothing.
+unsafe impl Sync for DrainFaultInjection {}
+
+impl DrainFaultInjection {
+    /// Creates `fail_drain` in `dir`.
+    pub fn new(dir: &crate::debugfs::Dir) -> Result<Self> {
+        // SAFETY: `dir` is a live directory.
+        let dentry = from_err_ptr(unsafe { bindings::kverbs_fail_drain_create(dir.as_raw()) })?;
+        // INVARIANT: just created in `dir`, which we hold.
+        Ok(DrainFaultInjection {
+            dentry,
+            _dir: dir.clone(),
+        })
+    }
+}
+
+impl Drop for DrainFaultInjection {
+    fn drop(&mut self) {
+        // SAFETY: By the type invariant the directory is live; removing it
+        // waits for its files' readers and writers.
+        unsafe { bindings::debugfs_remove(self.dentry) };
+    }
+}
+
 /// What [`Qp::wait_for`] found.
 #[derive(Debug)]
 pub enum Waited {
@@ -1330,8 +1371,13 @@ impl QpInner {
     /// with only a WARN when its modify or post fails), and its send marker,
     /// an RDMA WRITE, is refused by UD QPs. A device with drain functions of
     /// its own (iWARP) is drained by them, as the core does.
-    fn drain(&self, last_ah: Option<Arc<AhInner>>) -> bool {
+    fn drain(&self, last_ah: Option<&Arc<AhInner>>) -> bool {
         let qp = self.qp.as_ptr();
+        // SAFETY: Reads the fault attribute (`DrainFaultInjection`).
+        if unsafe { bindings::kverbs_should_fail_drain() } {
+            pr_err!("QP {:#x} drain: failed by fault injection\n", self.qp_num());
+            return false;
+        }
         let dev = self.pd.device().as_raw();
         // SAFETY: The device is live; its ops are set before registration.
         let (drv_sq, drv_rq) = unsafe { ((*dev).ops.drain_sq, (*dev).ops.drain_rq) };
@@ -1358,7 +1404,7 @@ impl QpInner {
         // posts), a SEND to the last AH used on UD. A UD QP that never sent
         // has nothing in its send queue to wait for.
         let send_marker = self.send_slots.last();
-        let sq = match (send_marker, self.ud, last_ah.as_ref()) {
+        let sq = match (send_marker, self.ud, last_ah) {
             (Some(m), false, _) => {
                 let mut wr = bindings::ib_rdma_wr::default();
                 wr.wr.opcode = bindings::IB_WR_RDMA_WRITE;
@@ -1372,9 +1418,9 @@ impl QpInner {
                     ..Default::default()
                 };
                 wr.wr.opcode = bindings::IB_WR_SEND;
-                // SAFETY: As above; the AH is held by `last_ah` until the
-                // marker has completed or the drain has given up (then the
-                // caller leaks what completions can reach).
+                // SAFETY: As above; the caller holds the AH until the QP
+                // is destroyed, so even a marker that did not complete
+                // names a live AH.
                 unsafe { self.post_marker_send(m, &mut wr.wr) }
             }
             _ => true,
@@ -1477,7 +1523,11 @@ impl PinnedDrop for QpInner {
             // SAFETY: The QP is live and attached to the group.
             unsafe { bindings::ib_detach_mcast(qp, &mut gid, 0) };
         }
-        let drained = !posted_any || self.drain(last_ah.clone());
+        // `last_ah` lives until the QP is destroyed: a send marker that did
+        // not complete still names it.
+        let drained = !posted_any || self.drain(last_ah.as_ref());
+        // Read now: the QP is freed by its destruction.
+        let qpn = self.qp_num();
         // SAFETY: The QP is live; if it was drained, the device no longer
         // uses it or any memory its requests named. A QP of a connection
         // manager ID is destroyed through the ID, which `cm` keeps alive
@@ -1494,26 +1544,28 @@ impl PinnedDrop for QpInner {
             }
         }
         if !drained {
-            // Completions of requests that did not flush may still be in
-            // the CQ, which outlives the QP, and reach their slots; what the
-            // requests named may still be in use. Leak all of it rather than
-            // free what the device or a `done` call may touch.
+            // The QP is destroyed: the device no longer uses it or the
+            // memory of its requests, which is released below. But
+            // completions of requests that did not flush may still be in
+            // the CQ, which outlives the QP, and reach their slots when it
+            // is polled: the slot arrays are leaked, never freed under a
+            // `done` call (and marked for kmemleak as leaked on purpose).
             pr_err!(
-                "{}: QP {:#x} was not drained: its slots and buffers are leaked\n",
+                "{}: QP {:#x} was not drained: its {} slots are leaked\n",
                 self.pd.device().name(),
-                self.qp_num()
+                qpn,
+                self.send_slots.len() + self.recv_slots.len()
             );
             // SAFETY: Only fields that are not structurally pinned (the slot
-            // arrays) are moved out; `book` is used through `&` only.
+            // arrays) are moved out.
             let this = unsafe { self.get_unchecked_mut() };
-            let mut book = this.book.lock();
-            core::mem::forget(core::mem::replace(&mut book.send, KVec::new()));
-            core::mem::forget(core::mem::replace(&mut book.recv, KVec::new()));
-            drop(book);
-            core::mem::forget(core::mem::replace(&mut this.send_slots, KVec::new()));
-            core::mem::forget(core::mem::replace(&mut this.recv_slots, KVec::new()));
-            core::mem::forget(last_ah);
+            for slots in [&mut this.send_slots, &mut this.recv_slots] {
+                let (ptr, _, _) = core::mem::replace(slots, KVec::new()).into_raw_parts();
+                // SAFETY: Plain annotation of a live allocation.
+                unsafe { bindings::kverbs_kmemleak_not_leak(ptr.cast()) };
+            }
         }
+        drop(last_ah);
         // The slots' resources (buffers, MRs) and then the CQs and PD are
         // released as the fields drop.
     }

@@ -47,7 +47,7 @@ device_added_after_load() {
 
 all_devices_deleted_while_loaded() {
 	kv_rxe_del_all
-	[ -z "$(find "$KV_DEBUGFS" -mindepth 1 -maxdepth 1)" ] || { kv_msg "left:"; find "$KV_DEBUGFS" -mindepth 1 -maxdepth 1 | kv_diag; return 1; }
+	[ -z "$(kv_device_dirs)" ] || { kv_msg "left:"; kv_device_dirs | kv_diag; return 1; }
 	[ -z "$(cat "$KV_SYSFS/devices")" ] || return 1
 	kv_unload
 }

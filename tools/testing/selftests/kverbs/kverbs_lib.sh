@@ -70,6 +70,12 @@ kv_dummy_up() {
 	ip link set dummy0 up
 }
 
+# The per-device directories of the module's debugfs root: all but the
+# module's own entries (the self-test, the drain fault attributes).
+kv_device_dirs() {
+	find "$KV_DEBUGFS" -mindepth 1 -maxdepth 1 ! -name selftest ! -name fail_drain
+}
+
 # kv_wait COND...: polls COND for up to 10 s.
 kv_wait() {
 	for _ in $(seq 100); do

@@ -33,7 +33,7 @@ load_unload_repeated() {
 
 load_with_no_device() {
 	kv_load || return 1
-	[ -d "$KV_DEBUGFS" ] && [ -z "$(ls "$KV_DEBUGFS")" ] &&
+	[ -d "$KV_DEBUGFS" ] && [ -z "$(kv_device_dirs)" ] && [ -f "$KV_DEBUGFS/selftest" ] &&
 		[ -z "$(cat "$KV_SYSFS/devices")" ] &&
 		kv_logged "kverbs_example: registered as an RDMA client"
 	local r=$?

@@ -95,13 +95,36 @@ removal_under_writers_bounded() {
 	awk -v a="$t0" -v b="$t1" 'BEGIN { exit !(b - a < 5) }'
 }
 
+# A drain that does not complete (made to fail by fault injection, as one
+# that times out): the QP is destroyed, its slots are leaked on purpose
+# (kmemleak is told), its buffers released; no kernel report, and the
+# device can still be removed at once.
+drain_failure_leaks_slots_only() {
+	local f=$KV_DEBUGFS/fail_drain t0 t1 r=0
+	[ -d "$f" ] || { kv_msg "no $f"; return 1; }
+	echo 0 >"$f/verbose"
+	echo 1 >"$f/times"
+	echo 100 >"$f/probability"
+	printf '%s' "role=loopback,size=4096,validate" >"$KV_DEBUGFS/rxe_lo/rc" || r=1
+	echo 0 >"$f/probability"
+	kv_diag <"$KV_DEBUGFS/rxe_lo/rc"
+	[ $r = 0 ] || { kv_msg "the run failed"; return 1; }
+	kv_logged "drain: failed by fault injection" || { kv_msg "no injected failure"; return 1; }
+	kv_logged "was not drained: its [0-9]* slots are leaked" || return 1
+	t0=$(cut -d' ' -f1 /proc/uptime)
+	kv_rxe_del rxe_lo || return 1
+	t1=$(cut -d' ' -f1 /proc/uptime)
+	kv_msg "removal took $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }') s"
+	awk -v a="$t0" -v b="$t1" 'BEGIN { exit !(b - a < 5) }'
+}
+
 # The self-test's cases, as it lists them before its first run.
 kv_cleanup
 cases=$(kv_load 2>/dev/null && sed -n 's/^case //p' "$ST")
 kv_cleanup
 n=$(echo "$cases" | wc -w)
 
-kv_begin $((n + 5))
+kv_begin $((n + 6))
 kv_case setup_rxe_lo_rxe_dummy_and_load setup
 for c in $cases; do
 	case $c in
@@ -112,4 +135,5 @@ done
 kv_case bad_input_selftest_run selftest_bad_input
 kv_case removal_ends_tcp_connect_with_ecanceled removal_ends_tcp_connect
 kv_case removal_under_writers_bounded removal_under_writers_bounded
+kv_case drain_failure_leaks_slots_only drain_failure_leaks_slots_only
 kv_end
