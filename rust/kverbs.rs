@@ -91,6 +91,13 @@ pub fn now_ns() -> u64 {
     unsafe { bindings::kverbs_ktime_get_ns() }
 }
 
+/// Sleeps about `ms` milliseconds, less if a signal comes
+/// (`msleep_interruptible`; the 6.12 `kernel` crate has no `delay`).
+pub fn msleep(ms: u32) {
+    // SAFETY: Plain helper; sleeps in process context.
+    unsafe { bindings::kverbs_msleep_interruptible(ms) };
+}
+
 /// The bound of a blocking call: a deadline, a [`qp::Cancel`] token, and
 /// the signals of the calling task.
 pub(crate) struct Deadline<'a> {

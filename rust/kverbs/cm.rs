@@ -100,6 +100,12 @@ impl CmEvents {
         )?;
         Ok(CmEvents(inner))
     }
+
+    /// Events received and not taken yet. Taken events leave the queue,
+    /// and so do those of an ID when it is destroyed.
+    pub fn queued(&self) -> usize {
+        self.0.list.lock().len()
+    }
 }
 
 impl EventsInner {

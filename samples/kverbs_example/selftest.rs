@@ -595,6 +595,48 @@ fn ah_resolves_roce_dmac(env: &Env, out: &mut Text) -> Result<(), &'static str> 
     Ok(())
 }
 
+/// An rdma_cm ID's events leave the queue when taken, and those not taken
+/// when the ID is destroyed: none is left for an ID created later at the
+/// same address, and the queue does not grow.
+fn cm_events_of_destroyed_id_dropped(env: &Env, out: &mut Text) -> Result<(), &'static str> {
+    let events = ok(CmEvents::new(), "events", out)?;
+    // Resolved: its two events were taken.
+    let (id, _, _) = cm_resolved(env, &events, out)?;
+    if events.queued() != 0 {
+        let _ = write!(out, "{} events queued after a resolve", events.queued());
+        return Err("taken events left in the queue");
+    }
+    drop(id);
+    // A resolve given up at once: its ADDR_RESOLVED comes and is not taken.
+    let id = ok(CmId::new(&events), "CM ID", out)?;
+    let cancelled = Cancel::new();
+    cancelled.cancel();
+    refused(
+        id.resolve(env.ip, 7999, TIMEOUT_MS, &cancelled),
+        kverbs::errno::ecanceled(),
+        "cancelled resolve",
+        out,
+    )?;
+    let start = kverbs::now_ns();
+    while events.queued() == 0 && kverbs::now_ns() - start < 2_000_000_000 {
+        kverbs::msleep(10);
+    }
+    if events.queued() != 1 {
+        let _ = write!(
+            out,
+            "{} events queued, want the ADDR_RESOLVED",
+            events.queued()
+        );
+        return Err("no event");
+    }
+    drop(id);
+    if events.queued() != 0 {
+        let _ = write!(out, "{} events of a destroyed ID left", events.queued());
+        return Err("events of a destroyed ID left");
+    }
+    Ok(())
+}
+
 const CASES: &[(&str, Case)] = &[
     (
         "qp_refuses_cq_of_other_device",
@@ -641,6 +683,10 @@ const CASES: &[(&str, Case)] = &[
         cm_connect_refuses_qp_of_other_id,
     ),
     ("ah_resolves_roce_dmac", ah_resolves_roce_dmac),
+    (
+        "cm_events_of_destroyed_id_dropped",
+        cm_events_of_destroyed_id_dropped,
+    ),
 ];
 
 /// `selftest`: the control file.
