@@ -83,6 +83,22 @@ impl DmaBuf {
         &self.dev
     }
 
+    /// `EINVAL`, with a message saying what was refused (`what`), unless
+    /// the buffer is mapped for `dev`: a bus address of one device means
+    /// nothing to another.
+    pub(crate) fn check_device(&self, dev: &Device, what: &str) -> Result {
+        if self.dev.same_as(dev) {
+            return Ok(());
+        }
+        pr_err!(
+            "{}: a buffer mapped for {} cannot be {}\n",
+            dev.name(),
+            self.dev.name(),
+            what
+        );
+        Err(EINVAL)
+    }
+
     /// The length in bytes.
     pub fn len(&self) -> usize {
         self.len

@@ -104,14 +104,7 @@ impl Mr {
     pub fn map(&self, buf: &Arc<DmaBuf>) -> Result<RemoteBuf> {
         let inner = &self.0;
         let dev = inner.pd.device();
-        if !buf.device().same_as(dev) {
-            pr_err!(
-                "{}: an MR cannot map a buffer mapped for {}\n",
-                dev.name(),
-                buf.device().name()
-            );
-            return Err(EINVAL);
-        }
+        buf.check_device(dev, "mapped by an MR here")?;
         let mut state = inner.state.lock();
         if state.buf.is_some() || state.busy {
             return Err(EBUSY);
@@ -182,7 +175,10 @@ impl Mr {
         }
         let id = {
             let mut state = inner.state.lock();
-            if state.buf.is_none() || state.registered || state.busy {
+            if state.busy {
+                return Err(EBUSY);
+            }
+            if state.buf.is_none() || state.registered {
                 return Err(EINVAL);
             }
             let id = qp.post_reg_mr(inner, state.rkey, access)?;
@@ -227,7 +223,10 @@ impl Mr {
         }
         let id = {
             let mut state = inner.state.lock();
-            if !state.registered || state.busy {
+            if state.busy {
+                return Err(EBUSY);
+            }
+            if !state.registered {
                 return Err(EINVAL);
             }
             let id = qp.post_local_inv(inner, state.rkey)?;

@@ -234,6 +234,22 @@ pub struct AddressVector {
     pub sl: u8,
 }
 
+impl AddressVector {
+    /// `dgid` from our GID `sgid_index`, one hop away (hop limit 1), flow
+    /// label, traffic class and service level 0: what RDMA_RC_example and
+    /// mckey use.
+    pub fn new(dgid: Gid, sgid_index: u8) -> Self {
+        AddressVector {
+            dgid,
+            sgid_index,
+            hop_limit: 1,
+            flow_label: 0,
+            traffic_class: 0,
+            sl: 0,
+        }
+    }
+}
+
 /// Attributes of INIT to RTR for an RC QP.
 #[derive(Clone, Copy, Debug)]
 pub struct RtrAttr {
@@ -528,19 +544,6 @@ impl Drop for CqRoom {
     fn drop(&mut self) {
         self.cq.give_room(self.n);
     }
-}
-
-/// Checks that `buf` is mapped for `dev`.
-fn check_buf(buf: &DmaBuf, dev: &Device) -> Result {
-    if buf.device().same_as(dev) {
-        return Ok(());
-    }
-    pr_err!(
-        "{}: a buffer mapped for {} cannot be posted here\n",
-        dev.name(),
-        buf.device().name()
-    );
-    Err(EINVAL)
 }
 
 /// Checks that `port` is a port of `dev`.
@@ -880,7 +883,7 @@ impl Qp<Rts, Rc> {
         len: usize,
         signaled: bool,
     ) -> Result<WrId> {
-        check_buf(buf, self.device())?;
+        buf.check_device(self.device(), "posted here")?;
         buf.check(offset, len)?;
         let mut sge = bindings::ib_sge {
             addr: buf.dma_addr(offset),
@@ -930,7 +933,7 @@ impl Qp<Rts, Ud> {
         dest: &UdDest,
         signaled: bool,
     ) -> Result<WrId> {
-        check_buf(buf, self.device())?;
+        buf.check_device(self.device(), "posted here")?;
         if !dest.ah.0.pd().same_as(&self.inner.pd) {
             pr_err!(
                 "{}: an AH of another PD cannot be used here\n",
@@ -1010,7 +1013,7 @@ impl Qp<Rts, Rc> {
 impl<S: CanPostRecv, T: Transport> Qp<S, T> {
     /// Posts a receive into `len` bytes of `buf` at `offset`.
     pub fn post_recv(&self, buf: &Arc<DmaBuf>, offset: usize, len: usize) -> Result<WrId> {
-        check_buf(buf, self.device())?;
+        buf.check_device(self.device(), "posted here")?;
         buf.check(offset, len)?;
         let mut sge = bindings::ib_sge {
             addr: buf.dma_addr(offset),

@@ -402,14 +402,7 @@ fn run(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut Rep
             .to_init_ud(0, QKEY)?
             .to_rtr_ud()?
             .to_rts_ud(0)?;
-        let av = AddressVector {
-            dgid: mgid,
-            sgid_index: sgid_index as u8,
-            hop_limit: 1,
-            flow_label: 0,
-            traffic_class: 0,
-            sl: 0,
-        };
+        let av = AddressVector::new(mgid, sgid_index as u8);
         let dest = UdDest {
             ah: Ah::new(&pd, port, &av)?,
             qpn: MCAST_QPN,

@@ -606,14 +606,7 @@ fn rtr_attr(cfg: &Config, dest_qp_num: u32, dgid: kverbs::device::Gid, sgid_inde
         rq_psn: 0,
         max_dest_rd_atomic: 1,
         min_rnr_timer: 0x12,
-        av: AddressVector {
-            dgid,
-            sgid_index: sgid_index as u8,
-            hop_limit: 1,
-            flow_label: 0,
-            traffic_class: 0,
-            sl: 0,
-        },
+        av: AddressVector::new(dgid, sgid_index as u8),
     }
 }
 

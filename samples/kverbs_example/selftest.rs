@@ -172,14 +172,7 @@ fn ud_rts(pd: &Pd, cq: &Cq) -> Result<Qp<Rts, Ud>> {
 }
 
 fn av(dgid: Gid, sgid_index: u32) -> AddressVector {
-    AddressVector {
-        dgid,
-        sgid_index: sgid_index as u8,
-        hop_limit: 1,
-        flow_label: 0,
-        traffic_class: 0,
-        sl: 0,
-    }
+    AddressVector::new(dgid, sgid_index as u8)
 }
 
 fn cq(dev: &Device) -> Result<Cq> {
@@ -363,14 +356,26 @@ fn mr_map_refuses_buffer_of_other_device(env: &Env, out: &mut Text) -> Result<()
     refused(mr.map(&b), EINVAL, "MR of A mapping a buffer of B", out)
 }
 
+/// An RC QP of `qp_pd` in RTS and an MR of `mr_pd` mapped on a buffer, all
+/// of device A.
+fn qp_and_mapped_mr(
+    env: &Env,
+    qp_pd: &Pd,
+    mr_pd: &Pd,
+    out: &mut Text,
+) -> Result<(Qp<Rts>, Mr), &'static str> {
+    let cq = ok(cq(&env.a), "CQ", out)?;
+    let qp = ok(rc_self(qp_pd, &cq), "QP", out)?;
+    let mr = ok(Mr::new(mr_pd, 4096), "MR", out)?;
+    let a = ok(buf(&env.a), "buffer", out)?;
+    ok(mr.map(&a), "map", out)?;
+    Ok((qp, mr))
+}
+
 fn mr_registration_refuses_qp_of_other_pd(env: &Env, out: &mut Text) -> Result<(), &'static str> {
     let pd1 = ok(Pd::new(&env.a), "PD 1", out)?;
     let pd2 = ok(Pd::new(&env.a), "PD 2", out)?;
-    let cq = ok(cq(&env.a), "CQ", out)?;
-    let qp = ok(rc_self(&pd2, &cq), "QP of PD 2", out)?;
-    let mr = ok(Mr::new(&pd1, 4096), "MR of PD 1", out)?;
-    let a = ok(buf(&env.a), "buffer", out)?;
-    ok(mr.map(&a), "map", out)?;
+    let (qp, mr) = qp_and_mapped_mr(env, &pd2, &pd1, out)?;
     let c = Cancel::new();
     refused(
         mr.post_registration(&qp, Access::LOCAL_WRITE, TIMEOUT_MS, &c),
@@ -385,11 +390,7 @@ fn mr_registration_refuses_remote_write_without_local_write(
     out: &mut Text,
 ) -> Result<(), &'static str> {
     let pd = ok(Pd::new(&env.a), "PD", out)?;
-    let cq = ok(cq(&env.a), "CQ", out)?;
-    let qp = ok(rc_self(&pd, &cq), "QP", out)?;
-    let mr = ok(Mr::new(&pd, 4096), "MR", out)?;
-    let a = ok(buf(&env.a), "buffer", out)?;
-    ok(mr.map(&a), "map", out)?;
+    let (qp, mr) = qp_and_mapped_mr(env, &pd, &pd, out)?;
     let c = Cancel::new();
     refused(
         mr.post_registration(&qp, Access::REMOTE_WRITE, TIMEOUT_MS, &c),
