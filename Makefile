@@ -5,6 +5,7 @@
 #   make            build the modules against the kverbs test kernel
 #                   (built and cached on first use; see tools/build-kernel.sh)
 #   make KDIR=DIR   build the modules against your own Rust-enabled kernel
+#   make kernel-perf  build the performance kernel (no debug options)
 #   make run        boot the test kernel in QEMU, create soft-RoCE devices,
 #                   load the example module and show what it finds
 #   make check      run the kselftests in QEMU (KTAP, then "N passed, N failed")
@@ -17,6 +18,10 @@
 
 TOP := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))
 export PATH := $(HOME)/.cargo/bin:$(PATH)
+
+# KVERBS_FLAVOR=perf: the modules, run and check use the performance
+# kernel (no KASAN, lockdep, kmemleak: the tests that need them fail).
+export KVERBS_FLAVOR
 
 # KVERBS_COLD=1: everything the build caches goes to a new, empty
 # directory (the kernel is unpacked, configured and built anew there).
@@ -42,7 +47,7 @@ endif
 
 RUST_SOURCES = $(shell find $(TOP)/rust $(TOP)/samples -name '*.rs' ! -name '*_generated.rs')
 
-.PHONY: all modules setup kernel run check check-harness rustfmt rustfmtcheck clippy clean
+.PHONY: all modules setup kernel kernel-perf run check check-harness rustfmt rustfmtcheck clippy clean
 
 all: modules
 
@@ -51,6 +56,10 @@ setup:
 
 kernel: setup
 	@$(TOP)/tools/build-kernel.sh >/dev/null
+
+# The performance kernel: no debug options (tools/bench/config).
+kernel-perf: setup
+	@KVERBS_FLAVOR=perf $(TOP)/tools/build-kernel.sh >/dev/null
 
 modules:
 	@$(setup) kdir=$(kdir) && $(MAKE) -C "$$kdir" M=$(TOP) $(kvars) modules

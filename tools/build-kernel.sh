@@ -14,6 +14,10 @@
 # does no kernel work, a changed fragment or toolchain builds anew.  An
 # interrupted unpack is redone; an interrupted build goes on where it stopped.
 #
+# KVERBS_FLAVOR=perf builds the performance kernel instead: the same
+# fragment with tools/bench/config over it (no debug options), cached apart
+# (perf-build-<key>); each flavor keeps its own latest build.
+#
 # KVERBS_KERNEL_TARBALL and KVERBS_CONFIG (the fragment) override the
 # defaults; the harness tests use them.
 
@@ -33,6 +37,12 @@ esac
 
 top=$(cd "$(dirname "$0")/.." && pwd)
 fragment=${KVERBS_CONFIG:-$top/tools/testing/selftests/kverbs/config}
+fragment_name=$fragment
+case "${KVERBS_FLAVOR:-debug}" in
+debug) prefix=build ;;
+perf) prefix=perf-build ;;
+*) die "KVERBS_FLAVOR=${KVERBS_FLAVOR}: debug (the default) or perf" ;;
+esac
 tarball=${KVERBS_KERNEL_TARBALL:-/usr/src/linux-source-6.12.tar.xz}
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/kverbs
 jobs=${JOBS:-$(($(nproc) + 1))}
@@ -45,6 +55,19 @@ kmake_vars=(LLVM=-19 RUSTC=/usr/bin/rustc RUSTFMT=/usr/bin/rustfmt
 # to do, never a silent exit.
 [ -r "$tarball" ] || die "no kernel source at $tarball: run tools/setup.sh (or make setup)"
 [ -r "$fragment" ] || die "no config fragment at $fragment"
+if [ "$prefix" = perf-build ]; then
+	# The fragment with the overrides' options replaced by their lines.
+	overrides=$top/tools/bench/config
+	[ -r "$overrides" ] || die "no config overrides at $overrides"
+	effective=$(mktemp)
+	trap 'rm -f "$effective"' EXIT
+	sed -nE 's/^(# )?(CONFIG_[A-Za-z0-9_]+)[= ].*/\2/p' "$overrides" >"$effective.opts"
+	grep -vwF -f "$effective.opts" "$fragment" >"$effective" || true
+	rm -f "$effective.opts"
+	cat "$overrides" >>"$effective"
+	fragment_name="$fragment with $overrides over it"
+	fragment=$effective
+fi
 for tool in /usr/bin/rustc clang-19 ld.lld-19 bindgen make tar xz; do
 	command -v "$tool" >/dev/null || die "$tool not found: run tools/setup.sh (or make setup)"
 done
@@ -62,8 +85,8 @@ key=$( {
 } | sha256sum | cut -c1-16)
 
 src="$cache/linux-$kver"
-build="$cache/build-$key"
-log="$cache/build-$key.log"
+build="$cache/$prefix-$key"
+log="$cache/$prefix-$key.log"
 
 if [ -f "$build/.kverbs-built" ]; then
 	echo "kverbs: test kernel up to date (cache key $key)" >&2
@@ -103,7 +126,7 @@ start=$(date +%s)
 # configuration changes is rebuilt (Kbuild tracks each CONFIG_ option).
 if [ ! -d "$build" ]; then
 	prev=
-	for d in "$cache"/build-*/; do
+	for d in "$cache"/"$prefix"-*/; do
 		[ -f "$d/.kverbs-built" ] || continue
 		if [ -z "$prev" ] || [ "$d" -nt "$prev" ]; then
 			prev=$d
@@ -137,7 +160,7 @@ while IFS= read -r line; do
 		grep -q "^$opt=" "$build/.config" && { echo "kverbs: config forced on: $opt" >&2; bad=1; } ;;
 	esac
 done <"$fragment"
-[ $bad -eq 0 ] || die "the kernel configuration does not match $fragment (see the lines above)"
+[ $bad -eq 0 ] || die "the kernel configuration does not match $fragment_name (see the lines above)"
 
 if [ $configure_only = 1 ]; then
 	echo "kverbs: test kernel configured in $build" >&2
@@ -152,8 +175,8 @@ fi
 touch "$build/.kverbs-built"
 echo "kverbs: test kernel built in $(($(date +%s) - start)) s" >&2
 
-# Builds for other keys are stale: keep the disk use bounded.
-for old in "$cache"/build-*; do
+# Builds of this flavor for other keys are stale: keep the disk use bounded.
+for old in "$cache"/"$prefix"-*; do
 	[ "$old" = "$build" ] || [ "$old" = "$log" ] || rm -rf "$old"
 done
 echo "$build"

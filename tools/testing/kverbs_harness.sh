@@ -13,7 +13,7 @@
 #   build_kernel_*      tools/build-kernel.sh on an empty cache
 #                       (XDG_CACHE_HOME in a new temporary directory):
 #                       the fresh path up to the configuration and its
-#                       check against the fragment
+#                       check against the fragment; the performance flavor
 #   the shellcheck case: every shell script of the repository is clean
 #   compile_fail_*      every ```compile_fail,EXXXX example of the layer's
 #                       documentation, built as a module against the real
@@ -99,6 +99,7 @@ build_kernel_fresh_cache_configures() {
 		{ echo "$out" | tail -n 30 | diag; return 1; }
 	echo "$out" | diag
 	bdir=$(echo "$out" | tail -n 1)
+	fresh_build=$bdir
 	[ -f "$bdir/.config" ] || { msg "no .config in '$bdir'"; return 1; }
 	[ ! -e "$cache/kverbs/linux-$kver/half" ] || { msg "the half unpack was kept"; return 1; }
 	[ ! -e "$cache/kverbs/linux-$kver.tmp" ] || { msg "the temporary unpack is left"; return 1; }
@@ -132,6 +133,32 @@ build_kernel_waits_for_held_lock() {
 	echo "$out" | diag
 	echo "$out" | grep -q "another build holds .*waiting" || return 1
 	[ $((SECONDS - start)) -ge 4 ] || { msg "did not wait"; return 1; }
+}
+
+# The performance flavor (tools/bench/config over the fragment): no debug
+# option survives, what the tests need stays, and the debug build of the
+# same cache is neither moved nor removed.
+build_kernel_perf_flavor_has_no_debug_options() {
+	local out bdir opt
+	out=$(XDG_CACHE_HOME=$cache KVERBS_FLAVOR=perf "$top/tools/build-kernel.sh" --configure-only 2>&1) ||
+		{ echo "$out" | tail -n 30 | diag; return 1; }
+	echo "$out" | diag
+	bdir=$(echo "$out" | tail -n 1)
+	case "$bdir" in
+	*/perf-build-*) ;;
+	*) msg "not a perf build directory: $bdir"; return 1 ;;
+	esac
+	for opt in CONFIG_KASAN CONFIG_PROVE_LOCKING CONFIG_DEBUG_KMEMLEAK CONFIG_DEBUG_OBJECTS \
+		CONFIG_FAULT_INJECTION CONFIG_RUST_DEBUG_ASSERTIONS CONFIG_DEBUG_LIST; do
+		! grep -q "^$opt=y" "$bdir/.config" || { msg "$opt is on"; return 1; }
+	done
+	for opt in CONFIG_RUST=y CONFIG_RDMA_RXE=y CONFIG_INFINIBAND_USER_ACCESS=y CONFIG_VIRTIO_NET=y; do
+		grep -qxF "$opt" "$bdir/.config" || { msg "$opt missing"; return 1; }
+	done
+	if [ -z "${fresh_build:-}" ] || [ ! -f "$fresh_build/.config" ]; then
+		msg "the debug build '${fresh_build:-}' is gone"
+		return 1
+	fi
 }
 
 # --- shellcheck -----------------------------------------------------------
@@ -267,7 +294,7 @@ vm_broken() {
 echo "TAP version 13"
 logs=("$here"/logs/*.log)
 mapfile -t examples < <(extract_compile_fail)
-nplan=$((${#logs[@]} + 5 + 1 + ${#examples[@]} + (vm ? 2 : 0)))
+nplan=$((${#logs[@]} + 6 + 1 + ${#examples[@]} + (vm ? 2 : 0)))
 echo "1..$nplan"
 for log in "${logs[@]}"; do
 	t "totals_$(basename "$log" .log)" totals_case "$log"
@@ -277,6 +304,7 @@ t build_kernel_no_source_says_setup build_kernel_no_source_says_setup
 t build_kernel_fresh_cache_configures build_kernel_fresh_cache_configures
 t build_kernel_lost_option_fails build_kernel_lost_option_fails
 t build_kernel_waits_for_held_lock build_kernel_waits_for_held_lock
+t build_kernel_perf_flavor_has_no_debug_options build_kernel_perf_flavor_has_no_debug_options
 t compile_fail_control_builds compile_fail_control_builds
 for e in "${examples[@]}"; do
 	# "N rust/kverbs/qp.rs:42" -> compile_fail_E0599_qp_rs_42
