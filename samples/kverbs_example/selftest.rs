@@ -19,8 +19,11 @@
 //! (`ok N name` or `not ok N name # why`), or, before any run, `case NAME`
 //! for each case.
 
-use core::fmt::Write;
-use kernel::{new_mutex, prelude::*, sync::Arc, sync::Mutex, types::ARef};
+use core::{
+    fmt::Write,
+    sync::atomic::{AtomicBool, AtomicU32, Ordering},
+};
+use kernel::{new_mutex, prelude::*, sync::Arc, sync::Mutex, types::ARef, workqueue};
 use kverbs::{
     ah::Ah,
     cm::{CmEvents, CmId},
@@ -638,6 +641,98 @@ fn cm_events_of_destroyed_id_dropped(env: &Env, out: &mut Text) -> Result<(), &'
     Ok(())
 }
 
+/// What the writers of `dma_buf_copies_exclude_each_other` share with it.
+struct Race {
+    buf: Arc<DmaBuf>,
+    stop: AtomicBool,
+    running: AtomicU32,
+    busy: AtomicU32,
+}
+
+/// CPU copies of one `DmaBuf` from several threads never overlap: two
+/// writers (on the unbound workqueue) write whole-buffer patterns while
+/// this thread reads it for a second. A read never sees two patterns mixed
+/// (a torn copy), and copies do meet one in progress (`EBUSY`) -- without
+/// the exclusion, none ever would.
+fn dma_buf_copies_exclude_each_other(env: &Env, out: &mut Text) -> Result<(), &'static str> {
+    const LEN: usize = 4096;
+    let race = ok(
+        Arc::new(
+            Race {
+                buf: ok(buf(&env.a), "buffer", out)?,
+                stop: AtomicBool::new(false),
+                running: AtomicU32::new(0),
+                busy: AtomicU32::new(0),
+            },
+            GFP_KERNEL,
+        )
+        .map_err(Into::into),
+        "race",
+        out,
+    )?;
+    for pattern in [0xaa_u8, 0x55] {
+        let r = race.clone();
+        let data = ok(
+            KVec::from_elem(pattern, LEN, GFP_KERNEL).map_err(Into::into),
+            "data",
+            out,
+        )?;
+        r.running.fetch_add(1, Ordering::AcqRel);
+        let spawned = workqueue::system_unbound().try_spawn(GFP_KERNEL, move || {
+            while !r.stop.load(Ordering::Acquire) {
+                if r.buf.write(0, &data).is_err() {
+                    r.busy.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            r.running.fetch_sub(1, Ordering::AcqRel);
+        });
+        if spawned.is_err() {
+            race.running.fetch_sub(1, Ordering::AcqRel);
+            race.stop.store(true, Ordering::Release);
+            return Err("cannot spawn a writer");
+        }
+    }
+    let mut seen = ok(
+        KVec::from_elem(0u8, LEN, GFP_KERNEL).map_err(Into::into),
+        "out",
+        out,
+    )?;
+    let (mut reads, mut busy, mut torn) = (0u32, 0u32, 0u32);
+    let start = kverbs::now_ns();
+    while kverbs::now_ns() - start < 1_000_000_000 {
+        match race.buf.read(0, &mut seen) {
+            Ok(()) => {
+                reads += 1;
+                if seen.iter().any(|&b| b != seen[0]) {
+                    torn += 1;
+                }
+            }
+            Err(_) => busy += 1,
+        }
+    }
+    race.stop.store(true, Ordering::Release);
+    let start = kverbs::now_ns();
+    while race.running.load(Ordering::Acquire) != 0 && kverbs::now_ns() - start < 5_000_000_000 {
+        kverbs::msleep(10);
+    }
+    let writers_busy = race.busy.load(Ordering::Relaxed);
+    let _ = write!(
+        out,
+        "{} reads, {} torn, EBUSY {} times to the reader, {} to the writers",
+        reads, torn, busy, writers_busy
+    );
+    if race.running.load(Ordering::Acquire) != 0 {
+        return Err("the writers did not stop");
+    }
+    if torn != 0 {
+        return Err("a read saw two writes mixed");
+    }
+    if busy + writers_busy == 0 {
+        return Err("no copy ever met another");
+    }
+    Ok(())
+}
+
 const CASES: &[(&str, Case)] = &[
     (
         "qp_refuses_cq_of_other_device",
@@ -687,6 +782,10 @@ const CASES: &[(&str, Case)] = &[
     (
         "cm_events_of_destroyed_id_dropped",
         cm_events_of_destroyed_id_dropped,
+    ),
+    (
+        "dma_buf_copies_exclude_each_other",
+        dma_buf_copies_exclude_each_other,
     ),
 ];
 
