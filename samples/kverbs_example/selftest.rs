@@ -21,7 +21,7 @@
 
 use core::{
     fmt::Write,
-    sync::atomic::{AtomicBool, AtomicU32, Ordering},
+    sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering},
 };
 use kernel::{new_mutex, prelude::*, sync::Arc, sync::Mutex, types::ARef, workqueue};
 use kverbs::{
@@ -33,8 +33,8 @@ use kverbs::{
     mr::Mr,
     pd::Pd,
     qp::{
-        Access, AddressVector, Cancel, InitAttr, Qp, QpCaps, RtrAttr, Rts, RtsAttr, SendOp, Ud,
-        UdDest,
+        Access, AddressVector, Cancel, InitAttr, Qp, QpCaps, RemoteBuf, RtrAttr, Rts, RtsAttr,
+        SendOp, Ud, UdDest,
     },
     tcp::Ipv4,
     Show, Store,
@@ -733,6 +733,125 @@ fn dma_buf_copies_exclude_each_other(env: &Env, out: &mut Text) -> Result<(), &'
     Ok(())
 }
 
+/// What `mr_not_locked_across_registration_wait` shares with its thread.
+struct Registering {
+    qp: Qp<Rts>,
+    mr: Mr,
+    errno: AtomicI32,
+    done: AtomicBool,
+}
+
+/// No MR lock is held while a registration is waited for: a REG_MR queued
+/// behind an RDMA READ to a QP that does not exist completes only when the
+/// READ has failed; meanwhile `map` from another thread is refused at once
+/// with EBUSY instead of waiting for the lock. The registration must last
+/// long after `map` returned, or the case cannot tell the two apart.
+fn mr_not_locked_across_registration_wait(env: &Env, out: &mut Text) -> Result<(), &'static str> {
+    let dev = &env.a;
+    let pd = ok(Pd::new(dev), "PD", out)?;
+    let cq = ok(cq(dev), "CQ", out)?;
+    let (sgid_index, dgid) = first_gid(dev).ok_or("no GID")?;
+    let init = InitAttr {
+        pkey_index: 0,
+        access: Access::LOCAL_WRITE | Access::REMOTE_READ,
+    };
+    let qp = ok(Qp::new_rc(&pd, port(dev), &cq, &cq, caps(4)), "QP", out)?;
+    let qp = ok(qp.to_init(&init), "INIT", out)?;
+    let rtr = RtrAttr {
+        path_mtu: Mtu::MTU_1024,
+        // No QP has this number: the READ is never answered.
+        dest_qp_num: 0xfffffe,
+        rq_psn: 0,
+        max_dest_rd_atomic: 1,
+        min_rnr_timer: 0x12,
+        av: av(dgid, sgid_index),
+    };
+    let rts = RtsAttr {
+        // 4.096 us * 2^19 = 2.1 s per try.
+        timeout: 19,
+        retry_cnt: 6,
+        rnr_retry: 7,
+        sq_psn: 0,
+        max_rd_atomic: 1,
+    };
+    let qp = ok(qp.to_rtr(&rtr).and_then(|q| q.to_rts(&rts)), "RTS", out)?;
+    let a = ok(buf(dev), "buffer", out)?;
+    let remote = RemoteBuf {
+        addr: 0,
+        rkey: 0,
+        len: 64,
+    };
+    let _read = ok(
+        qp.post_send(SendOp::Read(remote), &a, 0, 64, true),
+        "READ",
+        out,
+    )?;
+    let mr = ok(Mr::new(&pd, 4096), "MR", out)?;
+    ok(mr.map(&a), "map", out)?;
+    let reg = ok(
+        Arc::new(
+            Registering {
+                qp,
+                mr,
+                errno: AtomicI32::new(0),
+                done: AtomicBool::new(false),
+            },
+            GFP_KERNEL,
+        )
+        .map_err(Into::into),
+        "shared",
+        out,
+    )?;
+    let r = reg.clone();
+    let spawned = workqueue::system_unbound().try_spawn(GFP_KERNEL, move || {
+        let c = Cancel::new();
+        let res =
+            r.mr.post_registration(&r.qp, Access::LOCAL_WRITE, 10_000, &c);
+        r.errno
+            .store(res.err().map_or(0, |e| e.to_errno()), Ordering::Release);
+        r.done.store(true, Ordering::Release);
+    });
+    if spawned.is_err() {
+        return Err("cannot spawn the registration");
+    }
+    kverbs::msleep(200);
+    let in_progress = !reg.done.load(Ordering::Acquire);
+    let b = ok(buf(dev), "second buffer", out)?;
+    let t0 = kverbs::now_ns();
+    let res = reg.mr.map(&b);
+    let waited_us = (kverbs::now_ns() - t0) / 1000;
+    let still_running = !reg.done.load(Ordering::Acquire);
+    let start = kverbs::now_ns();
+    while !reg.done.load(Ordering::Acquire) && kverbs::now_ns() - start < 15_000_000_000 {
+        kverbs::msleep(20);
+    }
+    let after_ms = (kverbs::now_ns() - start) / 1_000_000;
+    let _ = write!(
+        out,
+        "map during the wait: {:?} after {} us; the registration: errno {}, done {} ms later",
+        res.as_ref().err().map(|e| e.to_errno()),
+        waited_us,
+        reg.errno.load(Ordering::Acquire),
+        after_ms
+    );
+    if !reg.done.load(Ordering::Acquire) {
+        return Err("the registration did not end");
+    }
+    if !in_progress {
+        return Err("the registration was over before map was tried");
+    }
+    if waited_us > 50_000 || !still_running {
+        return Err("map waited for the registration");
+    }
+    if after_ms < 200 {
+        return Err("the registration was too short to tell");
+    }
+    match res {
+        Err(e) if e.to_errno() == EBUSY.to_errno() => Ok(()),
+        _ => Err("map during the registration was not refused with EBUSY"),
+    }
+}
+
 const CASES: &[(&str, Case)] = &[
     (
         "qp_refuses_cq_of_other_device",
@@ -786,6 +905,10 @@ const CASES: &[(&str, Case)] = &[
     (
         "dma_buf_copies_exclude_each_other",
         dma_buf_copies_exclude_each_other,
+    ),
+    (
+        "mr_not_locked_across_registration_wait",
+        mr_not_locked_across_registration_wait,
     ),
 ];
 
