@@ -169,22 +169,26 @@ impl Cq {
         self.0.room.fetch_add(n, Ordering::AcqRel);
     }
 
-    /// The wait queue woken for each completion.
-    pub(crate) fn wait_queue(&self) -> *mut bindings::wait_queue_head {
-        self.0.wq.get()
-    }
-
-    /// For [`PollCtx::Direct`]: processes up to `budget` completions now,
-    /// calling their `done` functions. Returns how many there were.
-    pub(crate) fn process_direct(&self, budget: i32) -> i32 {
-        if self.0.ctx != PollCtx::Direct {
-            return 0;
+    /// One step of a wait for `*state == want`, which a completion's
+    /// `done` sets: on a [`PollCtx::Direct`] CQ, processes up to 16
+    /// completions (and yields the CPU if there were none); otherwise sleeps
+    /// on the CQ's wait queue until it is woken with `*state == want`, at
+    /// most `slice_ms`. The caller checks `*state` and its deadline.
+    pub(crate) fn wait_step(&self, state: &AtomicU32, want: u32, slice_ms: u32) {
+        if self.0.ctx == PollCtx::Direct {
+            // SAFETY: The CQ is live and polled directly. Concurrent calls
+            // are allowed: `ib_process_cq_direct` polls into an array on its
+            // own stack, the driver's `poll_cq` takes the CQ's lock, and the
+            // `done` callbacks touch only their own slots.
+            if unsafe { bindings::ib_process_cq_direct(self.as_raw(), 16) } == 0 {
+                // SAFETY: Plain helper; we are in process context.
+                unsafe { bindings::kverbs_cond_resched() };
+            }
+            return;
         }
-        // SAFETY: The CQ is live and polled directly. Concurrent calls are
-        // allowed: `ib_process_cq_direct` polls into an array on its own
-        // stack, the driver's `poll_cq` takes the CQ's lock, and the `done`
-        // callbacks touch only their own slots.
-        unsafe { bindings::ib_process_cq_direct(self.as_raw(), budget) }
+        // SAFETY: The wait queue is this CQ's (type invariant), live while
+        // `self` is; `state` is read by the helper with `READ_ONCE`.
+        unsafe { bindings::kverbs_wait_u32(self.0.wq.get(), state.as_ptr(), want, slice_ms) };
     }
 }
 

@@ -69,7 +69,7 @@
 use crate::ah::{Ah, AhInner};
 use crate::bindings;
 use crate::cm::{CmId, CmIdRef};
-use crate::cq::{self, Cq, PollCtx};
+use crate::cq::{self, Cq};
 use crate::device::{Device, Gid, Mtu, PortNum};
 use crate::dma::DmaBuf;
 use crate::mr::MrInner;
@@ -1296,19 +1296,8 @@ impl<S: State, T: Transport> Qp<S, T> {
                 }
                 return Err(e);
             }
-            if cq.poll_ctx() == PollCtx::Direct {
-                if cq.process_direct(16) == 0 {
-                    // SAFETY: Plain helper; we are in process context.
-                    unsafe { bindings::kverbs_cond_resched() };
-                }
-                continue;
-            }
             let slice = (deadline.left_ns() / 1_000_000).clamp(1, 100) as u32;
-            // SAFETY: The wait queue is the CQ's, live while `cq` is; the
-            // state is an `AtomicU32`, read by the helper with `READ_ONCE`.
-            unsafe {
-                bindings::kverbs_wait_u32(cq.wait_queue(), slot.state.as_ptr(), SLOT_DONE, slice)
-            };
+            cq.wait_step(&slot.state, SLOT_DONE, slice);
         }
         let mut book = inner.book.lock();
         // The slot may have been released and taken again since it was seen
@@ -1483,14 +1472,7 @@ impl QpInner {
         let cancel = Cancel::new();
         let deadline = crate::Deadline::new(5000, &cancel);
         while m.state.load(Ordering::Acquire) != SLOT_DONE && deadline.left_ns() > 0 {
-            if cq.poll_ctx() == PollCtx::Direct {
-                cq.process_direct(16);
-            } else {
-                // SAFETY: As in `Qp::wait`.
-                unsafe {
-                    bindings::kverbs_wait_u32(cq.wait_queue(), m.state.as_ptr(), SLOT_DONE, 100)
-                };
-            }
+            cq.wait_step(&m.state, SLOT_DONE, 100);
         }
         if m.state.load(Ordering::Acquire) != SLOT_DONE {
             pr_err!(
