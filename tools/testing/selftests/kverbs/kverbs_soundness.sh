@@ -49,30 +49,39 @@ selftest_bad_input() {
 	kv_write_fails "$ST" "$ENV no_such_case" "No such file or directory" "no case 'no_such_case'"
 }
 
+# removed_within_5s DEV [PID]: removes DEV (and waits for PID, the run the
+# removal must end); says how long that took, and fails if the removal
+# failed or took 5 s or more.
+removed_within_5s() {
+	local t0 t1 r=0
+	t0=$(cut -d' ' -f1 /proc/uptime)
+	kv_rxe_del "$1" || r=1
+	[ -n "${2:-}" ] && wait "$2"
+	t1=$(cut -d' ' -f1 /proc/uptime)
+	kv_msg "removal took $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }') s"
+	[ $r = 0 ] && awk -v a="$t0" -v b="$t1" 'BEGIN { exit !(b - a < 5) }'
+}
+
 # A TCP connect to an address on dummy0 (which drops every packet) would
 # wait its whole minute; removing the device must end it within a second
 # or two, with ECANCELED.
 removal_ends_tcp_connect() {
-	local rc=$KV_DEBUGFS/rxe_dummy/rc t0 t1
+	local rc=$KV_DEBUGFS/rxe_dummy/rc r=0
 	bash -c "printf '%s' 'role=client,addr=169.254.1.2,timeout_ms=60000' >$rc" 2>/tmp/conn.err &
 	local pid=$!
 	kv_wait grep -q "^status: running" "$rc" || { kv_msg "the run did not start"; return 1; }
 	sleep 1
-	t0=$(cut -d' ' -f1 /proc/uptime)
-	kv_rxe_del rxe_dummy || return 1
-	wait "$pid"
-	t1=$(cut -d' ' -f1 /proc/uptime)
-	kv_msg "removal took $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }') s"
+	removed_within_5s rxe_dummy "$pid" || r=1
 	kv_diag </tmp/conn.err
 	grep -q "Operation canceled" /tmp/conn.err || return 1
-	awk -v a="$t0" -v b="$t1" 'BEGIN { exit !(b - a < 5) }'
+	return $r
 }
 
 # Writers keep starting runs (a server waiting 20 s for its client) on
 # rxe_dummy while it is removed: a run that starts after the removal began
 # would hold it up for 20 s; it must be refused (ENODEV) instead.
 removal_under_writers_bounded() {
-	local rc t0 t1 i
+	local rc i r=0
 	kv_rxe_add rxe_dummy dummy0 || return 1
 	rc=$KV_DEBUGFS/rxe_dummy/rc
 	kv_wait test -e "$rc" || return 1
@@ -86,13 +95,10 @@ removal_under_writers_bounded() {
 	done
 	kv_wait grep -q "^status: running" "$rc" || { kv_msg "no run started"; rm -f /tmp/writers_run; return 1; }
 	sleep 1
-	t0=$(cut -d' ' -f1 /proc/uptime)
-	kv_rxe_del rxe_dummy
-	t1=$(cut -d' ' -f1 /proc/uptime)
+	removed_within_5s rxe_dummy || r=1
 	rm -f /tmp/writers_run
 	wait
-	kv_msg "removal took $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }') s"
-	awk -v a="$t0" -v b="$t1" 'BEGIN { exit !(b - a < 5) }'
+	return $r
 }
 
 # A drain that does not complete (made to fail by fault injection, as one
@@ -100,7 +106,7 @@ removal_under_writers_bounded() {
 # (kmemleak is told), its buffers released; no kernel report, and the
 # device can still be removed at once.
 drain_failure_leaks_slots_only() {
-	local f=$KV_DEBUGFS/fail_drain t0 t1 r=0
+	local f=$KV_DEBUGFS/fail_drain r=0
 	[ -d "$f" ] || { kv_msg "no $f"; return 1; }
 	echo 0 >"$f/verbose"
 	echo 1 >"$f/times"
@@ -111,11 +117,7 @@ drain_failure_leaks_slots_only() {
 	[ $r = 0 ] || { kv_msg "the run failed"; return 1; }
 	kv_logged "drain: failed by fault injection" || { kv_msg "no injected failure"; return 1; }
 	kv_logged "was not drained: its [0-9]* slots are leaked" || return 1
-	t0=$(cut -d' ' -f1 /proc/uptime)
-	kv_rxe_del rxe_lo || return 1
-	t1=$(cut -d' ' -f1 /proc/uptime)
-	kv_msg "removal took $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }') s"
-	awk -v a="$t0" -v b="$t1" 'BEGIN { exit !(b - a < 5) }'
+	removed_within_5s rxe_lo
 }
 
 # The self-test's cases, as it lists them before its first run.
