@@ -76,6 +76,8 @@ pub mod pd;
 pub mod qp;
 #[path = "kverbs/show.rs"]
 mod show;
+#[path = "kverbs/stream.rs"]
+pub mod stream;
 #[path = "kverbs/sysfs.rs"]
 pub mod sysfs;
 #[path = "kverbs/tcp.rs"]
@@ -96,6 +98,23 @@ pub fn now_ns() -> u64 {
 pub fn msleep(ms: u32) {
     // SAFETY: Plain helper; sleeps in process context.
     unsafe { bindings::kverbs_msleep_interruptible(ms) };
+}
+
+/// `a * b / c` without overflow of the product (`mul_u64_u64_div_u64`);
+/// `c` must not be 0 (0 is returned then).
+pub fn mul_div(a: u64, b: u64, c: u64) -> u64 {
+    if c == 0 {
+        return 0;
+    }
+    // SAFETY: Plain arithmetic; `c` is not 0.
+    unsafe { bindings::kverbs_mul_div(a, b, c) }
+}
+
+/// Gives the CPU to another task if one should run (`cond_resched`): for
+/// loops that poll.
+pub fn cond_resched() {
+    // SAFETY: Plain helper; process context.
+    unsafe { bindings::kverbs_cond_resched() };
 }
 
 /// The bound of a blocking call: a deadline, a [`qp::Cancel`] token, and

@@ -5,6 +5,7 @@
  * the generated rust/kverbs_extern.c.
  */
 #include <linux/delay.h>
+#include <linux/math64.h>
 #include <linux/fault-inject.h>
 #include <linux/kmemleak.h>
 #include <linux/igmp.h>
@@ -242,6 +243,18 @@ int kverbs_cm_resolve_addr_v4(struct rdma_cm_id *id, __be32 addr, u16 port,
 	};
 
 	return rdma_resolve_addr(id, NULL, (struct sockaddr *)&sin, timeout_ms);
+}
+
+u64 kverbs_mul_div(u64 a, u64 b, u64 c)
+{
+	return mul_u64_u64_div_u64(a, b, c);
+}
+
+long kverbs_wait_u64_ge(struct wait_queue_head *wq, const u64 *v, u64 want,
+			unsigned int timeout_ms)
+{
+	return wait_event_interruptible_timeout(*wq, READ_ONCE(*v) >= want,
+						msecs_to_jiffies(timeout_ms));
 }
 
 long kverbs_wait_u32_ne(struct wait_queue_head *wq, const u32 *v, u32 old,

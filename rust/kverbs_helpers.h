@@ -106,6 +106,12 @@ int kverbs_cm_resolve_addr_v4(struct rdma_cm_id *id, __be32 addr, u16 port,
 			      unsigned long timeout_ms);
 
 /* Like kverbs_wait_u32(), until READ_ONCE(*v) != old. */
+/* a * b / c with a 128-bit product (mul_u64_u64_div_u64). */
+u64 kverbs_mul_div(u64 a, u64 b, u64 c);
+
+/* Wait (interruptibly, at most timeout_ms) until *v >= want. */
+long kverbs_wait_u64_ge(struct wait_queue_head *wq, const u64 *v, u64 want,
+			unsigned int timeout_ms);
 long kverbs_wait_u32_ne(struct wait_queue_head *wq, const u32 *v, u32 old,
 			unsigned int timeout_ms);
 

@@ -22,7 +22,7 @@ use crate::bindings;
 use crate::device::Device;
 use core::{
     ptr::NonNull,
-    sync::atomic::{AtomicU32, Ordering},
+    sync::atomic::{AtomicU32, AtomicU64, Ordering},
 };
 use kernel::{error::from_err_ptr, prelude::*, sync::Arc, types::ARef, types::Opaque};
 
@@ -189,6 +189,16 @@ impl Cq {
         // SAFETY: The wait queue is this CQ's (type invariant), live while
         // `self` is; `state` is read by the helper with `READ_ONCE`.
         unsafe { bindings::kverbs_wait_u32(self.0.wq.get(), state.as_ptr(), want, slice_ms) };
+    }
+}
+
+impl Cq {
+    /// Sleeps on the CQ's wait queue until `*v >= want`, at most
+    /// `slice_ms` (the `done` callbacks of a stream wake it).
+    pub(crate) fn wait_u64_ge(&self, v: &AtomicU64, want: u64, slice_ms: u32) {
+        // SAFETY: The wait queue is this CQ's (type invariant), live while
+        // `self` is; `v` is read by the helper with `READ_ONCE`.
+        unsafe { bindings::kverbs_wait_u64_ge(self.0.wq.get(), v.as_ptr(), want, slice_ms) };
     }
 }
 

@@ -74,6 +74,7 @@ use crate::device::{Device, Gid, Mtu, PortNum};
 use crate::dma::DmaBuf;
 use crate::mr::MrInner;
 use crate::pd::Pd;
+use crate::stream;
 use crate::wc::Wc;
 use core::{
     cell::UnsafeCell,
@@ -465,6 +466,8 @@ struct Slot {
 struct SlotRes {
     busy: bool,
     signaled: bool,
+    /// Taken by a stream ([`crate::stream`]), never posted through it.
+    stream: bool,
     seq: u64,
     _buf: Option<Arc<DmaBuf>>,
     _mr: Option<Arc<MrInner>>,
@@ -480,6 +483,9 @@ struct Book {
     last_ah: Option<Arc<AhInner>>,
     /// The multicast groups the QP is attached to.
     mcast: KVec<Gid>,
+    /// The shared parts of its streams (their requests name them); a
+    /// detached stream leaves a free entry.
+    streams: KVec<Option<Arc<stream::Shared>>>,
 }
 
 /// # Invariants
@@ -680,6 +686,7 @@ impl<T: Transport> Qp<Reset, T> {
             posted_any: false,
             last_ah: None,
             mcast: KVec::new(),
+            streams: KVec::new(),
         };
         let mut init = bindings::ib_qp_init_attr {
             send_cq: send_cq.as_raw(),
@@ -1203,6 +1210,69 @@ impl<S: State> Qp<S, Ud> {
 }
 
 impl<S: State, T: Transport> Qp<S, T> {
+    pub(crate) fn as_raw(&self) -> *mut bindings::ib_qp {
+        self.inner.qp.as_ptr()
+    }
+
+    pub(crate) fn send_cq(&self) -> &Cq {
+        &self.inner.send_cq.cq
+    }
+
+    pub(crate) fn recv_cq(&self) -> &Cq {
+        &self.inner.recv_cq.cq
+    }
+
+    /// Takes `n` free slots of the receive (`recv`) or send queue for a
+    /// stream, and keeps `shared` until the QP is destroyed or the stream
+    /// detaches. `ENOSPC` if fewer slots are free.
+    pub(crate) fn attach_stream(&self, recv: bool, n: u32, shared: &Arc<stream::Shared>) -> Result {
+        let mut book = self.inner.book.lock();
+        let book = &mut *book;
+        let res = if recv { &mut book.recv } else { &mut book.send };
+        if res.iter().filter(|r| !r.busy).count() < n as usize {
+            pr_err!(
+                "{}: QP {:#x}: a stream of {} needs as many free {} slots\n",
+                self.device().name(),
+                self.qp_num(),
+                n,
+                if recv { "receive" } else { "send" }
+            );
+            return Err(ENOSPC);
+        }
+        match book.streams.iter_mut().find(|s| s.is_none()) {
+            Some(free) => *free = Some(shared.clone()),
+            None => book.streams.push(Some(shared.clone()), GFP_KERNEL)?,
+        }
+        for r in res.iter_mut().filter(|r| !r.busy).take(n as usize) {
+            *r = SlotRes {
+                busy: true,
+                signaled: true,
+                stream: true,
+                ..Default::default()
+            };
+        }
+        book.posted_any = true;
+        Ok(())
+    }
+
+    /// Gives back what [`Qp::attach_stream`] took, for a stream with
+    /// nothing outstanding.
+    pub(crate) fn detach_stream(&self, recv: bool, n: u32, shared: &Arc<stream::Shared>) {
+        let mut book = self.inner.book.lock();
+        let book = &mut *book;
+        if let Some(s) = book
+            .streams
+            .iter_mut()
+            .find(|s| s.as_ref().is_some_and(|s| ptr::eq(&**s, &**shared)))
+        {
+            *s = None;
+        }
+        let res = if recv { &mut book.recv } else { &mut book.send };
+        for r in res.iter_mut().filter(|r| r.stream).take(n as usize) {
+            *r = SlotRes::default();
+        }
+    }
+
     /// Posts `wr` on `queue` with a slot holding `res`.
     ///
     /// # Safety
@@ -1495,12 +1565,13 @@ impl QpInner {
 impl PinnedDrop for QpInner {
     fn drop(self: Pin<&mut Self>) {
         let qp = self.qp.as_ptr();
-        let (posted_any, last_ah, groups) = {
+        let (posted_any, last_ah, groups, streams) = {
             let mut book = self.book.lock();
             (
                 book.posted_any,
                 book.last_ah.clone(),
                 core::mem::take(&mut book.mcast),
+                core::mem::take(&mut book.streams),
             )
         };
         for g in groups.iter() {
@@ -1549,6 +1620,12 @@ impl PinnedDrop for QpInner {
                 // SAFETY: Plain annotation of a live allocation.
                 unsafe { bindings::kverbs_kmemleak_not_leak(ptr.cast()) };
             }
+        }
+        if drained {
+            drop(streams);
+        } else {
+            // As the slots: their CQEs may still be reached.
+            core::mem::forget(streams);
         }
         drop(last_ah);
         // The slots' resources (buffers, MRs) and then the CQs and PD are

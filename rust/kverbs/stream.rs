@@ -1,0 +1,601 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Work request streams: the data path of bulk transfers and benchmarks.
+//!
+//! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
+//! (`ib_post_send`, `ib_post_recv`, `ib_process_cq_direct`)
+//!
+//! [`Qp::post_send`] and [`Qp::wait`] give each request a slot of its own,
+//! a lock, a reference to its buffer and a completion to reap: right for
+//! control traffic, too slow for a data path. A stream is the data path:
+//!
+//! - its requests are built once, when it is created ([`SendStream::new`],
+//!   [`RecvStream::new`]): buffers checked, SGEs and work requests filled;
+//! - [`SendStream::post`] posts up to the stream's `depth` outstanding
+//!   requests as one chain (one `ib_post_send`), signalling one in
+//!   `signal_every` (CQ moderation), with no allocation and no lock;
+//! - completions are counted, not returned: each signalled completion says
+//!   how many requests are done ([`SendStream::completed`]); [`poll`]
+//!   processes a batch of completions of a directly polled CQ (busy
+//!   polling) and [`wait`] waits for a count.
+//!
+//! Requests complete in order on a queue of an RC QP, so "request `n` is
+//! done" means every request before it is too.
+//!
+//! # Safety of the data path
+//!
+//! The buffers of a stream and the `ib_cqe`s its requests name live in a
+//! shared part that the QP holds as well, until it is destroyed (after its
+//! drain): a stream dropped or forgotten with requests outstanding leaves
+//! them to the QP, which flushes them. A stream takes `depth` of the QP's
+//! request slots, so streams and [`Qp::post_send`] together never have more
+//! requests outstanding than the QP's queue (and its CQ room) holds; the
+//! slots are given back when a stream with nothing outstanding is dropped.
+//! A request that fails poisons its stream: every later call fails with
+//! `EIO`.
+//!
+//! [`poll`]: SendStream::poll
+//! [`wait`]: SendStream::wait
+
+use crate::bindings;
+use crate::cq::{Cq, PollCtx};
+use crate::dma::DmaBuf;
+use crate::qp::{CanPostRecv, Cancel, Qp, Rc, Rts, SendOp, Transport};
+use crate::wc::WcStatus;
+use core::{
+    ptr,
+    sync::atomic::{AtomicU32, AtomicU64, Ordering},
+};
+use kernel::{prelude::*, sync::Arc, types::Opaque};
+
+/// A part of a buffer, the memory of a request.
+#[derive(Clone)]
+pub struct Segment {
+    /// The buffer, mapped for the QP's device.
+    pub buf: Arc<DmaBuf>,
+    /// Where the data starts.
+    pub offset: usize,
+    /// Its length in bytes.
+    pub len: usize,
+}
+
+/// What the completions of a stream tell.
+///
+/// # Invariants
+///
+/// `status` is 0 until a request fails, then `status + 1` of its completion.
+struct Counts {
+    completed: AtomicU64,
+    status: AtomicU32,
+    vendor_err: AtomicU32,
+}
+
+/// The `ib_cqe` of one position of a stream's ring.
+///
+/// # Invariants
+///
+/// `cqe` is the first field, so a pointer to it is a pointer to this.
+/// `counts` points to the `Counts` of the [`Shared`] this is part of.
+#[repr(C)]
+struct StreamCqe {
+    cqe: Opaque<bindings::ib_cqe>,
+    /// Requests done once the signalled request of this position is.
+    upto: AtomicU64,
+    counts: *const Counts,
+}
+
+/// What a stream shares with its QP: alive until both are gone.
+///
+/// # Invariants
+///
+/// `cqes` and `counts` are never moved or reallocated (their heap
+/// allocations have fixed addresses); every posted request of the stream
+/// names one of `cqes`, and its memory is in one of `bufs`.
+pub(crate) struct Shared {
+    cqes: KVec<StreamCqe>,
+    counts: KBox<Counts>,
+    _bufs: KVec<Arc<DmaBuf>>,
+}
+
+// SAFETY: The raw pointers of the CQEs point into this same object; the
+// counters are atomics, the rest is read-only after creation.
+unsafe impl Send for Shared {}
+// SAFETY: As above: shared access is to atomics only.
+unsafe impl Sync for Shared {}
+
+impl Shared {
+    fn new(depth: u32, bufs: KVec<Arc<DmaBuf>>) -> Result<Arc<Self>> {
+        let counts = KBox::new(
+            Counts {
+                completed: AtomicU64::new(0),
+                status: AtomicU32::new(0),
+                vendor_err: AtomicU32::new(0),
+            },
+            GFP_KERNEL,
+        )?;
+        let mut cqes = KVec::with_capacity(depth as usize, GFP_KERNEL)?;
+        for _ in 0..depth {
+            cqes.push(
+                StreamCqe {
+                    cqe: Opaque::new(bindings::ib_cqe {
+                        done: Some(stream_done),
+                    }),
+                    upto: AtomicU64::new(0),
+                    counts: &*counts,
+                },
+                GFP_KERNEL,
+            )?;
+        }
+        // INVARIANT: the vectors are complete and never touched again.
+        Ok(Arc::new(
+            Shared {
+                cqes,
+                counts,
+                _bufs: bufs,
+            },
+            GFP_KERNEL,
+        )?)
+    }
+
+    fn completed(&self) -> u64 {
+        self.counts.completed.load(Ordering::Acquire)
+    }
+
+    fn failed(&self) -> Option<(WcStatus, u32)> {
+        match self.counts.status.load(Ordering::Acquire) {
+            0 => None,
+            s => Some((
+                WcStatus::from_raw(s - 1),
+                self.counts.vendor_err.load(Ordering::Relaxed),
+            )),
+        }
+    }
+}
+
+/// The `done` function of every stream request.
+///
+/// # Safety
+///
+/// Called by the RDMA core with a completion of a stream request, whose
+/// `wr_cqe` is a [`StreamCqe`] of a live [`Shared`].
+unsafe extern "C" fn stream_done(cq: *mut bindings::ib_cq, wc: *mut bindings::ib_wc) {
+    // SAFETY: `wc` is valid during the call; `wr_cqe` is the first field of
+    // a `StreamCqe` (type invariant), alive while its requests are.
+    let (cqe, wc) = unsafe { (&*(*wc).__bindgen_anon_1.wr_cqe.cast::<StreamCqe>(), &*wc) };
+    // SAFETY: `counts` points into the same `Shared` (type invariant).
+    let counts = unsafe { &*cqe.counts };
+    if wc.status == bindings::IB_WC_SUCCESS {
+        counts
+            .completed
+            .fetch_max(cqe.upto.load(Ordering::Acquire), Ordering::AcqRel);
+    } else if counts
+        .status
+        .compare_exchange(0, wc.status + 1, Ordering::AcqRel, Ordering::Acquire)
+        .is_ok()
+    {
+        counts.vendor_err.store(wc.vendor_err, Ordering::Relaxed);
+    }
+    // SAFETY: `cq` is a kverbs CQ, inside its `done` callback.
+    unsafe { crate::cq::wake_waiters(cq) };
+}
+
+/// The ring of requests and the counters common to both kinds of stream.
+struct Ring {
+    shared: Arc<Shared>,
+    sges: KVec<bindings::ib_sge>,
+    depth: u32,
+    posted: u64,
+}
+
+impl Ring {
+    fn new(depth: u32, segs: &[Segment], dev: &crate::device::Device, lkey: u32) -> Result<Self> {
+        if depth == 0 || segs.is_empty() {
+            return Err(EINVAL);
+        }
+        let mut bufs = KVec::with_capacity(segs.len(), GFP_KERNEL)?;
+        let mut sges = KVec::with_capacity(segs.len(), GFP_KERNEL)?;
+        for s in segs {
+            s.buf.check_device(dev, "posted here")?;
+            s.buf.check(s.offset, s.len)?;
+            sges.push(
+                bindings::ib_sge {
+                    addr: s.buf.dma_addr(s.offset),
+                    length: s.len.try_into()?,
+                    lkey,
+                },
+                GFP_KERNEL,
+            )?;
+            bufs.push(s.buf.clone(), GFP_KERNEL)?;
+        }
+        Ok(Ring {
+            shared: Shared::new(depth, bufs)?,
+            sges,
+            depth,
+            posted: 0,
+        })
+    }
+
+    fn outstanding(&self) -> u64 {
+        self.posted - self.shared.completed().min(self.posted)
+    }
+
+    fn room(&self) -> u32 {
+        (u64::from(self.depth) - self.outstanding().min(u64::from(self.depth))) as u32
+    }
+
+    fn check(&self, dev: &crate::device::Device, qpn: u32) -> Result {
+        if let Some((status, vendor)) = self.shared.failed() {
+            pr_err!(
+                "{}: QP {:#x}: stream request failed: {} (vendor error {:#x})\n",
+                dev.name(),
+                qpn,
+                status,
+                vendor
+            );
+            return Err(EIO);
+        }
+        Ok(())
+    }
+
+    /// Processes completions of `cq` if it is polled directly (a batch of
+    /// up to `budget`); returns how many.
+    fn process(cq: &Cq, budget: u32) -> u32 {
+        if cq.poll_ctx() != PollCtx::Direct {
+            return 0;
+        }
+        // SAFETY: The CQ is live and polled directly; concurrent callers
+        // are allowed (see `Cq::wait_step`).
+        let n = unsafe { bindings::ib_process_cq_direct(cq.as_raw(), budget as i32) };
+        n.max(0) as u32
+    }
+
+    fn wait(
+        &self,
+        cq: &Cq,
+        upto: u64,
+        timeout_ms: u32,
+        cancel: &Cancel,
+        dev: &crate::device::Device,
+        qpn: u32,
+    ) -> Result {
+        let deadline = crate::Deadline::new(timeout_ms, cancel);
+        loop {
+            self.check(dev, qpn)?;
+            let done = self.shared.completed();
+            if done >= upto {
+                return Ok(());
+            }
+            deadline.check()?;
+            if cq.poll_ctx() == PollCtx::Direct {
+                if Self::process(cq, 16) == 0 {
+                    // SAFETY: Plain helper; process context.
+                    unsafe { bindings::kverbs_cond_resched() };
+                }
+            } else {
+                cq.wait_u64_ge(&self.shared.counts.completed, upto, 10);
+            }
+        }
+    }
+}
+
+/// A stream of send requests on an RC QP in RTS (see the module docs).
+///
+/// Request `n` (counted from 0 over the stream's life) is the one prepared
+/// from `wrs[(n % depth) % wrs.len()]`.
+pub struct SendStream<'a> {
+    qp: &'a Qp<Rts, Rc>,
+    ring: Ring,
+    wrs: KVec<bindings::ib_rdma_wr>,
+    signal_every: u32,
+}
+
+// SAFETY: The raw pointers in `wrs` point to this stream's own SGEs and
+// CQEs; the stream is used by one thread at a time (`&mut`).
+unsafe impl Send for SendStream<'_> {}
+
+impl<'a> SendStream<'a> {
+    /// A stream of at most `depth` outstanding requests on `qp`, built from
+    /// `wrs` (used in turn), one in `signal_every` signalled. Takes `depth`
+    /// of the QP's send slots (`ENOSPC` if fewer are free).
+    pub fn new(
+        qp: &'a Qp<Rts, Rc>,
+        wrs: &[(SendOp, Segment)],
+        depth: u32,
+        signal_every: u32,
+    ) -> Result<Self> {
+        if signal_every == 0 || signal_every > depth {
+            pr_err!(
+                "{}: a stream signals one request in 1..=depth ({}), not {}\n",
+                qp.device().name(),
+                depth,
+                signal_every
+            );
+            return Err(EINVAL);
+        }
+        let mut segs = KVec::with_capacity(wrs.len(), GFP_KERNEL)?;
+        for (_, s) in wrs {
+            segs.push(s.clone(), GFP_KERNEL)?;
+        }
+        let ring = Ring::new(depth, &segs, qp.device(), qp.pd().local_dma_lkey())?;
+        let mut ring_wrs = KVec::with_capacity(depth as usize, GFP_KERNEL)?;
+        for i in 0..depth as usize {
+            let t = i % wrs.len();
+            let mut wr = bindings::ib_rdma_wr::default();
+            let (opcode, imm, remote) = match wrs[t].0 {
+                SendOp::Send => (bindings::IB_WR_SEND, None, None),
+                SendOp::SendWithImm(imm) => (bindings::IB_WR_SEND_WITH_IMM, Some(imm), None),
+                SendOp::Write(r) => (bindings::IB_WR_RDMA_WRITE, None, Some(r)),
+                SendOp::WriteWithImm(r, imm) => {
+                    (bindings::IB_WR_RDMA_WRITE_WITH_IMM, Some(imm), Some(r))
+                }
+                SendOp::Read(r) => (bindings::IB_WR_RDMA_READ, None, Some(r)),
+            };
+            wr.wr.opcode = opcode;
+            if let Some(imm) = imm {
+                wr.wr.ex.imm_data = imm.to_be();
+            }
+            if let Some(r) = remote {
+                wr.remote_addr = r.addr;
+                wr.rkey = r.rkey;
+            }
+            // The SGE and the CQE live in heap memory that never moves.
+            wr.wr.sg_list = &ring.sges[t] as *const _ as *mut _;
+            wr.wr.num_sge = 1;
+            wr.wr.__bindgen_anon_1.wr_cqe = ring.shared.cqes[i].cqe.get();
+            ring_wrs.push(wr, GFP_KERNEL)?;
+        }
+        qp.attach_stream(false, depth, &ring.shared)?;
+        Ok(SendStream {
+            qp,
+            ring,
+            wrs: ring_wrs,
+            signal_every,
+        })
+    }
+
+    /// Requests posted so far.
+    pub fn posted(&self) -> u64 {
+        self.ring.posted
+    }
+
+    /// Requests known to be done (a signalled completion covers the
+    /// unsignalled requests before it).
+    pub fn completed(&self) -> u64 {
+        self.ring.shared.completed()
+    }
+
+    /// How many requests may be posted now.
+    pub fn room(&self) -> u32 {
+        self.ring.room()
+    }
+
+    /// Posts `n` requests (at most [`SendStream::room`]) as one chain; the
+    /// last is signalled if `last` (so that a run's tail completes).
+    /// Returns how many were posted, which is fewer than `n` only if the
+    /// device refused some (its error is returned when none was posted).
+    pub fn post(&mut self, n: u32, last: bool) -> Result<u32> {
+        let qpn = self.qp.qp_num();
+        self.ring.check(self.qp.device(), qpn)?;
+        let n = n.min(self.ring.room());
+        if n == 0 {
+            return Ok(0);
+        }
+        let depth = u64::from(self.ring.depth);
+        let start = self.ring.posted;
+        for k in 0..u64::from(n) {
+            let seq = start + k;
+            let i = (seq % depth) as usize;
+            let signaled = (seq + 1) % u64::from(self.signal_every) == 0 || (last && k + 1 == u64::from(n));
+            if signaled {
+                // Read by `stream_done` after the request completes; the
+                // previous request of this position is done (room).
+                self.ring.shared.cqes[i].upto.store(seq + 1, Ordering::Release);
+            }
+            let next = if k + 1 < u64::from(n) {
+                let j = ((seq + 1) % depth) as usize;
+                &mut self.wrs[j].wr as *mut bindings::ib_send_wr
+            } else {
+                ptr::null_mut()
+            };
+            let wr = &mut self.wrs[i].wr;
+            wr.send_flags = if signaled { bindings::IB_SEND_SIGNALED } else { 0 };
+            wr.next = next;
+        }
+        let first = &self.wrs[(start % depth) as usize].wr as *const bindings::ib_send_wr;
+        let mut bad = ptr::null();
+        // SAFETY: The QP is live and in RTS; the chain's requests are valid
+        // for it (built in `new`: SGEs of buffers mapped for its device held
+        // by the shared part, CQEs of the shared part, which the QP keeps
+        // until it is destroyed), `ib_rdma_wr`s for the RDMA opcodes.
+        let ret = unsafe { bindings::ib_post_send(self.qp.as_raw(), first, &mut bad) };
+        let done = if ret == 0 {
+            n
+        } else {
+            // The requests before `bad` were posted.
+            let mut m = 0;
+            let mut p = first;
+            while !p.is_null() && p != bad && m < n {
+                m += 1;
+                // SAFETY: `p` is one of our chained requests.
+                p = unsafe { (*p).next };
+            }
+            m
+        };
+        self.ring.posted += u64::from(done);
+        if ret != 0 && done == 0 {
+            pr_err!(
+                "{}: QP {:#x}: posting a stream chain failed: {}\n",
+                self.qp.device().name(),
+                qpn,
+                ret
+            );
+            return Err(Error::from_errno(ret));
+        }
+        Ok(done)
+    }
+
+    /// Busy polling: processes up to `budget` completions of a directly
+    /// polled send CQ (nothing on others, whose completions come by
+    /// themselves), then returns [`SendStream::completed`]; `EIO` if a
+    /// request failed.
+    pub fn poll(&mut self, budget: u32) -> Result<u64> {
+        Ring::process(self.qp.send_cq(), budget);
+        self.ring.check(self.qp.device(), self.qp.qp_num())?;
+        Ok(self.completed())
+    }
+
+    /// Waits until `upto` requests are done: `ETIMEDOUT` after
+    /// `timeout_ms`, `ECANCELED`, `EINTR`, or `EIO` if a request failed.
+    pub fn wait(&mut self, upto: u64, timeout_ms: u32, cancel: &Cancel) -> Result {
+        let upto = upto.min(self.ring.posted);
+        self.ring.wait(
+            self.qp.send_cq(),
+            upto,
+            timeout_ms,
+            cancel,
+            self.qp.device(),
+            self.qp.qp_num(),
+        )
+    }
+}
+
+impl Drop for SendStream<'_> {
+    fn drop(&mut self) {
+        // With requests outstanding (or a failure, after which flushed
+        // requests may still come), the QP keeps the shared part and the
+        // slots until it is destroyed.
+        if self.ring.outstanding() == 0 && self.ring.shared.failed().is_none() {
+            self.qp
+                .detach_stream(false, self.ring.depth, &self.ring.shared);
+        }
+    }
+}
+
+/// A stream of receive requests (see the module docs); request `n` uses
+/// segment `(n % depth) % segs.len()`. Every receive is signalled.
+pub struct RecvStream<'a, S: CanPostRecv, T: Transport> {
+    qp: &'a Qp<S, T>,
+    ring: Ring,
+    wrs: KVec<bindings::ib_recv_wr>,
+}
+
+// SAFETY: As for `SendStream`.
+unsafe impl<S: CanPostRecv, T: Transport> Send for RecvStream<'_, S, T> {}
+
+impl<'a, S: CanPostRecv, T: Transport> RecvStream<'a, S, T> {
+    /// A stream of at most `depth` outstanding receives into `segs`. Takes
+    /// `depth` of the QP's receive slots (`ENOSPC` if fewer are free).
+    pub fn new(qp: &'a Qp<S, T>, segs: &[Segment], depth: u32) -> Result<Self> {
+        let ring = Ring::new(depth, segs, qp.device(), qp.pd().local_dma_lkey())?;
+        let mut wrs = KVec::with_capacity(depth as usize, GFP_KERNEL)?;
+        for i in 0..depth as usize {
+            let t = i % segs.len();
+            let mut wr = bindings::ib_recv_wr {
+                sg_list: &ring.sges[t] as *const _ as *mut _,
+                num_sge: 1,
+                ..Default::default()
+            };
+            wr.__bindgen_anon_1.wr_cqe = ring.shared.cqes[i].cqe.get();
+            wrs.push(wr, GFP_KERNEL)?;
+        }
+        qp.attach_stream(true, depth, &ring.shared)?;
+        Ok(RecvStream { qp, ring, wrs })
+    }
+
+    /// Receives posted so far.
+    pub fn posted(&self) -> u64 {
+        self.ring.posted
+    }
+
+    /// Receives done.
+    pub fn completed(&self) -> u64 {
+        self.ring.shared.completed()
+    }
+
+    /// How many receives may be posted now.
+    pub fn room(&self) -> u32 {
+        self.ring.room()
+    }
+
+    /// Posts `n` receives (at most [`RecvStream::room`]) as one chain;
+    /// returns how many were posted.
+    pub fn post(&mut self, n: u32) -> Result<u32> {
+        let qpn = self.qp.qp_num();
+        self.ring.check(self.qp.device(), qpn)?;
+        let n = n.min(self.ring.room());
+        if n == 0 {
+            return Ok(0);
+        }
+        let depth = u64::from(self.ring.depth);
+        let start = self.ring.posted;
+        for k in 0..u64::from(n) {
+            let seq = start + k;
+            let i = (seq % depth) as usize;
+            self.ring.shared.cqes[i].upto.store(seq + 1, Ordering::Release);
+            let next = if k + 1 < u64::from(n) {
+                let j = ((seq + 1) % depth) as usize;
+                &mut self.wrs[j] as *mut bindings::ib_recv_wr
+            } else {
+                ptr::null_mut()
+            };
+            self.wrs[i].next = next;
+        }
+        let first = &self.wrs[(start % depth) as usize] as *const bindings::ib_recv_wr;
+        let mut bad = ptr::null();
+        // SAFETY: The QP is live and may take receives (`S`); the requests
+        // were built in `new` on mapped buffers and CQEs the shared part
+        // holds, which the QP keeps until it is destroyed.
+        let ret = unsafe { bindings::ib_post_recv(self.qp.as_raw(), first, &mut bad) };
+        let done = if ret == 0 {
+            n
+        } else {
+            let mut m = 0;
+            let mut p = first;
+            while !p.is_null() && p != bad && m < n {
+                m += 1;
+                // SAFETY: `p` is one of our chained requests.
+                p = unsafe { (*p).next };
+            }
+            m
+        };
+        self.ring.posted += u64::from(done);
+        if ret != 0 && done == 0 {
+            pr_err!(
+                "{}: QP {:#x}: posting a receive chain failed: {}\n",
+                self.qp.device().name(),
+                qpn,
+                ret
+            );
+            return Err(Error::from_errno(ret));
+        }
+        Ok(done)
+    }
+
+    /// As [`SendStream::poll`], on the receive CQ.
+    pub fn poll(&mut self, budget: u32) -> Result<u64> {
+        Ring::process(self.qp.recv_cq(), budget);
+        self.ring.check(self.qp.device(), self.qp.qp_num())?;
+        Ok(self.completed())
+    }
+
+    /// As [`SendStream::wait`], on the receive CQ.
+    pub fn wait(&mut self, upto: u64, timeout_ms: u32, cancel: &Cancel) -> Result {
+        let upto = upto.min(self.ring.posted);
+        self.ring.wait(
+            self.qp.recv_cq(),
+            upto,
+            timeout_ms,
+            cancel,
+            self.qp.device(),
+            self.qp.qp_num(),
+        )
+    }
+}
+
+impl<S: CanPostRecv, T: Transport> Drop for RecvStream<'_, S, T> {
+    fn drop(&mut self) {
+        if self.ring.outstanding() == 0 && self.ring.shared.failed().is_none() {
+            self.qp.detach_stream(true, self.ring.depth, &self.ring.shared);
+        }
+    }
+}
