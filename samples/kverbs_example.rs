@@ -11,6 +11,8 @@
 
 #![deny(unsafe_code)]
 
+#[path = "kverbs_example/bench.rs"]
+mod bench;
 #[path = "kverbs_example/mcast.rs"]
 mod mcast;
 #[path = "kverbs_example/rc.rs"]
@@ -171,6 +173,7 @@ fn phys_state_name(state: u8) -> &'static str {
 struct PerDevice {
     rc: File<rc::Control<rc::Rc>>,
     mcast: File<rc::Control<mcast::Mcast>>,
+    bench: File<rc::Control<bench::Bench>>,
     _stats: File<rc::StatsFile>,
     _info: File<Info>,
     _dir: Dir,
@@ -210,6 +213,10 @@ impl Client for Example {
             c_str!("mcast"),
             rc::Control::new(dev, stats.clone(), mcast::Mcast::new()?)?,
         )?;
+        let bench = dir.control_file(
+            c_str!("bench"),
+            rc::Control::new(dev, stats.clone(), bench::Bench)?,
+        )?;
         let stats = dir.file(c_str!("stats"), rc::StatsFile(stats))?;
         selftest::add_device(&self.selftest_devices, dev)?;
         let entry = CString::try_from_fmt(kernel::fmt!("{}", dev.name()))?;
@@ -230,6 +237,7 @@ impl Client for Example {
             PerDevice {
                 rc,
                 mcast,
+                bench,
                 _stats: stats,
                 _info: info,
                 _dir: dir,
@@ -245,6 +253,7 @@ impl Client for Example {
         // removing `rc` waits for the writer inside it.
         data.rc.data().cancel();
         data.mcast.data().cancel();
+        data.bench.data().cancel();
         selftest::remove_device(&self.selftest_devices, dev);
         drop(data);
         pr_info!("{}: removed\n", dev.name());

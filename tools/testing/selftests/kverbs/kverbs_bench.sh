@@ -1,0 +1,149 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+#
+# The benchmark (`bench`, perftest's six tests in the kernel) in loopback on
+# rxe over lo: each test at two sizes, with several QPs, both directions and
+# all sizes; its table must parse and be consistent (every iteration done,
+# numbers positive, peak >= average, message rate x size = bandwidth,
+# t_min <= t_typical <= t_max). No timing threshold: speed is for
+# `make bench`. Then bad input.
+
+# shellcheck source=kverbs_lib.sh
+. "$(dirname "$(readlink -f "$0")")/kverbs_lib.sh"
+
+BENCH=$KV_DEBUGFS/rxe_lo/bench
+
+setup() {
+	kv_rxe_add rxe_lo lo && kv_load
+}
+
+# run OPTIONS: one run; the report on failure.
+run() {
+	local err
+	err=$( (printf '%s' "$1" >"$BENCH") 2>&1) || {
+		kv_msg "'$1': ${err##*: }"
+		kv_diag <"$BENCH"
+		return 1
+	}
+	grep -q "^result: ok" "$BENCH"
+}
+
+# rows: the table's rows (lines starting with a size).
+rows() {
+	grep -E '^ [0-9]+ ' "$BENCH"
+}
+
+# check_bw SIZES ITERS: one row per size of SIZES, each with ITERS
+# iterations, positive and consistent numbers.
+check_bw() {
+	local sizes=$1 iters=$2
+	rows | awk -v sizes="$sizes" -v iters="$iters" '
+		BEGIN { n = split(sizes, want, " ") }
+		{
+			row++
+			if (NF != 5) { print "row " row ": " NF " fields: " $0; bad = 1; next }
+			if ($1 != want[row]) { print "row " row ": size " $1 ", want " want[row]; bad = 1 }
+			if ($2 != iters) { print "row " row ": " $2 " iterations, want " iters; bad = 1 }
+			# MB/sec has 2 decimals: 0.00 at the smallest sizes in an
+			# emulator; the message rate must be positive.
+			if (!($3 >= 0 && $4 >= 0 && $5 > 0)) { print "row " row ": not positive: " $0; bad = 1 }
+			# The whole run is one of the stretches the peak is the best of.
+			if ($3 < $4 * 0.99) { print "row " row ": peak " $3 " < average " $4; bad = 1 }
+			# MB/sec = Mpps x size / 2^20, up to the rounding of both
+			# (Mpps has 6 decimals).
+			mb = $5 * 1000000 * $1 / 1048576
+			tol = $4 * 0.01 + 0.5 * $1 / 1048576 + 0.01
+			if (mb > $4 + tol || mb < $4 - tol) {
+				print "row " row ": " $5 " Mpps x " $1 " B = " mb " MB/s, table says " $4; bad = 1
+			}
+		}
+		END {
+			if (row != n) { print row " rows, want " n; bad = 1 }
+			exit bad
+		}' | kv_diag
+	[ "${PIPESTATUS[1]}" -eq 0 ] || { kv_diag <"$BENCH"; return 1; }
+}
+
+check_lat() {
+	local sizes=$1 iters=$2
+	rows | awk -v sizes="$sizes" -v iters="$iters" '
+		BEGIN { n = split(sizes, want, " ") }
+		{
+			row++
+			if (NF != 9) { print "row " row ": " NF " fields: " $0; bad = 1; next }
+			if ($1 != want[row]) { print "row " row ": size " $1 ", want " want[row]; bad = 1 }
+			if ($2 != iters) { print "row " row ": " $2 " iterations, want " iters; bad = 1 }
+			if (!($3 > 0)) { print "row " row ": t_min not positive: " $0; bad = 1 }
+			if (!($3 <= $5 && $5 <= $4 && $3 <= $6 && $6 <= $4)) {
+				print "row " row ": not t_min <= t_typical, t_avg <= t_max: " $0; bad = 1
+			}
+			if (!($5 <= $8 && $8 <= $9 && $9 <= $4)) {
+				print "row " row ": not t_typical <= 99% <= 99.9% <= t_max: " $0; bad = 1
+			}
+			if ($7 < 0) { print "row " row ": negative stdev"; bad = 1 }
+		}
+		END {
+			if (row != n) { print row " rows, want " n; bad = 1 }
+			exit bad
+		}' | kv_diag
+	[ "${PIPESTATUS[1]}" -eq 0 ] || { kv_diag <"$BENCH"; return 1; }
+}
+
+# bench TEST SIZE ITERS [OPTIONS]
+bench() {
+	local test=$1 size=$2 iters=$3 opts=${4:-} qps=1
+	run "test=$test,size=$size,iters=$iters$opts" || return 1
+	grep -q "^ Device *: rxe_lo" "$BENCH" || { kv_diag <"$BENCH"; return 1; }
+	case $opts in *qps=*) qps=${opts##*qps=}; qps=${qps%%,*} ;; esac
+	case $test in
+	*_bw) check_bw "$size" $((iters * qps)) ;;
+	*) check_lat "$size" "$iters" ;;
+	esac
+}
+
+sizes_all() {
+	local sizes="" s=2
+	while [ $s -le 1048576 ]; do sizes="$sizes $s"; s=$((s * 2)); done
+	run "test=$1,sizes=all,iters=$2" || return 1
+	case $1 in
+	*_bw) check_bw "$sizes" "$2" ;;
+	*) check_lat "$sizes" "$2" ;;
+	esac
+}
+
+bidir() {
+	run "test=$1,size=4096,iters=300,bidir" || return 1
+	grep -q "Bidirectional" "$BENCH" || return 1
+	check_bw 4096 300
+}
+
+# bad INPUT ERRNO-TEXT DMESG-TEXT
+bad() {
+	kv_write_fails "$BENCH" "$1" "$2" "rxe_lo: bench: $3" || return 1
+	bench write_bw 64 100
+}
+
+kv_begin 27
+kv_case setup_rxe_lo_and_load setup
+for t in write_bw read_bw send_bw; do
+	kv_case "bench_loopback_${t}_64" bench $t 64 1000
+	kv_case "bench_loopback_${t}_65536" bench $t 65536 300
+done
+for t in write_lat read_lat send_lat; do
+	kv_case "bench_loopback_${t}_8" bench $t 8 300
+	kv_case "bench_loopback_${t}_4096" bench $t 4096 200
+done
+kv_case bench_loopback_write_bw_4_qps bench write_bw 4096 300 ",qps=4"
+kv_case bench_loopback_send_bw_poll_softirq bench send_bw 4096 300 ",poll=softirq"
+kv_case bench_loopback_read_bw_cq_mod_1_tx_depth_16 bench read_bw 1024 300 ",cq_mod=1,tx_depth=16"
+kv_case bench_loopback_write_bw_bidir bidir write_bw
+kv_case bench_loopback_send_bw_bidir bidir send_bw
+kv_case bench_loopback_write_bw_sizes_all sizes_all write_bw 20
+kv_case bench_loopback_write_lat_sizes_all sizes_all write_lat 10
+kv_case bad_input_bench_unknown_test bad "test=atomic_bw" "Invalid argument" "unknown test 'atomic_bw'"
+kv_case bad_input_bench_missing_test bad "size=64" "Invalid argument" "test= is missing"
+kv_case bad_input_bench_size_over_1mib bad "test=write_bw,size=1048577" "out of range" "size=1048577 is out of range"
+kv_case bad_input_bench_qps_17 bad "test=write_bw,qps=17" "out of range" "qps=17 is out of range"
+kv_case bad_input_bench_lat_with_qps bad "test=write_lat,qps=2" "Invalid argument" "write_lat runs one QP pair"
+kv_case bad_input_bench_role_server_not_yet bad "test=write_bw,role=server" "not supported" "role=server (two hosts) is not implemented"
+kv_end
