@@ -10,6 +10,8 @@
 #                   load the example module and show what it finds
 #   make check      run the kselftests in QEMU (KTAP, then "N passed, N failed")
 #   make check-harness  the test harness's own tests (tools/testing/kverbs_harness.sh)
+#   make bench [QUICK=1]  kverbs vs perftest vs the same loop in C, on the
+#                   performance kernel (tools/bench/bench.sh)
 #   make check KVERBS_COLD=1  (or run, check-harness) from an empty cache in a
 #                   new temporary directory: the path of a fresh machine
 #   make rustfmt / rustfmtcheck / clippy / clean
@@ -47,7 +49,7 @@ endif
 
 RUST_SOURCES = $(shell find $(TOP)/rust $(TOP)/samples -name '*.rs' ! -name '*_generated.rs')
 
-.PHONY: all modules setup kernel kernel-perf run check check-harness rustfmt rustfmtcheck clippy clean
+.PHONY: all modules setup kernel kernel-perf run check check-harness bench rustfmt rustfmtcheck clippy clean
 
 all: modules
 
@@ -72,6 +74,9 @@ run: modules
 
 check: modules
 	@$(TOP)/tools/vm/run.sh check
+
+bench: setup
+	@QUICK=$(QUICK) $(TOP)/tools/bench/bench.sh
 
 check-harness: modules
 	@$(TOP)/tools/testing/kverbs_harness.sh

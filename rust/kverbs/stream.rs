@@ -385,11 +385,14 @@ impl<'a> SendStream<'a> {
         for k in 0..u64::from(n) {
             let seq = start + k;
             let i = (seq % depth) as usize;
-            let signaled = (seq + 1) % u64::from(self.signal_every) == 0 || (last && k + 1 == u64::from(n));
+            let signaled =
+                (seq + 1) % u64::from(self.signal_every) == 0 || (last && k + 1 == u64::from(n));
             if signaled {
                 // Read by `stream_done` after the request completes; the
                 // previous request of this position is done (room).
-                self.ring.shared.cqes[i].upto.store(seq + 1, Ordering::Release);
+                self.ring.shared.cqes[i]
+                    .upto
+                    .store(seq + 1, Ordering::Release);
             }
             let next = if k + 1 < u64::from(n) {
                 let j = ((seq + 1) % depth) as usize;
@@ -398,7 +401,11 @@ impl<'a> SendStream<'a> {
                 ptr::null_mut()
             };
             let wr = &mut self.wrs[i].wr;
-            wr.send_flags = if signaled { bindings::IB_SEND_SIGNALED } else { 0 };
+            wr.send_flags = if signaled {
+                bindings::IB_SEND_SIGNALED
+            } else {
+                0
+            };
             wr.next = next;
         }
         let first = &self.wrs[(start % depth) as usize].wr as *const bindings::ib_send_wr;
@@ -531,7 +538,9 @@ impl<'a, S: CanPostRecv, T: Transport> RecvStream<'a, S, T> {
         for k in 0..u64::from(n) {
             let seq = start + k;
             let i = (seq % depth) as usize;
-            self.ring.shared.cqes[i].upto.store(seq + 1, Ordering::Release);
+            self.ring.shared.cqes[i]
+                .upto
+                .store(seq + 1, Ordering::Release);
             let next = if k + 1 < u64::from(n) {
                 let j = ((seq + 1) % depth) as usize;
                 &mut self.wrs[j] as *mut bindings::ib_recv_wr
@@ -595,7 +604,8 @@ impl<'a, S: CanPostRecv, T: Transport> RecvStream<'a, S, T> {
 impl<S: CanPostRecv, T: Transport> Drop for RecvStream<'_, S, T> {
     fn drop(&mut self) {
         if self.ring.outstanding() == 0 && self.ring.shared.failed().is_none() {
-            self.qp.detach_stream(true, self.ring.depth, &self.ring.shared);
+            self.qp
+                .detach_stream(true, self.ring.depth, &self.ring.shared);
         }
     }
 }

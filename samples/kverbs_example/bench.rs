@@ -30,7 +30,9 @@ use kverbs::{
     dma::DmaBuf,
     mr::Mr,
     pd::Pd,
-    qp::{Access, AddressVector, Cancel, InitAttr, Qp, QpCaps, RemoteBuf, RtrAttr, RtsAttr, SendOp},
+    qp::{
+        Access, AddressVector, Cancel, InitAttr, Qp, QpCaps, RemoteBuf, RtrAttr, RtsAttr, SendOp,
+    },
     stream::{RecvStream, Segment, SendStream},
 };
 
@@ -66,7 +68,10 @@ impl Test {
     ];
 
     fn name(self) -> &'static str {
-        Self::ALL.iter().find(|(t, _)| *t == self).map_or("?", |(_, n)| n)
+        Self::ALL
+            .iter()
+            .find(|(t, _)| *t == self)
+            .map_or("?", |(_, n)| n)
     }
 
     fn is_bw(self) -> bool {
@@ -173,7 +178,9 @@ fn parse<'a>(dev: &Device, input: &'a [u8]) -> Result<Config> {
                         })?,
                 );
             }
-            "size" => cfg.size = Some(parse_num(dev, key, need(val)?, 2, MAX_SIZE as u64)? as usize),
+            "size" => {
+                cfg.size = Some(parse_num(dev, key, need(val)?, 2, MAX_SIZE as u64)? as usize)
+            }
             "sizes" => match need(val)? {
                 "all" => cfg.size = None,
                 v => {
@@ -409,22 +416,14 @@ fn run_loopback(dev: &Device, cfg: &Config, cancel: &Cancel, rep: &mut Report) -
         " Device         : {}\t\tRole           : loopback (kernel, kverbs)",
         dev.name()
     );
-    let _ = writeln!(
-        rep,
-        " Number of qps   : {}\t\tTransport type : IB",
-        cfg.qps
-    );
+    let _ = writeln!(rep, " Number of qps   : {}\t\tTransport type : IB", cfg.qps);
     let _ = writeln!(rep, " Connection type : RC\t\tUsing SRQ      : OFF");
     if cfg.test.is_bw() {
         let _ = writeln!(rep, " TX depth        : {}", cfg.tx_depth);
         let _ = writeln!(rep, " CQ Moderation   : {}", cfg.cq_mod);
     }
     let _ = writeln!(rep, " Mtu             : {}[B]", mtu.bytes());
-    let _ = writeln!(
-        rep,
-        " Link type       : {:?}",
-        dev.link_layer(port)
-    );
+    let _ = writeln!(rep, " Link type       : {:?}", dev.link_layer(port));
     let _ = writeln!(rep, " Polling         : {}", cfg.poll.name());
     let _ = writeln!(rep, "{}", LINE);
     if cfg.test.is_bw() {
@@ -446,9 +445,15 @@ fn run_loopback(dev: &Device, cfg: &Config, cancel: &Cancel, rep: &mut Report) -
     let mut size = if cfg.size.is_some() { max } else { 2 };
     while size <= max {
         match cfg.test {
-            Test::WriteBw | Test::ReadBw | Test::SendBw => {
-                bw(cfg, &pairs, size, cancel, &mut tposted, &mut tcompleted, rep)?
-            }
+            Test::WriteBw | Test::ReadBw | Test::SendBw => bw(
+                cfg,
+                &pairs,
+                size,
+                cancel,
+                &mut tposted,
+                &mut tcompleted,
+                rep,
+            )?,
             Test::WriteLat | Test::ReadLat | Test::SendLat => {
                 lat(cfg, &pairs[0], size, cancel, &mut tposted, rep)?
             }
@@ -672,7 +677,10 @@ fn spin_byte(buf: &DmaBuf, offset: usize, want: u8, cfg: &Config, cancel: &Cance
                 return Err(kverbs::errno::ecanceled());
             }
             if kverbs::now_ns() - start > u64::from(cfg.timeout_ms) * 1_000_000 {
-                pr_err!("bench: {}: the peer's message did not come\n", cfg.test.name());
+                pr_err!(
+                    "bench: {}: the peer's message did not come\n",
+                    cfg.test.name()
+                );
                 return Err(kverbs::errno::etimedout());
             }
             kverbs::cond_resched();

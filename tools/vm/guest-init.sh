@@ -9,6 +9,7 @@
 #                      result line per test program;
 #   kverbs.mode=demo   creates soft-RoCE devices, loads the example module
 #                      and shows what it found;
+#   kverbs.mode=bench  runs the benchmark (tools/bench/guest-bench.sh);
 # and powers the VM off.
 
 /bin/busybox --install -s /bin
@@ -91,6 +92,7 @@ run_demo() {
 case "$mode" in
 check) run_check ;;
 demo) run_demo ;;
+bench) /kverbs/bench.sh ;;
 peer) run_peer ;;
 *) echo "kverbs: unknown mode '$mode'" ;;
 esac

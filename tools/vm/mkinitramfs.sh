@@ -25,7 +25,8 @@ cp /bin/busybox "$root/bin/busybox"
 # Dynamically linked tools, with every library ldd names.
 tools=(/bin/bash /usr/bin/rdma /sbin/ip /usr/bin/ibv_devinfo /usr/bin/ibv_devices)
 for opt in /usr/bin/rping /usr/bin/mckey /usr/bin/ucmatose /usr/bin/ibv_rc_pingpong \
-	/usr/bin/ib_write_bw /usr/bin/ib_write_lat /usr/bin/ib_read_bw /usr/bin/ib_send_bw; do
+	/usr/bin/ib_write_bw /usr/bin/ib_write_lat /usr/bin/ib_read_bw /usr/bin/ib_send_bw \
+	/usr/bin/ib_read_lat /usr/bin/ib_send_lat; do
 	[ -x "$opt" ] && tools+=("$opt")
 done
 provider=(/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav*.so)
@@ -68,7 +69,11 @@ cp "$sel"/*.sh "$sel/settings" "$root/kselftest/kverbs/"
 echo "${KVERBS_PROGS:-$(make -s --no-print-directory -C "$sel" print-progs)}" >"$root/kselftest/kverbs/TEST_PROGS"
 cp "$top/tools/vm/guest-init.sh" "$root/init"
 cp "$top/tools/vm/demo.sh" "$top/tools/vm/peer-cmd.sh" "$root/kverbs/"
-chmod +x "$root/init" "$root"/kselftest/kverbs/*.sh "$root/kverbs/demo.sh" "$root/kverbs/peer-cmd.sh"
+cp "$top/tools/bench/guest-bench.sh" "$root/kverbs/bench.sh"
+# make bench's settings (tools/bench/bench.sh).
+[ -n "${KVERBS_BENCH_CONF:-}" ] && cp "$KVERBS_BENCH_CONF" "$root/kverbs/bench.conf"
+chmod +x "$root/init" "$root"/kselftest/kverbs/*.sh "$root/kverbs/demo.sh" "$root/kverbs/peer-cmd.sh" \
+	"$root/kverbs/bench.sh"
 
 # KVERBS_BREAK breaks the guest on purpose, for the harness's own tests
 # (tools/testing/kverbs_harness.sh): "init" is an /init that exits at once

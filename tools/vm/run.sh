@@ -1,7 +1,7 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
 #
-# run.sh check|demo
+# run.sh check|demo|bench
 #
 # Boots the kverbs test kernel in QEMU (TCG: no KVM needed, no network
 # outside the guest) with an initramfs holding the freshly built modules and
@@ -19,7 +19,9 @@ ksrc=$(readlink -f "$kdir/source")
 work=${KVERBS_VM_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kverbs/vm}
 mkdir -p "$work"
 
-mods=("$top"/kverbs_example.ko)
+# KVERBS_MODULES: the modules to put in the guest (make bench builds its
+# own against the performance kernel); else the tree's.
+read -r -a mods <<<"${KVERBS_MODULES:-$top/kverbs_example.ko}"
 for m in "${mods[@]}"; do
 	[ -f "$m" ] || { echo "kverbs: $m is not built (make modules)" >&2; exit 1; }
 done
@@ -57,7 +59,7 @@ if [ "$mode" = check ] && [ "${KVERBS_TWO_HOSTS:-1}" = 1 ]; then
 		-device "virtio-net-pci,netdev=n0,mac=52:54:00:10:00:01")
 	append="$append kverbs.ip=169.254.10.1"
 fi
-qemu=(qemu-system-x86_64 -accel tcg -cpu max -smp 2 -m 1024
+qemu=(qemu-system-x86_64 -accel tcg -cpu max -smp 2 -m "${KVERBS_VM_MEM:-1024}"
 	-kernel "$kdir/arch/x86/boot/bzImage" -initrd "$initrd" -append "$append"
 	-display none -monitor none -serial stdio "${net[@]}" -no-reboot)
 

@@ -1,0 +1,87 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+#
+# bench.sh (make bench [QUICK=1]): kverbs side by side with perftest and
+# with the same loop in C, in one guest.
+#
+# Builds the performance kernel (no debug options, tools/bench/config,
+# cached under its own key), the kverbs example and the C reference module
+# (tools/bench/cbench) against it in their own output directory (the tree's
+# objects stay those of the test kernel), boots one guest (TCG, 2 vCPUs),
+# creates rxe on lo and runs perftest, C and kverbs alternately for each
+# test, size and round (tools/bench/guest-bench.sh), showing each run as it
+# ends. Then prints one table per test with the medians and the ratios,
+# and writes raw.csv, summary.csv, summary.txt and one PNG per test
+# (gnuplot) to the results directory it names (KVERBS_BENCH_OUT, else
+# bench-results/DATE in the tree).
+#
+# QUICK=1: two sizes per test, QPs 1 and 4 (a few minutes).
+
+set -euo pipefail
+
+top=$(cd "$(dirname "$0")/../.." && pwd)
+cache=${XDG_CACHE_HOME:-$HOME/.cache}/kverbs
+stamp=$(date +%Y%m%d-%H%M%S)
+out=${KVERBS_BENCH_OUT:-$top/bench-results/$stamp}
+mkdir -p "$out"
+
+# What the host side needs beyond the build: gnuplot for the plots,
+# python3 for the tables, perftest for the guest.
+need=()
+command -v gnuplot >/dev/null || need+=(gnuplot-nox)
+command -v python3 >/dev/null || need+=(python3)
+[ -x /usr/bin/ib_write_bw ] || need+=(perftest)
+if [ ${#need[@]} -gt 0 ]; then
+	echo "kverbs: bench: installing ${need[*]}"
+	{ apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y "${need[@]}"; } \
+		>"$out/apt.log" 2>&1 || {
+		echo "kverbs: bench: installing ${need[*]} failed (log: $out/apt.log)"
+		exit 1
+	}
+fi
+
+kdir=$(KVERBS_FLAVOR=perf "$top/tools/build-kernel.sh")
+echo "kverbs: bench: performance kernel $kdir"
+
+# The modules, built against the performance kernel in a copy of the
+# sources (building in the tree would replace its test-kernel objects).
+build=$cache/bench-build
+mkdir -p "$build/src" "$build/cbench"
+cp "$top/Kbuild" "$build/src/"
+(cd "$top" && find rust samples -type f \( -name '*.rs' -o -name '*.c' -o -name '*.h' \) \
+	! -name '*_generated.rs' ! -name 'kverbs_extern.c' -exec cp --parents -t "$build/src" {} +)
+cp "$top/tools/bench/cbench/Kbuild" "$top/tools/bench/cbench/cbench.c" "$build/cbench/"
+vars=(LLVM=-19 RUSTC=/usr/bin/rustc BINDGEN=bindgen)
+if ! { make -s -C "$kdir" M="$build/src" "${vars[@]}" modules &&
+	make -s -C "$kdir" M="$build/cbench" LLVM=-19 modules; } >"$out/build.log" 2>&1; then
+	tail -n 30 "$out/build.log"
+	echo "kverbs: bench: building the modules failed (log: $out/build.log)"
+	exit 1
+fi
+
+conf=$out/bench.conf
+if [ "${QUICK:-0}" = 1 ]; then
+	cat >"$conf" <<-EOF
+		ROUNDS=3
+		BW_SIZES="64 65536"
+		LAT_SIZES="8 4096"
+		QPS_LIST="1 4"
+	EOF
+else
+	: >"$conf"
+fi
+echo "kverbs: bench: results in $out"
+echo "kverbs: bench: one line per run (test impl qps size round | row of its table):"
+
+set +e
+KVERBS_FLAVOR=perf KVERBS_VM_DIR=$out KVERBS_VM_MEM=2048 KVERBS_BENCH_CONF=$conf \
+	KVERBS_MODULES="$build/src/kverbs_example.ko $build/cbench/kverbs_cbench.ko" \
+	KVERBS_VM_TIMEOUT=${KVERBS_VM_TIMEOUT:-7200} \
+	"$top/tools/vm/run.sh" bench | grep --line-buffered '^kverbs-bench:' | sed -u 's/^kverbs-bench: //'
+vm=${PIPESTATUS[0]}
+set -e
+grep -q '^kverbs-bench: end' "$out/bench.log" || {
+	echo "kverbs: bench: the guest did not finish (exit $vm); console: $out/bench.log"
+	exit 1
+}
+python3 "$top/tools/bench/report.py" "$out"

@@ -1,0 +1,120 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+#
+# The guest half of `make bench` (tools/bench/bench.sh): rxe on lo, the
+# kverbs example and the C reference module loaded, then for each test and
+# size the three implementations in turn -- perftest, C (write_bw and
+# write_lat only), kverbs -- round after round, so that noise hits all
+# alike. Each run prints one line:
+#
+#   kverbs-bench: row TEST IMPL QPS SIZE ROUND <the table row's fields>
+#
+# (or "kverbs-bench: fail TEST IMPL QPS SIZE ROUND why"). /kverbs/bench.conf
+# sets ROUNDS, BW_SIZES, LAT_SIZES, QPS_LIST, TESTS.
+
+set -u
+
+ROUNDS=3
+TESTS="write_bw read_bw send_bw write_lat read_lat send_lat"
+BW_SIZES="2 64 1024 4096 65536 1048576"
+LAT_SIZES="2 64 1024 4096 65536"
+QPS_LIST="1 2 4 8"
+# shellcheck source=/dev/null
+[ -f /kverbs/bench.conf ] && . /kverbs/bench.conf
+
+DEV=rxe_lo
+KV=/sys/kernel/debug/kverbs_example/$DEV/bench
+CB=/sys/kernel/debug/kverbs_cbench/bench
+
+say() { echo "kverbs-bench: $*"; }
+
+# perftest's iterations: its defaults, fewer for the largest messages so
+# that a run stays within seconds in an emulator.
+iters_of() {
+	case $1 in
+	*_lat) echo 1000 ;;
+	*) if [ "$2" -gt 65536 ]; then echo 500; else echo 5000; fi ;;
+	esac
+}
+
+# The RoCE v2 GID of 127.0.0.1, for perftest's -x (kverbs and the C module
+# pick it themselves).
+gid_index() {
+	local p=/sys/class/infiniband/$DEV/ports/1 i
+	for i in $(seq 0 15); do
+		[ "$(cat "$p/gids/$i" 2>/dev/null)" = "0000:0000:0000:0000:0000:ffff:7f00:0001" ] || continue
+		[ "$(cat "$p/gid_attrs/types/$i" 2>/dev/null)" = "RoCE v2" ] && { echo "$i"; return; }
+	done
+	echo 1
+}
+
+# row: the first table row of stdin (a line of numbers, size first).
+row() {
+	grep -E '^ *[0-9]+ +[0-9]+ +[0-9.]+' | head -n 1 | tr -s ' \t' ' ' | sed 's/^ //; s/ $//'
+}
+
+run_perftest() {
+	local test=$1 qps=$2 size=$3 iters=$4 out i
+	local args=(-d "$DEV" -x "$GID" -s "$size" -n "$iters" -F)
+	[ "$qps" -gt 1 ] && args+=(-q "$qps")
+	"ib_$test" "${args[@]}" >/tmp/pt-server.log 2>&1 &
+	local srv=$!
+	for i in $(seq 1 50); do
+		out=$("ib_$test" "${args[@]}" 127.0.0.1 2>&1) && break
+		case $out in *"Couldn't connect"* | *"Unable to open"* | *"connect"*) sleep 0.2 ;; *) break ;; esac
+	done
+	wait "$srv"
+	echo "$out" | row
+}
+
+run_kernel() {
+	local file=$1 opts=$2
+	if ! printf '%s' "$opts" >"$file" 2>/tmp/bench.err; then
+		cat "$file" >&2
+		return 1
+	fi
+	row <"$file"
+}
+
+one() {
+	local test=$1 impl=$2 qps=$3 size=$4 round=$5 iters r
+	iters=$(iters_of "$test" "$size")
+	case $impl in
+	perftest) r=$(run_perftest "$test" "$qps" "$size" "$iters") ;;
+	c) r=$(run_kernel "$CB" "dev=$DEV,test=$test,size=$size,iters=$iters,qps=$qps") ;;
+	kverbs) r=$(run_kernel "$KV" "test=$test,size=$size,iters=$iters,qps=$qps") ;;
+	esac
+	if [ -n "$r" ]; then
+		say "row $test $impl $qps $size $round $r"
+	else
+		say "fail $test $impl $qps $size $round (no result row)"
+	fi
+}
+
+rdma link add "$DEV" type rxe netdev lo || exit 1
+insmod /kverbs/kverbs_example.ko || exit 1
+insmod /kverbs/kverbs_cbench.ko || exit 1
+GID=$(gid_index)
+say "start rounds=$ROUNDS gid=$GID kernel=$(uname -r) cpus=$(nproc)"
+
+for test in $TESTS; do
+	impls="perftest kverbs"
+	case $test in write_bw | write_lat) impls="perftest c kverbs" ;; esac
+	case $test in *_lat) sizes=$LAT_SIZES ;; *) sizes=$BW_SIZES ;; esac
+	for size in $sizes; do
+		for round in $(seq 1 "$ROUNDS"); do
+			for impl in $impls; do
+				one "$test" "$impl" 1 "$size" "$round"
+			done
+		done
+	done
+done
+# Scaling: aggregate bandwidth as QPs are added.
+for qps in $QPS_LIST; do
+	for round in $(seq 1 "$ROUNDS"); do
+		for impl in perftest c kverbs; do
+			one write_bw "$impl" "$qps" 65536 "$round"
+		done
+	done
+done
+say "end"

@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0
+#
+# report.py DIR: the tables, CSV files and plots of `make bench` from the
+# guest's console (DIR/bench.log, lines "kverbs-bench: row TEST IMPL QPS
+# SIZE ROUND FIELDS..." written by tools/bench/guest-bench.sh).
+#
+# Bandwidth tests compare "BW average[MB/sec]" and "MsgRate[Mpps]"; latency
+# tests "t_typical[usec]" (perftest's median). Each figure is the median
+# of the rounds. Writes DIR/raw.csv (every run), DIR/summary.csv,
+# DIR/summary.txt (what is printed) and DIR/<test>.png (gnuplot, if
+# present).
+
+import csv
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+
+IMPLS = ["perftest", "c", "kverbs"]
+BW_FIELDS = ["bytes", "iterations", "bw_peak_mb_s", "bw_avg_mb_s", "msg_rate_mpps"]
+LAT_FIELDS = ["bytes", "iterations", "t_min_us", "t_max_us", "t_typical_us",
+              "t_avg_us", "t_stdev_us", "p99_us", "p99_9_us"]
+
+
+def main():
+    out = sys.argv[1]
+    runs, fails = [], []
+    with open(os.path.join(out, "bench.log"), errors="replace") as f:
+        for line in f:
+            words = line.split()
+            if len(words) < 2 or words[0] != "kverbs-bench:":
+                continue
+            if words[1] == "fail":
+                fails.append(" ".join(words[2:]))
+            if words[1] != "row" or len(words) < 8:
+                continue
+            test, impl, qps, size, rnd = words[2:7]
+            fields = words[7:]
+            names = LAT_FIELDS if test.endswith("_lat") else BW_FIELDS
+            if len(fields) != len(names):
+                fails.append(f"{test} {impl} {qps} {size} {rnd}: row of {len(fields)} fields")
+                continue
+            r = dict(zip(names, (float(x) for x in fields)))
+            r.update(test=test, impl=impl, qps=int(qps), size=int(size), round=int(rnd))
+            runs.append(r)
+
+    with open(os.path.join(out, "raw.csv"), "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["test", "impl", "qps", "size", "round"] + sorted(set(BW_FIELDS + LAT_FIELDS)))
+        for r in runs:
+            w.writerow([r["test"], r["impl"], r["qps"], r["size"], r["round"]] +
+                       [r.get(k, "") for k in sorted(set(BW_FIELDS + LAT_FIELDS))])
+
+    def median(test, impl, qps, size, key):
+        v = [r[key] for r in runs if (r["test"], r["impl"], r["qps"], r["size"]) == (test, impl, qps, size)]
+        return (statistics.median(v), len(v)) if v else (None, 0)
+
+    text = []
+    p = text.append
+    summary = []
+    tests = []
+    for r in runs:
+        if r["test"] not in tests:
+            tests.append(r["test"])
+    for test in tests:
+        lat = test.endswith("_lat")
+        key = "t_typical_us" if lat else "bw_avg_mb_s"
+        unit = "t_typical [usec]" if lat else "BW average [MB/sec]"
+        for qps in sorted({r["qps"] for r in runs if r["test"] == test}):
+            sizes = sorted({r["size"] for r in runs if r["test"] == test and r["qps"] == qps})
+            p("")
+            p(f"{test}, {qps} QP{'s' if qps > 1 else ''}: {unit}, median of rounds"
+              + ("" if lat else "; message rate [Mpps]"))
+            hdr = f"{'size':>8} {'perftest':>10} {'C':>10} {'kverbs':>10} {'kv/perftest':>12} {'kv/C':>8}"
+            if not lat:
+                hdr += f" {'Mpps pt':>9} {'Mpps kv':>9} {'kv/pt':>6}"
+            p(hdr)
+            for size in sizes:
+                m = {i: median(test, i, qps, size, key) for i in IMPLS}
+                val = {i: m[i][0] for i in IMPLS}
+
+                def fmt(x):
+                    return f"{x:10.2f}" if x is not None else f"{'-':>10}"
+
+                def ratio(a, b, width):
+                    return f"{a / b:{width}.2f}" if a is not None and b else f"{'-':>{width}}"
+                line = (f"{size:>8} {fmt(val['perftest'])} {fmt(val['c'])} {fmt(val['kverbs'])} "
+                        f"{ratio(val['kverbs'], val['perftest'], 12)} {ratio(val['kverbs'], val['c'], 8)}")
+                row = dict(test=test, qps=qps, size=size, metric=key,
+                           perftest=val["perftest"], c=val["c"], kverbs=val["kverbs"],
+                           rounds=min(m[i][1] for i in IMPLS if m[i][1]) if any(m[i][1] for i in IMPLS) else 0)
+                if not lat:
+                    rp = median(test, "perftest", qps, size, "msg_rate_mpps")[0]
+                    rk = median(test, "kverbs", qps, size, "msg_rate_mpps")[0]
+                    def mpps(x):
+                        return f"{x:9.6f}" if x is not None else f"{'-':>9}"
+                    line += f" {mpps(rp)} {mpps(rk)} {ratio(rk, rp, 6)}"
+                    row.update(mpps_perftest=rp, mpps_kverbs=rk)
+                p(line)
+                summary.append(row)
+    if fails:
+        p("")
+        p(f"runs without a result: {len(fails)}")
+        for x in fails:
+            p("  " + x)
+    p("")
+    p(f"runs: {len(runs)}; results: {out}")
+    print("\n".join(text))
+    with open(os.path.join(out, "summary.txt"), "w") as f:
+        f.write("\n".join(text) + "\n")
+    keys = ["test", "qps", "size", "metric", "perftest", "c", "kverbs", "rounds",
+            "mpps_perftest", "mpps_kverbs"]
+    with open(os.path.join(out, "summary.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=keys)
+        w.writeheader()
+        for row in summary:
+            w.writerow({k: row.get(k, "") for k in keys})
+    plot(out, summary)
+    return 1 if fails else 0
+
+
+def plot(out, summary):
+    if not shutil.which("gnuplot"):
+        print("gnuplot is not installed: no plots")
+        return
+    for test in sorted({r["test"] for r in summary}):
+        rows = [r for r in summary if r["test"] == test and r["qps"] == 1]
+        if not rows:
+            continue
+        dat = os.path.join(out, f"{test}.dat")
+        with open(dat, "w") as f:
+            for r in rows:
+                f.write(" ".join(str(r[k]) if r[k] is not None else "NaN"
+                                 for k in ("size", "perftest", "c", "kverbs")) + "\n")
+        lat = test.endswith("_lat")
+        ylabel = "t_typical [usec]" if lat else "BW average [MB/sec]"
+        script = f"""
+set terminal png size 900,600 noenhanced
+set output '{os.path.join(out, test + ".png")}'
+set title '{test}: perftest, C and kverbs (median of rounds, rxe on lo, one guest)'
+set logscale x 2
+{'' if lat else 'set logscale y 10'}
+set xlabel 'message size [bytes]'
+set ylabel '{ylabel}'
+set key left top
+set grid
+plot '{dat}' using 1:2 with linespoints title 'perftest', \\
+     '{dat}' using 1:3 with linespoints title 'C (raw verbs)', \\
+     '{dat}' using 1:4 with linespoints title 'kverbs'
+"""
+        subprocess.run(["gnuplot"], input=script, text=True, check=False)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
