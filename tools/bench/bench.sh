@@ -15,7 +15,8 @@
 # (gnuplot) to the results directory it names (KVERBS_BENCH_OUT, else
 # bench-results/DATE in the tree).
 #
-# QUICK=1: two sizes per test, QPs 1 and 4 (a few minutes).
+# QUICK=1: two sizes per test, QPs 1 and 4 (a few minutes). ROUNDS, TESTS,
+# BW_SIZES, LAT_SIZES, QPS_LIST in the environment override the sets.
 
 set -euo pipefail
 
@@ -70,6 +71,11 @@ if [ "${QUICK:-0}" = 1 ]; then
 else
 	: >"$conf"
 fi
+# Overrides, for a run of your own: ROUNDS, TESTS, BW_SIZES, LAT_SIZES,
+# QPS_LIST (see tools/bench/guest-bench.sh).
+for v in ROUNDS TESTS BW_SIZES LAT_SIZES QPS_LIST; do
+	[ -n "${!v:-}" ] && echo "$v=\"${!v}\"" >>"$conf"
+done
 echo "kverbs: bench: results in $out"
 echo "kverbs: bench: one line per run (test impl qps size round | row of its table):"
 

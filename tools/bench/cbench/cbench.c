@@ -190,8 +190,13 @@ static int cb_wait(struct cb_stream *s, u64 upto)
 	u64 start = ktime_get_ns();
 
 	while (READ_ONCE(s->counts.completed) < upto) {
+		u64 before = READ_ONCE(s->counts.completed);
+
 		if (cb_poll(s))
 			return -EIO;
+		/* As kverbs' Ring::wait: yield when a poll found nothing. */
+		if (READ_ONCE(s->counts.completed) == before)
+			cond_resched();
 		if (ktime_get_ns() - start > CB_TIMEOUT_NS)
 			return -ETIMEDOUT;
 		if (signal_pending(current))
@@ -401,6 +406,7 @@ static int cb_bw(const struct cb_cfg *cfg, struct cb_side (*pairs)[2], u32 size,
 	u32 q, nq = cfg->qps;
 	u64 iters = cfg->iters, n = iters * nq, tots = 0, totc = 0;
 	u64 last_progress = ktime_get_ns();
+	u32 spins = 0;
 	struct cb_stream *st;
 	u64 *done;
 	u64 total_ns, avg, rate, peak, best = U64_MAX, i, j;
@@ -460,14 +466,23 @@ static int cb_bw(const struct cb_cfg *cfg, struct cb_side (*pairs)[2], u32 size,
 		}
 		if (!busy)
 			break;
+		/*
+		 * As kverbs' bench loop: every 64 polls without progress, check
+		 * the timeout and give the CPU to rxe's workers if they need it
+		 * (this kernel does not preempt).
+		 */
 		if (progress) {
 			last_progress = ktime_get_ns();
-		} else if (ktime_get_ns() - last_progress > CB_TIMEOUT_NS) {
-			ret = -ETIMEDOUT;
-			goto free;
-		} else if (signal_pending(current)) {
-			ret = -EINTR;
-			goto free;
+		} else if (++spins % 64 == 0) {
+			if (ktime_get_ns() - last_progress > CB_TIMEOUT_NS) {
+				ret = -ETIMEDOUT;
+				goto free;
+			}
+			if (signal_pending(current)) {
+				ret = -EINTR;
+				goto free;
+			}
+			cond_resched();
 		}
 	}
 	total_ns = max_t(u64, tc[n - 1] - tp[0], 1);
@@ -507,11 +522,15 @@ out:
 static int cb_spin(void *buf, u32 off, u8 v)
 {
 	u64 start = ktime_get_ns();
+	u32 spins = 0;
 
 	while (READ_ONCE(((u8 *)buf)[off]) != v) {
-		if (ktime_get_ns() - start > CB_TIMEOUT_NS)
-			return -ETIMEDOUT;
-		cpu_relax();
+		/* As kverbs' spin_byte. */
+		if (++spins % 256 == 0) {
+			if (ktime_get_ns() - start > CB_TIMEOUT_NS)
+				return -ETIMEDOUT;
+			cond_resched();
+		}
 	}
 	return 0;
 }
