@@ -12,7 +12,8 @@ BINDGEN_VERSION=0.73.2
 # Debian packages: kernel source, the toolchain the 6.12 kernel's Rust needs
 # (rustc-web 1.96 with its core source), LLVM 19, QEMU and the guest userspace
 # (static busybox, rdma-core tools for the tests), cargo to build bindgen-cli
-# and shellcheck for the harness tests.
+# shellcheck and python3 for the harness tests, gnuplot for make bench's
+# plots.
 PKGS=(
 	linux-source-6.12
 	rustc-web rust-web-src rust-web-clippy rustfmt-web cargo-web
@@ -21,7 +22,7 @@ PKGS=(
 	qemu-system-x86 busybox-static
 	iproute2 rdma-core ibverbs-utils ibverbs-providers rdmacm-utils perftest
 	libibverbs-dev librdmacm-dev gcc libc6-dev
-	shellcheck util-linux
+	shellcheck util-linux python3 gnuplot-nox
 )
 
 missing=()

@@ -47,7 +47,7 @@ def main():
             runs.append(r)
 
     with open(os.path.join(out, "raw.csv"), "w", newline="") as f:
-        w = csv.writer(f)
+        w = csv.writer(f, lineterminator="\n")
         w.writerow(["test", "impl", "qps", "size", "round"] + sorted(set(BW_FIELDS + LAT_FIELDS)))
         for r in runs:
             w.writerow([r["test"], r["impl"], r["qps"], r["size"], r["round"]] +
@@ -113,7 +113,7 @@ def main():
     keys = ["test", "qps", "size", "metric", "perftest", "c", "kverbs", "rounds",
             "mpps_perftest", "mpps_kverbs"]
     with open(os.path.join(out, "summary.csv"), "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=keys)
+        w = csv.DictWriter(f, fieldnames=keys, lineterminator="\n")
         w.writeheader()
         for row in summary:
             w.writerow({k: row.get(k, "") for k in keys})
@@ -150,7 +150,9 @@ plot '{dat}' using 1:2 with linespoints title 'perftest', \\
      '{dat}' using 1:3 with linespoints title 'C (raw verbs)', \\
      '{dat}' using 1:4 with linespoints title 'kverbs'
 """
-        subprocess.run(["gnuplot"], input=script, text=True, check=False)
+        r = subprocess.run(["gnuplot"], input=script, text=True, capture_output=True, check=False)
+        if r.returncode != 0:
+            print(f"gnuplot failed for {test}:\n{r.stderr}")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,9 @@
 #                       error, inside the example (rustdoc cannot run the
 #                       examples of an out-of-tree crate); a control example
 #                       that must build shows the scaffolding works
+#   bench_report_*      tools/bench/report.py (make bench's tables) on a
+#                       recorded guest log (kverbs_harness/bench/): medians,
+#                       ratios, CSV, and a run without result counted
 #   vm_*                make check on a guest broken on purpose
 #                       (KVERBS_BREAK, see tools/vm/mkinitramfs.sh) must fail
 #                       and say why; not with --no-vm
@@ -291,10 +294,39 @@ vm_broken() {
 	echo "$out" | grep -q -- "$2" || { msg "does not say '$2'"; return 1; }
 }
 
+# --- make bench's report --------------------------------------------------
+
+# report.py on the fixture: the medians of three rounds and their ratios.
+bench_report_medians_and_ratios() {
+	local d=$tmp/bench-ok
+	mkdir -p "$d" && cp "$here/bench/bench.log" "$d/" || return 1
+	python3 "$top/tools/bench/report.py" "$d" | diag
+	[ "${PIPESTATUS[0]}" = 0 ] || { msg "report.py failed"; return 1; }
+	# write_bw 64: perftest 4, 6, 5 -> 5; C 5.2, 5, 6 -> 5.2; kverbs 5.5, 5, 6.5 -> 5.5.
+	grep -qx 'write_bw,1,64,bw_avg_mb_s,5.0,5.2,5.5,3,0.08192,0.090112' "$d/summary.csv" ||
+		{ msg "write_bw row:"; grep write_bw "$d/summary.csv" | diag; return 1; }
+	# write_lat 8: t_typical perftest 40, 20, 30 -> 30; kverbs 30, 10, 20 -> 20; no C.
+	grep -qx 'write_lat,1,8,t_typical_us,30.0,,20.0,3,,' "$d/summary.csv" ||
+		{ msg "write_lat row:"; grep write_lat "$d/summary.csv" | diag; return 1; }
+	grep -qE '^ +64 +5\.00 +5\.20 +5\.50 +1\.10 +1\.06' "$d/summary.txt" ||
+		{ msg "no 64-byte line with ratios 1.10 and 1.06"; return 1; }
+	[ "$(grep -c '^write_' "$d/raw.csv")" = 15 ] || { msg "raw.csv has not 15 runs"; return 1; }
+}
+
+# A run that gave no row makes the report fail, and it is named.
+bench_report_counts_runs_without_result() {
+	local d=$tmp/bench-fail out
+	mkdir -p "$d" && cp "$here/bench/bench.log" "$d/" || return 1
+	echo "kverbs-bench: fail send_bw kverbs 1 64 2 (no result row)" >>"$d/bench.log"
+	out=$(python3 "$top/tools/bench/report.py" "$d") && { msg "report.py succeeded"; return 1; }
+	echo "$out" | grep -q "runs without a result: 1" || { echo "$out" | diag; return 1; }
+	echo "$out" | grep -q "send_bw kverbs 1 64 2" || { msg "the run is not named"; return 1; }
+}
+
 echo "TAP version 13"
 logs=("$here"/logs/*.log)
 mapfile -t examples < <(extract_compile_fail)
-nplan=$((${#logs[@]} + 6 + 1 + ${#examples[@]} + (vm ? 2 : 0)))
+nplan=$((${#logs[@]} + 6 + 2 + 1 + ${#examples[@]} + (vm ? 2 : 0)))
 echo "1..$nplan"
 for log in "${logs[@]}"; do
 	t "totals_$(basename "$log" .log)" totals_case "$log"
@@ -305,6 +337,8 @@ t build_kernel_fresh_cache_configures build_kernel_fresh_cache_configures
 t build_kernel_lost_option_fails build_kernel_lost_option_fails
 t build_kernel_waits_for_held_lock build_kernel_waits_for_held_lock
 t build_kernel_perf_flavor_has_no_debug_options build_kernel_perf_flavor_has_no_debug_options
+t bench_report_medians_and_ratios bench_report_medians_and_ratios
+t bench_report_counts_runs_without_result bench_report_counts_runs_without_result
 t compile_fail_control_builds compile_fail_control_builds
 for e in "${examples[@]}"; do
 	# "N rust/kverbs/qp.rs:42" -> compile_fail_E0599_qp_rs_42
