@@ -11,9 +11,9 @@ BINDGEN_VERSION=0.73.2
 
 # Debian packages: kernel source, the toolchain the 6.12 kernel's Rust needs
 # (rustc-web 1.96 with its core source), LLVM 19, QEMU and the guest userspace
-# (static busybox, rdma-core tools for the tests), cargo to build bindgen-cli
-# shellcheck and python3 for the harness tests, gnuplot for make bench's
-# plots.
+# (static busybox, rdma-core tools for the tests), cargo to build bindgen-cli,
+# python3 and the shellcheck tool for the harness tests, gnuplot for make
+# bench's plots.
 PKGS=(
 	linux-source-6.12
 	rustc-web rust-web-src rust-web-clippy rustfmt-web cargo-web
