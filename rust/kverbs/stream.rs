@@ -237,6 +237,49 @@ impl Ring {
         Ok(())
     }
 
+    /// Accounts for a chain of `n` requests posted from the next position,
+    /// whose post returned `ret` with `bad` at the first request the device
+    /// refused (an element of the ring `base`): those before it were
+    /// posted. Returns how many, or the error if none was.
+    #[allow(clippy::too_many_arguments)]
+    fn account<W>(
+        &mut self,
+        ret: i32,
+        n: u32,
+        base: *const W,
+        bad: *const W,
+        dev: &crate::device::Device,
+        qpn: u32,
+        what: &str,
+    ) -> Result<u32> {
+        let depth = self.depth as usize;
+        let done = if ret == 0 {
+            n
+        } else {
+            // Pointer arithmetic only: nothing is dereferenced.
+            let size = core::mem::size_of::<W>();
+            let start = (self.posted % u64::from(self.depth)) as usize;
+            match (bad as usize).checked_sub(base as usize) {
+                Some(off) if !bad.is_null() && off % size == 0 && off / size < depth => {
+                    (((off / size) + depth - start) % depth).min(n as usize) as u32
+                }
+                _ => 0,
+            }
+        };
+        self.posted += u64::from(done);
+        if ret != 0 && done == 0 {
+            pr_err!(
+                "{}: QP {:#x}: posting a {} chain failed: {}\n",
+                dev.name(),
+                qpn,
+                what,
+                ret
+            );
+            return Err(Error::from_errno(ret));
+        }
+        Ok(done)
+    }
+
     /// Processes completions of `cq` if it is polled directly (a batch of
     /// up to `budget`); returns how many.
     fn process(cq: &Cq, budget: u32) -> u32 {
@@ -415,30 +458,10 @@ impl<'a> SendStream<'a> {
         // by the shared part, CQEs of the shared part, which the QP keeps
         // until it is destroyed), `ib_rdma_wr`s for the RDMA opcodes.
         let ret = unsafe { bindings::ib_post_send(self.qp.as_raw(), first, &mut bad) };
-        let done = if ret == 0 {
-            n
-        } else {
-            // The requests before `bad` were posted.
-            let mut m = 0;
-            let mut p = first;
-            while !p.is_null() && p != bad && m < n {
-                m += 1;
-                // SAFETY: `p` is one of our chained requests.
-                p = unsafe { (*p).next };
-            }
-            m
-        };
-        self.ring.posted += u64::from(done);
-        if ret != 0 && done == 0 {
-            pr_err!(
-                "{}: QP {:#x}: posting a stream chain failed: {}\n",
-                self.qp.device().name(),
-                qpn,
-                ret
-            );
-            return Err(Error::from_errno(ret));
-        }
-        Ok(done)
+        // `wr` is the first field of `ib_rdma_wr`: `bad` is a ring element.
+        let (base, bad) = (self.wrs.as_ptr(), bad.cast::<bindings::ib_rdma_wr>());
+        self.ring
+            .account(ret, n, base, bad, self.qp.device(), qpn, "send")
     }
 
     /// Busy polling: processes up to `budget` completions of a directly
@@ -555,29 +578,9 @@ impl<'a, S: CanPostRecv, T: Transport> RecvStream<'a, S, T> {
         // were built in `new` on mapped buffers and CQEs the shared part
         // holds, which the QP keeps until it is destroyed.
         let ret = unsafe { bindings::ib_post_recv(self.qp.as_raw(), first, &mut bad) };
-        let done = if ret == 0 {
-            n
-        } else {
-            let mut m = 0;
-            let mut p = first;
-            while !p.is_null() && p != bad && m < n {
-                m += 1;
-                // SAFETY: `p` is one of our chained requests.
-                p = unsafe { (*p).next };
-            }
-            m
-        };
-        self.ring.posted += u64::from(done);
-        if ret != 0 && done == 0 {
-            pr_err!(
-                "{}: QP {:#x}: posting a receive chain failed: {}\n",
-                self.qp.device().name(),
-                qpn,
-                ret
-            );
-            return Err(Error::from_errno(ret));
-        }
-        Ok(done)
+        let base = self.wrs.as_ptr();
+        self.ring
+            .account(ret, n, base, bad, self.qp.device(), qpn, "receive")
     }
 
     /// As [`SendStream::poll`], on the receive CQ.
