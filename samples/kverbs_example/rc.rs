@@ -131,7 +131,7 @@ fn parse_num<T: TryFrom<u64>>(dev: &Device, key: &str, v: &str, min: u64, max: u
     }
 }
 
-fn parse_ipv4(v: &str) -> Option<[u8; 4]> {
+pub(crate) fn parse_ipv4(v: &str) -> Option<[u8; 4]> {
     let mut out = [0u8; 4];
     let mut parts = v.split('.');
     for b in out.iter_mut() {
@@ -895,18 +895,18 @@ fn run_loopback(
 
 /// The connection data RDMA_RC_example exchanges (`struct cm_con_data_t`,
 /// packed, big endian): 34 bytes.
-struct ConData {
-    addr: u64,
-    rkey: u32,
-    qp_num: u32,
-    lid: u16,
-    gid: kverbs::device::Gid,
+pub(crate) struct ConData {
+    pub(crate) addr: u64,
+    pub(crate) rkey: u32,
+    pub(crate) qp_num: u32,
+    pub(crate) lid: u16,
+    pub(crate) gid: kverbs::device::Gid,
 }
 
-const CON_DATA_LEN: usize = 34;
+pub(crate) const CON_DATA_LEN: usize = 34;
 
 impl ConData {
-    fn to_bytes(&self) -> [u8; CON_DATA_LEN] {
+    pub(crate) fn to_bytes(&self) -> [u8; CON_DATA_LEN] {
         let mut b = [0u8; CON_DATA_LEN];
         b[0..8].copy_from_slice(&self.addr.to_be_bytes());
         b[8..12].copy_from_slice(&self.rkey.to_be_bytes());
@@ -916,7 +916,7 @@ impl ConData {
         b
     }
 
-    fn from_bytes(b: &[u8; CON_DATA_LEN]) -> Self {
+    pub(crate) fn from_bytes(b: &[u8; CON_DATA_LEN]) -> Self {
         let mut gid = [0u8; 16];
         gid.copy_from_slice(&b[18..34]);
         ConData {
@@ -930,11 +930,17 @@ impl ConData {
 }
 
 /// RDMA_RC_example's `sock_sync_data` of one byte: write ours, read theirs.
-fn sync(sock: &TcpStream, c: u8, cfg: &Config, cancel: &Cancel, rep: &mut Report) -> Result {
+pub(crate) fn sync(
+    sock: &TcpStream,
+    c: u8,
+    timeout_ms: u32,
+    cancel: &Cancel,
+    rep: &mut Report,
+) -> Result {
     let mut peer = [0u8];
     let r = sock
-        .send_all(&[c], cfg.timeout_ms, cancel)
-        .and_then(|()| sock.recv_exact(&mut peer, cfg.timeout_ms, cancel));
+        .send_all(&[c], timeout_ms, cancel)
+        .and_then(|()| sock.recv_exact(&mut peer, timeout_ms, cancel));
     if let Err(e) = r {
         let _ = writeln!(rep, "sync '{}': error {}", c as char, e.to_errno());
         return Err(e);
@@ -1067,7 +1073,7 @@ fn run_tcp(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut
         .to_rts(&RTS_ATTR)?;
     // Our buffer becomes reachable with the rkey we advertised.
     mr.post_registration(&qp, access, t, cancel)?;
-    sync(&sock, b'Q', cfg, cancel, rep)?;
+    sync(&sock, b'Q', cfg.timeout_ms, cancel, rep)?;
     let _ = writeln!(rep, "connect_qp: ok: QP state was change to RTS");
 
     // SEND from the server to the client's receive.
@@ -1089,7 +1095,7 @@ fn run_tcp(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut
     }
 
     // The server's buffer now holds the read message.
-    sync(&sock, b'R', cfg, cancel, rep)?;
+    sync(&sock, b'R', cfg.timeout_ms, cancel, rep)?;
     if !server {
         let id = qp.post_send(SendOp::Read(remote), &buf, 0, size, true)?;
         complete(&qp, id, "RDMA READ", cfg, cancel, rep)?;
@@ -1111,7 +1117,7 @@ fn run_tcp(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut
         add(&stats.write_bytes, size as u64);
     }
     // The client is done with the server's memory.
-    sync(&sock, b'W', cfg, cancel, rep)?;
+    sync(&sock, b'W', cfg.timeout_ms, cancel, rep)?;
     if server {
         let _ = writeln!(rep, "Contents of server buffer: '{}'", Msg::of(&buf, size));
         if cfg.validate {
