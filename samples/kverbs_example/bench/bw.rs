@@ -1,0 +1,281 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The bandwidth tests (write_bw, read_bw, send_bw): perftest's loop and
+//! report.
+
+use super::{conn::Side, Config, Fixed, Test, POLL_BATCH};
+use crate::rc::Report;
+use core::fmt::Write;
+use kernel::prelude::*;
+use kverbs::{
+    cq::PollCtx,
+    qp::{Cancel, Rc, RemoteBuf, Rts, SendOp},
+    stream::{RecvStream, Segment, SendStream},
+};
+
+/// A lane of a bandwidth test: a QP's stream of requests toward the peer's
+/// buffer (`send`), and/or receives for the SENDs of a peer (`recv`: the
+/// peer's QP in loopback, ours with a remote sender).
+pub(super) struct LaneSpec<'a> {
+    /// The sending direction, for the timestamps (0 or 1).
+    pub(super) dir: usize,
+    pub(super) send: Option<(&'a Side, RemoteBuf)>,
+    pub(super) recv: Option<&'a Side>,
+}
+
+struct Lane<'a> {
+    dir: usize,
+    send: Option<SendStream<'a>>,
+    recv: Option<RecvStream<'a, Rts, Rc>>,
+    completed: u64,
+}
+
+/// The timestamps of a run, allocated before it: per direction, one per
+/// request posted and completed.
+pub(super) struct Stamps {
+    pub(super) posted: KVec<u64>,
+    pub(super) completed: KVec<u64>,
+}
+
+impl Stamps {
+    pub(super) fn new(n: usize) -> Result<Self> {
+        Ok(Stamps {
+            posted: KVec::from_elem(0u64, n, GFP_KERNEL)?,
+            completed: KVec::from_elem(0u64, n, GFP_KERNEL)?,
+        })
+    }
+}
+
+/// One size: builds the lanes' streams, pre-posts the receives, calls
+/// `ready` (the two-host handshake), runs until every lane is done and
+/// writes perftest's row for the directions this host sent.
+pub(super) fn run(
+    cfg: &Config,
+    specs: &[LaneSpec<'_>],
+    size: usize,
+    cancel: &Cancel,
+    stamps: &mut Stamps,
+    rep: &mut Report,
+    ready: &mut dyn FnMut(&mut Report) -> Result,
+) -> Result {
+    let iters = u64::from(cfg.iters);
+    let n = (cfg.iters as usize) * (cfg.qps as usize);
+    let mut lanes = KVec::with_capacity(specs.len(), GFP_KERNEL)?;
+    for spec in specs {
+        let send = match spec.send {
+            Some((me, remote)) => {
+                let op = match cfg.test {
+                    Test::WriteBw => SendOp::Write(remote),
+                    Test::ReadBw => SendOp::Read(remote),
+                    _ => SendOp::Send,
+                };
+                let seg = Segment {
+                    buf: me.sbuf.clone(),
+                    offset: 0,
+                    len: size,
+                };
+                Some(SendStream::new(
+                    &me.qp,
+                    &[(op, seg)],
+                    cfg.tx_depth,
+                    cfg.cq_mod,
+                )?)
+            }
+            None => None,
+        };
+        let recv = match spec.recv {
+            Some(side) => {
+                let seg = Segment {
+                    buf: side.rbuf.clone(),
+                    offset: 0,
+                    len: size,
+                };
+                let depth = super::conn::RX_DEPTH.min(cfg.iters);
+                let mut r = RecvStream::new(&side.qp, &[seg], depth)?;
+                r.post(depth)?;
+                Some(r)
+            }
+            None => None,
+        };
+        lanes.push(
+            Lane {
+                dir: spec.dir,
+                send,
+                recv,
+                completed: 0,
+            },
+            GFP_KERNEL,
+        )?;
+    }
+    ready(rep)?;
+    let (tposted, tcompleted) = (&mut stamps.posted, &mut stamps.completed);
+    let mut tots = [0usize; 2];
+    let mut totc = [0usize; 2];
+    let mut last_progress = kverbs::now_ns();
+    let timeout_ns = u64::from(cfg.timeout_ms) * 1_000_000;
+    let mut spins = 0u32;
+    loop {
+        let mut busy = false;
+        let mut progress = false;
+        for lane in lanes.iter_mut() {
+            let d = lane.dir;
+            let base = d * n;
+            if let Some(s) = lane.send.as_mut() {
+                let posted = s.posted();
+                if posted < iters {
+                    let want = (iters - posted) as u32;
+                    let room = s.room().min(want);
+                    if room > 0 {
+                        let t = kverbs::now_ns();
+                        let k = s.post(room, room == want)? as usize;
+                        for ts in &mut tposted[base + tots[d]..base + tots[d] + k] {
+                            *ts = t;
+                        }
+                        tots[d] += k;
+                    }
+                }
+            }
+            if let Some(r) = lane.recv.as_mut() {
+                let before = r.completed();
+                r.poll(POLL_BATCH)?;
+                let left = iters - r.posted().min(iters);
+                if left > 0 {
+                    r.post(r.room().min(left as u32))?;
+                }
+                progress |= r.completed() > before;
+                busy |= r.completed() < iters;
+            }
+            if let Some(s) = lane.send.as_mut() {
+                let c = s.poll(POLL_BATCH)?;
+                if c > lane.completed {
+                    let t = kverbs::now_ns();
+                    let k = (c - lane.completed) as usize;
+                    for ts in &mut tcompleted[base + totc[d]..base + totc[d] + k] {
+                        *ts = t;
+                    }
+                    totc[d] += k;
+                    lane.completed = c;
+                    progress = true;
+                }
+                busy |= lane.completed < iters;
+            }
+        }
+        if !busy {
+            break;
+        }
+        let now = kverbs::now_ns();
+        if progress {
+            last_progress = now;
+        } else if cfg.poll != PollCtx::Direct {
+            // The core polls: sleep until a completion of the first lane
+            // that waits for one (at most 1 ms), leaving the CPU to rxe.
+            if cancel.is_cancelled() {
+                return Err(kverbs::errno::ecanceled());
+            }
+            if now - last_progress > timeout_ns {
+                let _ = writeln!(
+                    rep,
+                    "{}: no completion for {} ms at size {}",
+                    cfg.test.name(),
+                    cfg.timeout_ms,
+                    size
+                );
+                return Err(kverbs::errno::etimedout());
+            }
+            if let Some(l) = lanes
+                .iter_mut()
+                .find(|l| l.send.as_ref().is_some_and(|s| s.completed() < s.posted()))
+            {
+                if let Some(s) = l.send.as_mut() {
+                    let next = s.completed() + 1;
+                    match s.wait(next, 1, cancel) {
+                        Err(e) if e.to_errno() == kverbs::errno::etimedout().to_errno() => {}
+                        r => r?,
+                    }
+                }
+            } else if let Some(r) = lanes
+                .iter_mut()
+                .find_map(|l| l.recv.as_mut().filter(|r| r.completed() < r.posted()))
+            {
+                let next = r.completed() + 1;
+                match r.wait(next, 1, cancel) {
+                    Err(e) if e.to_errno() == kverbs::errno::etimedout().to_errno() => {}
+                    r => r?,
+                }
+            }
+        } else {
+            spins = spins.wrapping_add(1);
+            if spins % 64 == 0 {
+                if cancel.is_cancelled() {
+                    return Err(kverbs::errno::ecanceled());
+                }
+                if now - last_progress > timeout_ns {
+                    let _ = writeln!(
+                        rep,
+                        "{}: no completion for {} ms at size {}",
+                        cfg.test.name(),
+                        cfg.timeout_ms,
+                        size
+                    );
+                    return Err(kverbs::errno::etimedout());
+                }
+                // Lets rxe's workers run on this CPU (no preemption).
+                kverbs::cond_resched();
+            }
+        }
+    }
+    drop(lanes);
+    // perftest's report, per direction sent from here, summed.
+    let dirs: KVec<usize> = {
+        let mut v = KVec::new();
+        for d in 0..2 {
+            if specs.iter().any(|s| s.dir == d && s.send.is_some()) {
+                v.push(d, GFP_KERNEL)?;
+            }
+        }
+        v
+    };
+    if dirs.is_empty() {
+        let _ = writeln!(
+            rep,
+            " {:<7}    {:<10}       (received; the client reports)",
+            size, n
+        );
+        return Ok(());
+    }
+    let (mut peak, mut avg, mut rate) = (0u64, 0u64, 0u64);
+    for &d in dirs.iter() {
+        let tp = &tposted[d * n..d * n + n];
+        let tc = &tcompleted[d * n..d * n + n];
+        let total_ns = tc[n - 1].saturating_sub(tp[0]).max(1);
+        let (size, n64) = (size as u64, n as u64);
+        // MB/sec (2^20 bytes) with 2 decimals, Mpps with 6.
+        avg += kverbs::mul_div(size * n64 * 100, 1_000_000_000, total_ns) >> 20;
+        rate += kverbs::mul_div(n64, 1_000_000_000, total_ns);
+        let cq_mod = cfg.cq_mod as usize;
+        // The best stretch, in picoseconds per message.
+        let mut best = u64::MAX;
+        let per_msg = |i: usize, j: usize| tc[j].saturating_sub(tp[i]) * 1000 / (j - i + 1) as u64;
+        for i in 0..n {
+            let mut j = (i + 1).div_ceil(cq_mod) * cq_mod - 1;
+            while j < n {
+                best = best.min(per_msg(i, j));
+                j += cq_mod;
+            }
+            if n % cq_mod != 0 {
+                best = best.min(per_msg(i, n - 1));
+            }
+        }
+        peak += kverbs::mul_div(size * 100, 1_000_000_000_000, best.max(1)) >> 20;
+    }
+    let _ = writeln!(
+        rep,
+        " {:<7}    {:<10}       {:<7}            {:<7}\t\t   {:<7}",
+        size,
+        n,
+        Fixed(peak, 2),
+        Fixed(avg, 2),
+        Fixed(rate, 6)
+    );
+    Ok(())
+}

@@ -1,0 +1,286 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The latency tests (write_lat, read_lat, send_lat): perftest's
+//! ping-pongs and report.
+
+use super::{
+    conn::{Pair, Side},
+    Config, Fixed, Test,
+};
+use crate::rc::Report;
+use core::fmt::Write;
+use kernel::{prelude::*, sync::Arc};
+use kverbs::{
+    dma::DmaBuf,
+    qp::{Cancel, RemoteBuf, SendOp},
+    stream::{RecvStream, Segment, SendStream},
+};
+
+fn seg(buf: &Arc<DmaBuf>, size: usize) -> Segment {
+    Segment {
+        buf: buf.clone(),
+        offset: 0,
+        len: size,
+    }
+}
+
+/// The iteration's value in the last byte of a write_lat message.
+fn mark(i: usize) -> u8 {
+    (i % 255) as u8 + 1
+}
+
+/// Spins until the byte at `offset` of `buf` is `want`.
+fn spin_byte(buf: &DmaBuf, offset: usize, want: u8, cfg: &Config, cancel: &Cancel) -> Result {
+    let start = kverbs::now_ns();
+    let mut b = [0u8];
+    let mut spins = 0u32;
+    loop {
+        buf.read(offset, &mut b)?;
+        if b[0] == want {
+            return Ok(());
+        }
+        spins = spins.wrapping_add(1);
+        if spins % 256 == 0 {
+            if cancel.is_cancelled() {
+                return Err(kverbs::errno::ecanceled());
+            }
+            if kverbs::now_ns() - start > u64::from(cfg.timeout_ms) * 1_000_000 {
+                pr_err!(
+                    "bench: {}: the peer's message did not come\n",
+                    cfg.test.name()
+                );
+                return Err(kverbs::errno::etimedout());
+            }
+            kverbs::cond_resched();
+        }
+    }
+}
+
+/// Both sides of the ping-pong in this thread, on a pair of one device.
+pub(super) fn loopback(
+    cfg: &Config,
+    p: &Pair,
+    size: usize,
+    cancel: &Cancel,
+    tposted: &mut [u64],
+    rep: &mut Report,
+) -> Result {
+    let iters = cfg.iters as usize;
+    let t = cfg.timeout_ms;
+    let (c, s) = (&p.client, &p.server);
+    match cfg.test {
+        Test::WriteLat => {
+            let mut cw = SendStream::new(
+                &c.qp,
+                &[(SendOp::Write(s.remote), seg(&c.sbuf, size))],
+                1,
+                1,
+            )?;
+            let mut sw = SendStream::new(
+                &s.qp,
+                &[(SendOp::Write(c.remote), seg(&s.sbuf, size))],
+                1,
+                1,
+            )?;
+            for (i, ts) in tposted.iter_mut().enumerate().take(iters) {
+                let v = mark(i);
+                *ts = kverbs::now_ns();
+                c.sbuf.write(size - 1, &[v])?;
+                cw.post(1, true)?;
+                spin_byte(&s.rbuf, size - 1, v, cfg, cancel)?;
+                s.sbuf.write(size - 1, &[v])?;
+                sw.post(1, true)?;
+                spin_byte(&c.rbuf, size - 1, v, cfg, cancel)?;
+                cw.wait(i as u64 + 1, t, cancel)?;
+                sw.wait(i as u64 + 1, t, cancel)?;
+            }
+        }
+        Test::ReadLat => read_loop(cfg, c, s.remote, size, cancel, tposted)?,
+        _ => {
+            let mut cs = SendStream::new(&c.qp, &[(SendOp::Send, seg(&c.sbuf, size))], 1, 1)?;
+            let mut ss = SendStream::new(&s.qp, &[(SendOp::Send, seg(&s.sbuf, size))], 1, 1)?;
+            let mut cr = RecvStream::new(&c.qp, &[seg(&c.rbuf, size)], 1)?;
+            let mut sr = RecvStream::new(&s.qp, &[seg(&s.rbuf, size)], 1)?;
+            cr.post(1)?;
+            sr.post(1)?;
+            for (i, ts) in tposted.iter_mut().enumerate().take(iters) {
+                let (i, more) = (i as u64, i + 1 < iters);
+                *ts = kverbs::now_ns();
+                cs.post(1, true)?;
+                sr.wait(i + 1, t, cancel)?;
+                if more {
+                    sr.post(1)?;
+                }
+                ss.post(1, true)?;
+                cr.wait(i + 1, t, cancel)?;
+                if more {
+                    cr.post(1)?;
+                }
+                cs.wait(i + 1, t, cancel)?;
+                ss.wait(i + 1, t, cancel)?;
+            }
+        }
+    }
+    report(cfg, &tposted[..iters], size, rep)
+}
+
+/// read_lat: one READ of the peer's buffer at a time.
+fn read_loop(
+    cfg: &Config,
+    me: &Side,
+    remote: RemoteBuf,
+    size: usize,
+    cancel: &Cancel,
+    tposted: &mut [u64],
+) -> Result {
+    let mut r = SendStream::new(&me.qp, &[(SendOp::Read(remote), seg(&me.sbuf, size))], 1, 1)?;
+    for (i, ts) in tposted.iter_mut().enumerate().take(cfg.iters as usize) {
+        *ts = kverbs::now_ns();
+        r.post(1, true)?;
+        r.wait(i as u64 + 1, cfg.timeout_ms, cancel)?;
+    }
+    Ok(())
+}
+
+/// One side of the ping-pong with a peer host: the client starts each
+/// round trip and measures, the server answers. `ready` is called when
+/// this side can take the peer's first message.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn two_hosts(
+    cfg: &Config,
+    me: &Side,
+    remote: RemoteBuf,
+    client: bool,
+    size: usize,
+    cancel: &Cancel,
+    tposted: &mut [u64],
+    rep: &mut Report,
+    ready: &mut dyn FnMut(&mut Report) -> Result,
+) -> Result {
+    let iters = cfg.iters as usize;
+    let t = cfg.timeout_ms;
+    match cfg.test {
+        Test::WriteLat => {
+            let mut w = SendStream::new(
+                &me.qp,
+                &[(SendOp::Write(remote), seg(&me.sbuf, size))],
+                1,
+                1,
+            )?;
+            ready(rep)?;
+            for (i, ts) in tposted.iter_mut().enumerate().take(iters) {
+                let v = mark(i);
+                *ts = kverbs::now_ns();
+                if !client {
+                    spin_byte(&me.rbuf, size - 1, v, cfg, cancel)?;
+                }
+                me.sbuf.write(size - 1, &[v])?;
+                w.post(1, true)?;
+                if client {
+                    spin_byte(&me.rbuf, size - 1, v, cfg, cancel)?;
+                }
+                w.wait(i as u64 + 1, t, cancel)?;
+            }
+        }
+        Test::ReadLat => {
+            ready(rep)?;
+            if client {
+                read_loop(cfg, me, remote, size, cancel, tposted)?;
+            }
+        }
+        _ => {
+            let mut s = SendStream::new(&me.qp, &[(SendOp::Send, seg(&me.sbuf, size))], 1, 1)?;
+            let mut r = RecvStream::new(&me.qp, &[seg(&me.rbuf, size)], 1)?;
+            r.post(1)?;
+            ready(rep)?;
+            for (i, ts) in tposted.iter_mut().enumerate().take(iters) {
+                let (i, more) = (i as u64, i + 1 < iters);
+                *ts = kverbs::now_ns();
+                if !client {
+                    r.wait(i + 1, t, cancel)?;
+                    if more {
+                        r.post(1)?;
+                    }
+                }
+                s.post(1, true)?;
+                if client {
+                    r.wait(i + 1, t, cancel)?;
+                    if more {
+                        r.post(1)?;
+                    }
+                }
+                s.wait(i + 1, t, cancel)?;
+            }
+        }
+    }
+    if client {
+        report(cfg, &tposted[..iters], size, rep)
+    } else {
+        let _ = writeln!(
+            rep,
+            " {:<7} {}          (answered; the client reports)",
+            size, iters
+        );
+        Ok(())
+    }
+}
+
+/// perftest's latency row: the deltas between consecutive posts, sorted,
+/// the two largest dropped; halved for the ping-pongs.
+fn report(cfg: &Config, tposted: &[u64], size: usize, rep: &mut Report) -> Result {
+    let rtt: u64 = if cfg.test == Test::ReadLat { 1 } else { 2 };
+    let mut delta = KVec::with_capacity(tposted.len() - 1, GFP_KERNEL)?;
+    for w in tposted.windows(2) {
+        delta.push(w[1].saturating_sub(w[0]), GFP_KERNEL)?;
+    }
+    delta.sort_unstable();
+    let m = delta.len() - 2;
+    let median = if (m - 1) % 2 == 1 {
+        (delta[m / 2] + delta[m / 2 - 1]) / 2
+    } else {
+        delta[m / 2]
+    };
+    let sum: u64 = delta[..m].iter().sum();
+    let avg_ns = sum / m as u64;
+    let var = delta[..m]
+        .iter()
+        .map(|&d| {
+            let x = d.abs_diff(avg_ns);
+            x.saturating_mul(x)
+        })
+        .fold(0u64, |a, b| a.saturating_add(b))
+        / m as u64;
+    let stdev = isqrt(var);
+    let i99 = (m * 99).div_ceil(100);
+    let i999 = (m * 999).div_ceil(1000);
+    // Microseconds with 2 decimals: ns / 10 / rtt.
+    let us = |ns: u64| Fixed(ns / 10 / rtt, 2);
+    let _ = writeln!(
+        rep,
+        " {:<7} {}          {:<7}        {:<7}      {:<7}  \t       {:<7}     \t{:<7}\t\t{:<7} \t\t{:<7}",
+        size,
+        tposted.len(),
+        us(delta[0]),
+        us(delta[m]),
+        us(median),
+        us(avg_ns),
+        us(stdev),
+        us(delta[i99.min(m)]),
+        us(delta[i999.min(m)])
+    );
+    Ok(())
+}
+
+/// The integer square root.
+fn isqrt(v: u64) -> u64 {
+    if v < 2 {
+        return v;
+    }
+    let mut x = v;
+    let mut y = x.div_ceil(2);
+    while y < x {
+        x = y;
+        y = (x + v / x) / 2;
+    }
+    x
+}
