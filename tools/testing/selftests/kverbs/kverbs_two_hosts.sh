@@ -14,6 +14,7 @@
 HERE=169.254.10.1
 THERE=169.254.10.2
 RC=$KV_DEBUGFS/rxe_eth/rc
+BENCH=$KV_DEBUGFS/rxe_eth/bench
 
 if [ ! -e /sys/class/net/eth0 ]; then
 	ktap_print_header
@@ -164,6 +165,81 @@ mcast_across() {
 	return $r
 }
 
+# bench_rows OUT WANT: OUT (a bench report) ended well and has one table
+# row of SIZE with ITERS iterations, numbers positive: "SIZE ITERS".
+bench_rows() {
+	echo "$1" | grep -q "^result: ok" || return 1
+	echo "$1" | awk -v want="$2" '
+		BEGIN { split(want, w, " ") }
+		/^ [0-9]+ / && $3 ~ /^[0-9.]+$/ {
+			rows++
+			if ($1 != w[1] || $2 != w[2]) { print "row: " $0; bad = 1 }
+			for (i = 3; i <= NF; i++) if (!($i > 0)) { print "not positive: " $0; bad = 1 }
+		}
+		END { if (rows != 1) { print rows " rows"; bad = 1 }; exit bad }' | kv_diag
+	[ "${PIPESTATUS[1]}" = 0 ]
+}
+
+# bench_across WHERE OPTS: the bench between the two kernels; the client
+# here (WHERE=here) or in the peer VM, the server in the other. The
+# client's report must have its row; the server's must end well.
+bench_across() {
+	local where=$1 opts=$2 size iters out r=0
+	size=${opts#*size=}; size=${size%%,*}
+	iters=${opts#*iters=}; iters=${iters%%,*}
+	local rows="$size $iters"
+	case $opts in *qps=*) local q=${opts#*qps=}; rows="$size $((iters * ${q%%,*}))" ;; esac
+	if [ "$where" = here ]; then
+		peer "bash -c \"printf '%s' 'role=server,$opts,timeout_ms=30000' >$BENCH\" >/dev/null 2>&1 &" >/dev/null
+		for _ in $(seq 50); do
+			printf '%s' "role=client,addr=$THERE,$opts" >"$BENCH" 2>/tmp/run.err && break
+			grep -q "Connection refused" /tmp/run.err || break
+			sleep 0.2
+		done
+		kv_diag <"$BENCH"
+		bench_rows "$(cat "$BENCH")" "$rows" || { kv_msg "client: $(cat /tmp/run.err)"; r=1; }
+		for _ in $(seq 40); do
+			out=$(peer "cat $BENCH")
+			echo "$out" | grep -q "^result:" && break
+			sleep 0.5
+		done
+		echo "$out" | grep -q "^result: ok" || { echo "$out" | kv_diag; r=1; }
+	else
+		bash -c "printf '%s' 'role=server,$opts,timeout_ms=30000' >$BENCH" 2>/tmp/run.err &
+		local pid=$!
+		kv_wait grep -q "^status: running" "$BENCH"
+		sleep 1
+		out=$(peer "printf '%s' 'role=client,addr=$HERE,$opts' >$BENCH; cat $BENCH")
+		echo "$out" | kv_diag
+		bench_rows "$out" "$rows" || r=1
+		wait $pid || { kv_msg "server: $(cat /tmp/run.err)"; r=1; }
+		grep -q "^result: ok" "$BENCH" || { kv_diag <"$BENCH"; r=1; }
+	fi
+	return $r
+}
+
+# Both sides must run the same test: EPROTO on both, and both say so.
+bench_mismatch_refused() {
+	local r=0
+	peer "bash -c \"printf '%s' 'role=server,test=read_bw,size=64,iters=100' >$BENCH\" >/dev/null 2>&1 &" >/dev/null
+	for _ in $(seq 50); do
+		printf '%s' "role=client,addr=$THERE,test=write_bw,size=64,iters=100" >"$BENCH" 2>/tmp/run.err && break
+		grep -q "Connection refused" /tmp/run.err || break
+		sleep 0.2
+	done
+	grep -q "Protocol error" /tmp/run.err || { kv_msg "client: $(cat /tmp/run.err)"; r=1; }
+	kv_logged "bench: the peer's test parameters differ" || r=1
+	# The server side's run ends with the same error.
+	local out
+	for _ in $(seq 40); do
+		out=$(peer "cat $BENCH")
+		echo "$out" | grep -q "^result:" && break
+		sleep 0.5
+	done
+	echo "$out" | grep -q "^result: error -71" || { echo "$out" | kv_diag; r=1; }
+	return $r
+}
+
 peer_log_clean() {
 	local out
 	out=$(peer "dmesg | sed -n '/kverbs-selftest: begin two_hosts/,\$p' | grep -E '$KV_SPLAT'")
@@ -177,7 +253,7 @@ peer_kmemleak_clean() {
 	[ -z "$out" ] || { echo "$out" | head -n 60 | kv_diag; return 1; }
 }
 
-kv_begin 12
+kv_begin 19
 kv_case setup_rxe_on_eth0_and_reach_the_peer_vm setup
 kv_case rc_two_hosts_kernel_to_kernel_client_here_21 kernel_to_kernel_client_here 21
 kv_case rc_two_hosts_kernel_to_kernel_server_here_21 kernel_to_kernel_server_here 21
@@ -187,6 +263,13 @@ kv_case rc_two_hosts_userspace_client_kernel_server userspace_here_kernel_there
 kv_case mcast_two_hosts_sender_here_two_receivers_there mcast_across sender 239.2.0.1
 kv_case mcast_two_hosts_receivers_in_both_vms mcast_across both 239.2.0.2
 kv_case mcast_two_hosts_ipv6_group mcast_across sender ff0e::2:1
+kv_case bench_two_hosts_write_bw_client_here bench_across here "test=write_bw,size=65536,iters=500"
+kv_case bench_two_hosts_send_bw_bidir_2_qps bench_across here "test=send_bw,size=4096,iters=300,qps=2,bidir"
+kv_case bench_two_hosts_read_bw_client_there bench_across there "test=read_bw,size=4096,iters=300"
+kv_case bench_two_hosts_write_lat_client_here bench_across here "test=write_lat,size=8,iters=200"
+kv_case bench_two_hosts_send_lat_client_there bench_across there "test=send_lat,size=64,iters=200"
+kv_case bench_two_hosts_read_lat_client_here bench_across here "test=read_lat,size=4096,iters=200"
+kv_case bench_two_hosts_other_test_refused_eproto bench_mismatch_refused
 kv_case peer_vm_kernel_log_clean peer_log_clean
 kv_case peer_vm_kmemleak_clean peer_kmemleak_clean
 kv_end
