@@ -16,7 +16,8 @@
 # bench-results/DATE in the tree).
 #
 # QUICK=1: two sizes per test, QPs 1 and 4 (a few minutes). ROUNDS, TESTS,
-# BW_SIZES, LAT_SIZES, QPS_LIST in the environment override the sets.
+# BW_SIZES, LAT_SIZES, QPS_LIST in the environment override the sets;
+# KV_OPTS is added to kverbs' options (e.g. KV_OPTS=,poll=softirq).
 
 set -euo pipefail
 
@@ -73,7 +74,7 @@ else
 fi
 # Overrides, for a run of your own: ROUNDS, TESTS, BW_SIZES, LAT_SIZES,
 # QPS_LIST (see tools/bench/guest-bench.sh).
-for v in ROUNDS TESTS BW_SIZES LAT_SIZES QPS_LIST; do
+for v in ROUNDS TESTS BW_SIZES LAT_SIZES QPS_LIST KV_OPTS; do
 	[ -n "${!v:-}" ] && echo "$v=\"${!v}\"" >>"$conf"
 done
 echo "kverbs: bench: results in $out"

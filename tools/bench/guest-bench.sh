@@ -10,7 +10,7 @@
 #   kverbs-bench: row TEST IMPL QPS SIZE ROUND <the table row's fields>
 #
 # (or "kverbs-bench: fail TEST IMPL QPS SIZE ROUND why"). /kverbs/bench.conf
-# sets ROUNDS, BW_SIZES, LAT_SIZES, QPS_LIST, TESTS.
+# sets ROUNDS, BW_SIZES, LAT_SIZES, QPS_LIST, TESTS, KV_OPTS.
 
 set -u
 
@@ -19,6 +19,8 @@ TESTS="write_bw read_bw send_bw write_lat read_lat send_lat"
 BW_SIZES="2 64 1024 4096 65536 1048576"
 LAT_SIZES="2 64 1024 4096 65536"
 QPS_LIST="1 2 4 8"
+# Options added to every kverbs run (e.g. ",poll=softirq").
+KV_OPTS=""
 # shellcheck source=/dev/null
 [ -f /kverbs/bench.conf ] && . /kverbs/bench.conf
 
@@ -82,7 +84,7 @@ one() {
 	case $impl in
 	perftest) r=$(run_perftest "$test" "$qps" "$size" "$iters") ;;
 	c) r=$(run_kernel "$CB" "dev=$DEV,test=$test,size=$size,iters=$iters,qps=$qps") ;;
-	kverbs) r=$(run_kernel "$KV" "test=$test,size=$size,iters=$iters,qps=$qps") ;;
+	kverbs) r=$(run_kernel "$KV" "test=$test,size=$size,iters=$iters,qps=$qps$KV_OPTS") ;;
 	esac
 	if [ -n "$r" ]; then
 		say "row $test $impl $qps $size $round $r"
