@@ -18,7 +18,7 @@ import statistics
 import subprocess
 import sys
 
-IMPLS = ["perftest", "c", "kverbs"]
+IMPLS = ["perftest", "c", "kverbs", "kverbs_softirq"]
 BW_FIELDS = ["bytes", "iterations", "bw_peak_mb_s", "bw_avg_mb_s", "msg_rate_mpps"]
 LAT_FIELDS = ["bytes", "iterations", "t_min_us", "t_max_us", "t_typical_us",
               "t_avg_us", "t_stdev_us", "p99_us", "p99_9_us"]
@@ -75,7 +75,7 @@ def main():
               + ("" if lat else "; message rate [Mpps]"))
             hdr = f"{'size':>8} {'perftest':>10} {'C':>10} {'kverbs':>10} {'kv/perftest':>12} {'kv/C':>8}"
             if not lat:
-                hdr += f" {'Mpps pt':>9} {'Mpps kv':>9} {'kv/pt':>6}"
+                hdr += f" {'Mpps pt':>9} {'Mpps kv':>9} {'kv/pt':>6} {'kv softirq':>10} {'/perftest':>9}"
             p(hdr)
             for size in sizes:
                 m = {i: median(test, i, qps, size, key) for i in IMPLS}
@@ -90,14 +90,15 @@ def main():
                         f"{ratio(val['kverbs'], val['perftest'], 12)} {ratio(val['kverbs'], val['c'], 8)}")
                 row = dict(test=test, qps=qps, size=size, metric=key,
                            perftest=val["perftest"], c=val["c"], kverbs=val["kverbs"],
-                           rounds=min(m[i][1] for i in IMPLS if m[i][1]) if any(m[i][1] for i in IMPLS) else 0)
+                           rounds=min((m[i][1] for i in IMPLS if m[i][1]), default=0))
                 if not lat:
                     rp = median(test, "perftest", qps, size, "msg_rate_mpps")[0]
                     rk = median(test, "kverbs", qps, size, "msg_rate_mpps")[0]
                     def mpps(x):
                         return f"{x:9.6f}" if x is not None else f"{'-':>9}"
                     line += f" {mpps(rp)} {mpps(rk)} {ratio(rk, rp, 6)}"
-                    row.update(mpps_perftest=rp, mpps_kverbs=rk)
+                    line += f" {fmt(val['kverbs_softirq'])} {ratio(val['kverbs_softirq'], val['perftest'], 9)}"
+                    row.update(mpps_perftest=rp, mpps_kverbs=rk, kverbs_softirq=val["kverbs_softirq"])
                 p(line)
                 summary.append(row)
     if fails:
@@ -111,7 +112,7 @@ def main():
     with open(os.path.join(out, "summary.txt"), "w") as f:
         f.write("\n".join(text) + "\n")
     keys = ["test", "qps", "size", "metric", "perftest", "c", "kverbs", "rounds",
-            "mpps_perftest", "mpps_kverbs"]
+            "mpps_perftest", "mpps_kverbs", "kverbs_softirq"]
     with open(os.path.join(out, "summary.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=keys, lineterminator="\n")
         w.writeheader()
@@ -132,8 +133,8 @@ def plot(out, summary):
         dat = os.path.join(out, f"{test}.dat")
         with open(dat, "w") as f:
             for r in rows:
-                f.write(" ".join(str(r[k]) if r[k] is not None else "NaN"
-                                 for k in ("size", "perftest", "c", "kverbs")) + "\n")
+                f.write(" ".join(str(r[k]) if r.get(k) is not None else "NaN"
+                                 for k in ("size", "perftest", "c", "kverbs", "kverbs_softirq")) + "\n")
         lat = test.endswith("_lat")
         ylabel = "t_typical [usec]" if lat else "BW average [MB/sec]"
         script = f"""
@@ -148,7 +149,7 @@ set key left top
 set grid
 plot '{dat}' using 1:2 with linespoints title 'perftest', \\
      '{dat}' using 1:3 with linespoints title 'C (raw verbs)', \\
-     '{dat}' using 1:4 with linespoints title 'kverbs'
+     '{dat}' using 1:4 with linespoints title 'kverbs'{"" if lat else ", '" + dat + "' using 1:5 with linespoints title 'kverbs, poll=softirq'"}
 """
         r = subprocess.run(["gnuplot"], input=script, text=True, capture_output=True, check=False)
         if r.returncode != 0:

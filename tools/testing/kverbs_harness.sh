@@ -303,10 +303,10 @@ bench_report_medians_and_ratios() {
 	python3 "$top/tools/bench/report.py" "$d" | diag
 	[ "${PIPESTATUS[0]}" = 0 ] || { msg "report.py failed"; return 1; }
 	# write_bw 64: perftest 4, 6, 5 -> 5; C 5.2, 5, 6 -> 5.2; kverbs 5.5, 5, 6.5 -> 5.5.
-	grep -qx 'write_bw,1,64,bw_avg_mb_s,5.0,5.2,5.5,3,0.08192,0.090112' "$d/summary.csv" ||
+	grep -qx 'write_bw,1,64,bw_avg_mb_s,5.0,5.2,5.5,3,0.08192,0.090112,' "$d/summary.csv" ||
 		{ msg "write_bw row:"; grep write_bw "$d/summary.csv" | diag; return 1; }
 	# write_lat 8: t_typical perftest 40, 20, 30 -> 30; kverbs 30, 10, 20 -> 20; no C.
-	grep -qx 'write_lat,1,8,t_typical_us,30.0,,20.0,3,,' "$d/summary.csv" ||
+	grep -qx 'write_lat,1,8,t_typical_us,30.0,,20.0,3,,,' "$d/summary.csv" ||
 		{ msg "write_lat row:"; grep write_lat "$d/summary.csv" | diag; return 1; }
 	grep -qE '^ +64 +5\.00 +5\.20 +5\.50 +1\.10 +1\.06' "$d/summary.txt" ||
 		{ msg "no 64-byte line with ratios 1.10 and 1.06"; return 1; }
