@@ -114,6 +114,12 @@ impl DmaBuf {
         self.dma + offset as u64
     }
 
+    /// The kernel virtual address of byte `offset`: what an inline send's
+    /// SGE names (the CPU copies the data when the request is posted).
+    pub(crate) fn cpu_addr(&self, offset: usize) -> u64 {
+        self.cpu as u64 + offset as u64
+    }
+
     /// Checks that `offset..offset + len` lies within the buffer.
     pub(crate) fn check(&self, offset: usize, len: usize) -> Result {
         match offset.checked_add(len) {

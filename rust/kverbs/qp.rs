@@ -191,12 +191,15 @@ impl core::ops::BitOr for Access {
 }
 
 /// Queue sizes of a new QP.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 pub struct QpCaps {
     /// Send work requests outstanding at once.
     pub max_send_wr: u32,
     /// Receive work requests outstanding at once.
     pub max_recv_wr: u32,
+    /// Bytes a send may carry inline (copied by the CPU when posted):
+    /// 0 for none. The device may give more ([`Qp::max_inline_data`]).
+    pub max_inline_data: u32,
 }
 
 impl QpCaps {
@@ -503,6 +506,8 @@ struct QpInner {
     cm: Option<CmIdRef>,
     ud: bool,
     port: PortNum,
+    /// The bytes a send may carry inline.
+    max_inline: u32,
     send_slots: KVec<Slot>,
     recv_slots: KVec<Slot>,
     #[pin]
@@ -699,6 +704,7 @@ impl<T: Transport> Qp<Reset, T> {
         init.cap.max_recv_wr = max_recv_wr;
         init.cap.max_send_sge = 1;
         init.cap.max_recv_sge = 1;
+        init.cap.max_inline_data = caps.max_inline_data;
         let qp = match cm {
             None => {
                 // SAFETY: The PD and CQs are live and on the same device
@@ -717,6 +723,8 @@ impl<T: Transport> Qp<Reset, T> {
             }
         };
         let qp = NonNull::new(qp).ok_or(ENOMEM)?;
+        // What the driver gave (it updates the attributes it was passed).
+        let max_inline = init.cap.max_inline_data;
         let cm_ref = cm.map(|c| c.inner());
         let cm_raw = cm.map(|c| c.as_raw());
         let inner = KBox::pin_init(
@@ -725,6 +733,7 @@ impl<T: Transport> Qp<Reset, T> {
                 cm: cm_ref,
                 ud: T::QP_TYPE == bindings::IB_QPT_UD,
                 port,
+                max_inline,
                 send_slots,
                 recv_slots,
                 book <- new_mutex!(book),
@@ -1130,6 +1139,12 @@ impl<S: State, T: Transport> Qp<S, T> {
             ..Default::default()
         };
         self.modify(&mut a, bindings::IB_QP_STATE)
+    }
+
+    /// The bytes a send may carry inline, as the driver set them when the
+    /// QP was created (at least what [`QpCaps::max_inline_data`] asked).
+    pub fn max_inline_data(&self) -> u32 {
+        self.inner.max_inline
     }
 
     /// The QP number.

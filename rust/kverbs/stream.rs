@@ -27,7 +27,10 @@
 //! The buffers of a stream and the `ib_cqe`s its requests name live in a
 //! shared part that the QP holds as well, until it is destroyed (after its
 //! drain): a stream dropped or forgotten with requests outstanding leaves
-//! them to the QP, which flushes them. A stream takes `depth` of the QP's
+//! them to the QP, which flushes them. (A forgotten stream leaks its own
+//! reference to the shared part, and so the buffers and their device
+//! reference, as forgetting an `Arc<DmaBuf>` does: sound, but the device
+//! cannot be unregistered then.) A stream takes `depth` of the QP's
 //! request slots, so streams and [`Qp::post_send`] together never have more
 //! requests outstanding than the QP's queue (and its CQ room) holds; the
 //! slots are given back when a stream with nothing outstanding is dropped.
@@ -330,6 +333,8 @@ pub struct SendStream<'a> {
     ring: Ring,
     wrs: KVec<bindings::ib_rdma_wr>,
     signal_every: u32,
+    /// `IB_SEND_INLINE` or 0.
+    inline: i32,
 }
 
 // SAFETY: The raw pointers in `wrs` point to this stream's own SGEs and
@@ -393,7 +398,40 @@ impl<'a> SendStream<'a> {
             ring,
             wrs: ring_wrs,
             signal_every,
+            inline: 0,
         })
+    }
+
+    /// As [`SendStream::new`], but the data is sent inline: the CPU copies
+    /// it into the request when it is posted, so the device does not read
+    /// the buffer (lower latency for small messages). Every request must be
+    /// a SEND or RDMA WRITE of at most [`Qp::max_inline_data`] bytes
+    /// (`EINVAL` otherwise).
+    pub fn new_inline(
+        qp: &'a Qp<Rts, Rc>,
+        wrs: &[(SendOp, Segment)],
+        depth: u32,
+        signal_every: u32,
+    ) -> Result<Self> {
+        for (op, seg) in wrs {
+            if matches!(op, SendOp::Read(_)) || seg.len > qp.max_inline_data() as usize {
+                pr_err!(
+                    "{}: QP {:#x}: an inline request is a SEND or WRITE of at most {} bytes\n",
+                    qp.device().name(),
+                    qp.qp_num(),
+                    qp.max_inline_data()
+                );
+                return Err(EINVAL);
+            }
+        }
+        let mut s = Self::new(qp, wrs, depth, signal_every)?;
+        // Inline data is named by its kernel virtual address: the CPU
+        // copies it, not the device. The buffers stay held by the stream.
+        for (sge, (_, seg)) in s.ring.sges.iter_mut().zip(wrs) {
+            sge.addr = seg.buf.cpu_addr(seg.offset);
+        }
+        s.inline = bindings::IB_SEND_INLINE;
+        Ok(s)
     }
 
     /// Requests posted so far.
@@ -444,11 +482,12 @@ impl<'a> SendStream<'a> {
                 ptr::null_mut()
             };
             let wr = &mut self.wrs[i].wr;
-            wr.send_flags = if signaled {
-                bindings::IB_SEND_SIGNALED
-            } else {
-                0
-            };
+            wr.send_flags = self.inline
+                | if signaled {
+                    bindings::IB_SEND_SIGNALED
+                } else {
+                    0
+                };
             wr.next = next;
         }
         let first = &self.wrs[(start % depth) as usize].wr as *const bindings::ib_send_wr;
