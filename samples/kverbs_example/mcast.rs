@@ -195,6 +195,7 @@ impl Mcast {
             let caps = QpCaps {
                 max_send_wr: 1,
                 max_recv_wr: 1,
+                max_inline_data: 0,
             };
             let cq = Cq::new(dev, caps.cq_entries(), PollCtx::Softirq)?;
             let qp = Qp::new_ud(&pd, port, &cq, &cq, caps)?
@@ -366,6 +367,7 @@ fn run(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut Rep
             let caps = QpCaps {
                 max_send_wr: 1,
                 max_recv_wr: cfg.count + 1,
+                max_inline_data: 0,
             };
             let cq = Cq::new(dev, caps.cq_entries(), PollCtx::Softirq)?;
             let qp = Qp::new_ud(&pd, port, &cq, &cq, caps)?
@@ -396,6 +398,7 @@ fn run(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut Rep
         let caps = QpCaps {
             max_send_wr: cfg.count,
             max_recv_wr: 1,
+            max_inline_data: 0,
         };
         let cq = Cq::new(dev, caps.cq_entries(), PollCtx::Softirq)?;
         let qp = Qp::new_ud(&pd, port, &cq, &cq, caps)?

@@ -696,6 +696,7 @@ fn run_loopback(
     let caps = QpCaps {
         max_send_wr: 4,
         max_recv_wr: 4,
+        max_inline_data: 0,
     };
     let server_cq = Cq::new(dev, caps.cq_entries(), cfg.poll)?;
     let client_cq = Cq::new(dev, caps.cq_entries(), cfg.poll)?;
@@ -1010,6 +1011,7 @@ fn run_tcp(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut
     let caps = QpCaps {
         max_send_wr: 4,
         max_recv_wr: 4,
+        max_inline_data: 0,
     };
     let cq = Cq::new(dev, caps.cq_entries(), cfg.poll)?;
     let qp = Qp::new_rc(&pd, port, &cq, &cq, caps)?;
