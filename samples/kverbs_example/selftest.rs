@@ -36,6 +36,7 @@ use kverbs::{
         Access, AddressVector, Cancel, InitAttr, Qp, QpCaps, RemoteBuf, RtrAttr, Rts, RtsAttr,
         SendOp, Ud, UdDest,
     },
+    stream::{Segment, SendStream},
     tcp::Ipv4,
     Show, Store,
 };
@@ -94,6 +95,7 @@ fn caps(n: u32) -> QpCaps {
     QpCaps {
         max_send_wr: n,
         max_recv_wr: n,
+        max_inline_data: 0,
     }
 }
 
@@ -255,6 +257,7 @@ fn qp_takes_cq_room(env: &Env, out: &mut Text) -> Result<(), &'static str> {
     let over = QpCaps {
         max_send_wr: room - 2,
         max_recv_wr: 1,
+        max_inline_data: 0,
     };
     refused(
         Qp::new_rc(&pd, p, &cq, &cq, over),
@@ -265,6 +268,7 @@ fn qp_takes_cq_room(env: &Env, out: &mut Text) -> Result<(), &'static str> {
     let exact = QpCaps {
         max_send_wr: room - 3,
         max_recv_wr: 1,
+        max_inline_data: 0,
     };
     let qp = ok(
         Qp::new_rc(&pd, p, &cq, &cq, exact),
@@ -490,6 +494,112 @@ fn wait_refuses_released_unsignalled_send(env: &Env, out: &mut Text) -> Result<(
     )?;
     ok(qp.wait(r1, TIMEOUT_MS, &c), "receive 1 completion", out)?;
     ok(qp.wait(r2, TIMEOUT_MS, &c), "receive 2 completion", out)?;
+    Ok(())
+}
+
+fn seg(b: &Arc<DmaBuf>, len: usize) -> Segment {
+    Segment {
+        buf: b.clone(),
+        offset: 0,
+        len,
+    }
+}
+
+/// An inline stream takes only SENDs and WRITEs the QP can carry inline.
+fn stream_inline_refuses_read_and_oversize(env: &Env, out: &mut Text) -> Result<(), &'static str> {
+    let pd = ok(Pd::new(&env.a), "PD", out)?;
+    let cq = ok(cq(&env.a), "CQ", out)?;
+    let qp = ok(rc_self(&pd, &cq), "QP", out)?;
+    let a = ok(buf(&env.a), "buffer", out)?;
+    let max = qp.max_inline_data() as usize;
+    let _ = write!(out, "max inline {}; ", max);
+    let remote = kverbs::qp::RemoteBuf::default();
+    refused(
+        SendStream::new_inline(&qp, &[(SendOp::Read(remote), seg(&a, 8))], 1, 1),
+        EINVAL,
+        "inline RDMA READ",
+        out,
+    )?;
+    refused(
+        SendStream::new_inline(&qp, &[(SendOp::Send, seg(&a, max + 1))], 1, 1),
+        EINVAL,
+        "inline SEND of max_inline_data + 1 bytes",
+        out,
+    )?;
+    let s = ok(
+        SendStream::new_inline(&qp, &[(SendOp::Send, seg(&a, max))], 1, 1),
+        "inline SEND of max_inline_data bytes",
+        out,
+    )?;
+    drop(s);
+    Ok(())
+}
+
+/// A stream takes `depth` of its QP's send slots, and gives them back
+/// when dropped with nothing outstanding.
+fn stream_takes_slots_and_gives_them_back(env: &Env, out: &mut Text) -> Result<(), &'static str> {
+    let pd = ok(Pd::new(&env.a), "PD", out)?;
+    let cq = ok(cq(&env.a), "CQ", out)?;
+    let qp = ok(rc_self(&pd, &cq), "QP", out)?;
+    let a = ok(buf(&env.a), "buffer", out)?;
+    let c = Cancel::new();
+    let s = ok(
+        SendStream::new(&qp, &[(SendOp::Send, seg(&a, 64))], 4, 1),
+        "stream of 4 (all the QP's send slots)",
+        out,
+    )?;
+    refused(
+        qp.post_send(SendOp::Send, &a, 0, 64, true),
+        ENOSPC,
+        "post_send beside a stream holding every slot",
+        out,
+    )?;
+    refused(
+        SendStream::new(&qp, &[(SendOp::Send, seg(&a, 64))], 1, 1),
+        ENOSPC,
+        "a second stream",
+        out,
+    )?;
+    drop(s);
+    // The slots are back: a receive for it, then a send.
+    let r = ok(qp.post_recv(&a, 1024, 64), "receive", out)?;
+    let id = ok(
+        qp.post_send(SendOp::Send, &a, 0, 64, true),
+        "post_send after the stream",
+        out,
+    )?;
+    ok(qp.wait(id, TIMEOUT_MS, &c), "SEND completion", out)?;
+    ok(qp.wait(r, TIMEOUT_MS, &c), "receive completion", out)?;
+    Ok(())
+}
+
+/// A stream dropped with requests outstanding (SENDs to a QP with no
+/// receive: RNR, retried for ever) leaves them, its CQEs and its buffers
+/// to its QP, which flushes them when dropped: the completions reach
+/// memory the QP kept (KASAN would report otherwise), and everything is
+/// freed then (kmemleak would report otherwise). (Forgetting the stream
+/// instead is as sound, but leaks its shared part, and with it a
+/// reference to the device, as forgetting any buffer does.)
+fn stream_dropped_with_requests_outstanding(env: &Env, out: &mut Text) -> Result<(), &'static str> {
+    let pd = ok(Pd::new(&env.a), "PD", out)?;
+    let cq = ok(cq(&env.a), "CQ", out)?;
+    let qp = ok(rc_self(&pd, &cq), "QP", out)?;
+    let a = ok(buf(&env.a), "buffer", out)?;
+    let mut s = ok(
+        SendStream::new(&qp, &[(SendOp::Send, seg(&a, 64))], 4, 2),
+        "stream",
+        out,
+    )?;
+    let n = ok(s.post(4, true), "post 4 SENDs", out)?;
+    kverbs::msleep(50);
+    let done = s.completed();
+    let _ = write!(out, "posted {}, done {}; ", n, done);
+    if n != 4 || done != 0 {
+        return Err("the SENDs should wait for a receive");
+    }
+    drop(s);
+    drop(a);
+    drop(qp);
     Ok(())
 }
 
@@ -909,6 +1019,18 @@ const CASES: &[(&str, Case)] = &[
     (
         "mr_not_locked_across_registration_wait",
         mr_not_locked_across_registration_wait,
+    ),
+    (
+        "stream_inline_refuses_read_and_oversize",
+        stream_inline_refuses_read_and_oversize,
+    ),
+    (
+        "stream_takes_slots_and_gives_them_back",
+        stream_takes_slots_and_gives_them_back,
+    ),
+    (
+        "stream_dropped_with_requests_outstanding",
+        stream_dropped_with_requests_outstanding,
     ),
 ];
 
