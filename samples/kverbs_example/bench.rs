@@ -115,6 +115,8 @@ pub(crate) struct Config {
     mtu: Option<Mtu>,
     poll: PollCtx,
     timeout_ms: u32,
+    /// Sends of at most this many bytes go inline (perftest's `-I`).
+    inline: u32,
     role: Role,
     addr: Option<Ipv4>,
     port: u16,
@@ -170,11 +172,12 @@ fn parse<'a>(dev: &Device, input: &'a [u8]) -> Result<Config> {
         mtu: None,
         poll: PollCtx::Direct,
         timeout_ms: 10_000,
+        inline: 0,
         role: Role::Loopback,
         addr: None,
         port: PORT,
     };
-    let (mut iters, mut tx_depth, mut cq_mod) = (None, None, None);
+    let (mut iters, mut tx_depth, mut cq_mod, mut inline) = (None, None, None, None);
     for opt in text.split(|c: char| c == ',' || c.is_ascii_whitespace()) {
         if opt.is_empty() {
             continue;
@@ -217,6 +220,7 @@ fn parse<'a>(dev: &Device, input: &'a [u8]) -> Result<Config> {
             "tx_depth" => tx_depth = Some(parse_num(dev, key, need(val)?, 1, 1024)?),
             "cq_mod" => cq_mod = Some(parse_num(dev, key, need(val)?, 1, 1024)?),
             "qps" => cfg.qps = parse_num(dev, key, need(val)?, 1, 16)?,
+            "inline" => inline = Some(parse_num(dev, key, need(val)?, 0, 512)?),
             "timeout_ms" => cfg.timeout_ms = parse_num(dev, key, need(val)?, 1, 600_000)?,
             "mtu" => {
                 let bytes = parse_num(dev, key, need(val)?, 256, 4096)?;
@@ -289,6 +293,13 @@ fn parse<'a>(dev: &Device, input: &'a [u8]) -> Result<Config> {
     cfg.iters = iters.unwrap_or(if bw { 5000 } else { 1000 });
     cfg.tx_depth = tx_depth.unwrap_or(if bw { 128 } else { 1 });
     cfg.cq_mod = cq_mod.unwrap_or(if bw { 100 } else { 1 }).min(cfg.tx_depth);
+    // perftest's defaults: inline in the latency tests only, up to 220
+    // bytes for RDMA WRITE and 236 for SEND.
+    cfg.inline = inline.unwrap_or(match cfg.test {
+        Test::WriteLat => 220,
+        Test::SendLat => 236,
+        _ => 0,
+    });
     if !bw && (cfg.qps > 1 || cfg.bidir || cfg.tx_depth > 1) {
         pr_warn!(
             "{}: bench: {} runs one QP pair, one request at a time (no qps, bidir or tx_depth)\n",
@@ -375,6 +386,9 @@ fn header(dev: &Device, cfg: &Config, mtu: Mtu, role: &str, rep: &mut Report) {
         let _ = writeln!(rep, " CQ Moderation   : {}", cfg.cq_mod);
     }
     let _ = writeln!(rep, " Mtu             : {}[B]", mtu.bytes());
+    if cfg.test != Test::ReadBw && cfg.test != Test::ReadLat {
+        let _ = writeln!(rep, " Max inline data : {}[B]", cfg.inline);
+    }
     let _ = writeln!(rep, " Link type       : {:?}", dev.link_layer(port));
     let _ = writeln!(rep, " Polling         : {}", cfg.poll.name());
     let _ = writeln!(rep, "{}", LINE);

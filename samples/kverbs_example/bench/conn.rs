@@ -85,6 +85,7 @@ impl Params {
             caps: QpCaps {
                 max_send_wr: cfg.tx_depth.max(1),
                 max_recv_wr: rx,
+                max_inline_data: cfg.inline,
             },
             resp_res: attrs.max_qp_rd_atom().clamp(1, 255) as u8,
             init_depth: attrs.max_qp_init_rd_atom().clamp(1, 255) as u8,

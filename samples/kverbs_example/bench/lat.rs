@@ -24,6 +24,16 @@ fn seg(buf: &Arc<DmaBuf>, size: usize) -> Segment {
     }
 }
 
+/// A stream of one request at a time, inline if the size allows.
+fn stream<'a>(cfg: &Config, me: &'a Side, op: SendOp, size: usize) -> Result<SendStream<'a>> {
+    let wr = [(op, seg(&me.sbuf, size))];
+    if size <= cfg.inline as usize && size <= me.qp.max_inline_data() as usize {
+        SendStream::new_inline(&me.qp, &wr, 1, 1)
+    } else {
+        SendStream::new(&me.qp, &wr, 1, 1)
+    }
+}
+
 /// The iteration's value in the last byte of a write_lat message.
 fn mark(i: usize) -> u8 {
     (i % 255) as u8 + 1
@@ -70,18 +80,8 @@ pub(super) fn loopback(
     let (c, s) = (&p.client, &p.server);
     match cfg.test {
         Test::WriteLat => {
-            let mut cw = SendStream::new(
-                &c.qp,
-                &[(SendOp::Write(s.remote), seg(&c.sbuf, size))],
-                1,
-                1,
-            )?;
-            let mut sw = SendStream::new(
-                &s.qp,
-                &[(SendOp::Write(c.remote), seg(&s.sbuf, size))],
-                1,
-                1,
-            )?;
+            let mut cw = stream(cfg, c, SendOp::Write(s.remote), size)?;
+            let mut sw = stream(cfg, s, SendOp::Write(c.remote), size)?;
             for (i, ts) in tposted.iter_mut().enumerate().take(iters) {
                 let v = mark(i);
                 *ts = kverbs::now_ns();
@@ -97,8 +97,8 @@ pub(super) fn loopback(
         }
         Test::ReadLat => read_loop(cfg, c, s.remote, size, cancel, tposted)?,
         _ => {
-            let mut cs = SendStream::new(&c.qp, &[(SendOp::Send, seg(&c.sbuf, size))], 1, 1)?;
-            let mut ss = SendStream::new(&s.qp, &[(SendOp::Send, seg(&s.sbuf, size))], 1, 1)?;
+            let mut cs = stream(cfg, c, SendOp::Send, size)?;
+            let mut ss = stream(cfg, s, SendOp::Send, size)?;
             let mut cr = RecvStream::new(&c.qp, &[seg(&c.rbuf, size)], 1)?;
             let mut sr = RecvStream::new(&s.qp, &[seg(&s.rbuf, size)], 1)?;
             cr.post(1)?;
@@ -161,12 +161,7 @@ pub(super) fn two_hosts(
     let t = cfg.timeout_ms;
     match cfg.test {
         Test::WriteLat => {
-            let mut w = SendStream::new(
-                &me.qp,
-                &[(SendOp::Write(remote), seg(&me.sbuf, size))],
-                1,
-                1,
-            )?;
+            let mut w = stream(cfg, me, SendOp::Write(remote), size)?;
             ready(rep)?;
             for (i, ts) in tposted.iter_mut().enumerate().take(iters) {
                 let v = mark(i);
@@ -189,7 +184,7 @@ pub(super) fn two_hosts(
             }
         }
         _ => {
-            let mut s = SendStream::new(&me.qp, &[(SendOp::Send, seg(&me.sbuf, size))], 1, 1)?;
+            let mut s = stream(cfg, me, SendOp::Send, size)?;
             let mut r = RecvStream::new(&me.qp, &[seg(&me.rbuf, size)], 1)?;
             r.post(1)?;
             ready(rep)?;

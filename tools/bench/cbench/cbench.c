@@ -31,6 +31,8 @@
 #define CB_MAX_SIZE (1 << 20)
 #define CB_MAX_SAMPLES (1 << 17)
 #define CB_POLL_BATCH 16
+/* perftest's inline limit of RDMA WRITE in its latency test. */
+#define CB_INLINE_WRITE 220
 #define CB_TIMEOUT_NS (10ULL * NSEC_PER_SEC)
 #define CB_LINE "---------------------------------------------------------------------------------------\n"
 
@@ -74,6 +76,7 @@ struct cb_stream {
 	struct ib_sge sge;
 	struct cb_counts counts;
 	u32 depth, signal_every;
+	int inline_flag;
 	u64 posted;
 };
 
@@ -109,7 +112,7 @@ static void cb_done(struct ib_cq *cq, struct ib_wc *wc)
 }
 
 static int cb_stream_init(struct cb_stream *s, struct cb_side *me, u32 depth,
-			  u32 signal_every, u32 len, struct cb_side *peer)
+			  u32 signal_every, u32 len, struct cb_side *peer, u32 inline_max)
 {
 	u32 i;
 
@@ -128,6 +131,11 @@ static int cb_stream_init(struct cb_stream *s, struct cb_side *me, u32 depth,
 	s->sge.addr = me->sdma;
 	s->sge.length = len;
 	s->sge.lkey = me->qp->pd->local_dma_lkey;
+	/* As kverbs' new_inline: inline data is named by its virtual address. */
+	if (len <= inline_max) {
+		s->sge.addr = (u64)(uintptr_t)me->sbuf;
+		s->inline_flag = IB_SEND_INLINE;
+	}
 	for (i = 0; i < depth; i++) {
 		s->cqes[i].cqe.done = cb_done;
 		s->cqes[i].counts = &s->counts;
@@ -167,7 +175,7 @@ static int cb_post(struct cb_stream *s, u32 n, bool last)
 		sig = ((seq + 1) % s->signal_every) == 0 || (last && k + 1 == n);
 		if (sig)
 			s->cqes[i].upto = seq + 1;
-		s->wrs[i].wr.send_flags = sig ? IB_SEND_SIGNALED : 0;
+		s->wrs[i].wr.send_flags = s->inline_flag | (sig ? IB_SEND_SIGNALED : 0);
 		s->wrs[i].wr.next = k + 1 < n ?
 			&s->wrs[(i + 1) % s->depth].wr : NULL;
 	}
@@ -305,6 +313,7 @@ static int cb_side_alloc(struct ib_device *dev, struct ib_pd *pd, u32 port,
 			.max_recv_wr = 1,
 			.max_send_sge = 1,
 			.max_recv_sge = 1,
+			.max_inline_data = cfg->lat ? CB_INLINE_WRITE : 0,
 		},
 		.sq_sig_type = IB_SIGNAL_REQ_WR,
 		.qp_type = IB_QPT_RC,
@@ -421,7 +430,7 @@ static int cb_bw(const struct cb_cfg *cfg, struct cb_side (*pairs)[2], u32 size,
 	}
 	for (q = 0; q < nq; q++) {
 		ret = cb_stream_init(&st[q], &pairs[q][0], cfg->tx_depth, cfg->cq_mod,
-				     size, &pairs[q][1]);
+				     size, &pairs[q][1], 0);
 		if (ret) {
 			while (q--)
 				cb_stream_free(&st[q]);
@@ -544,10 +553,10 @@ static int cb_lat(const struct cb_cfg *cfg, struct cb_side *c, struct cb_side *s
 	char f[7][32];
 	int ret;
 
-	ret = cb_stream_init(&cw, c, 1, 1, size, s);
+	ret = cb_stream_init(&cw, c, 1, 1, size, s, CB_INLINE_WRITE);
 	if (ret)
 		return ret;
-	ret = cb_stream_init(&sw, s, 1, 1, size, c);
+	ret = cb_stream_init(&sw, s, 1, 1, size, c, CB_INLINE_WRITE);
 	if (ret) {
 		cb_stream_free(&cw);
 		return ret;
