@@ -15,6 +15,9 @@
 # (gnuplot) to the results directory it names (KVERBS_BENCH_OUT, else
 # bench-results/DATE in the tree).
 #
+# Then, for function, the bench between two VMs (kverbs_two_hosts.sh on the
+# test kernel; TWO_HOSTS=0 skips it).
+#
 # QUICK=1: two sizes per test, QPs 1 and 4 (a few minutes). ROUNDS, TESTS,
 # BW_SIZES, LAT_SIZES, QPS_LIST in the environment override the sets;
 # KV_OPTS is added to kverbs' options (e.g. KV_OPTS=,poll=softirq).
@@ -91,4 +94,20 @@ grep -q '^kverbs-bench: end' "$out/bench.log" || {
 	echo "kverbs: bench: the guest did not finish (exit $vm); console: $out/bench.log"
 	exit 1
 }
-python3 "$top/tools/bench/report.py" "$out"
+status=0
+python3 "$top/tools/bench/report.py" "$out" || status=1
+
+# The two-host run, for function: the bench between the kernels of two VMs
+# (kverbs_two_hosts.sh on the test kernel: both roles, every test kind).
+if [ "${TWO_HOSTS:-1}" = 1 ]; then
+	echo "kverbs: bench: two hosts (kernel to kernel across two VMs, for function):"
+	if make -s -C "$top" check KVERBS_TESTS=kverbs_two_hosts.sh KVERBS_VM_DIR="$out/two-hosts" \
+		>"$out/two-hosts.log" 2>&1; then
+		grep -E '^# (ok|not ok) [0-9]+ bench_' "$out/two-hosts.log" | sed 's/^# /  /'
+	else
+		grep -E '^# not ok|passed' "$out/two-hosts.log" | sed 's/^# /  /'
+		echo "kverbs: bench: the two-host run failed (log: $out/two-hosts.log)"
+		status=1
+	fi
+fi
+exit $status

@@ -101,6 +101,13 @@ bench() {
 	esac
 }
 
+# inline_header TEST SIZE ITERS: a run with the default inline limit,
+# which the header shows (perftest's: 220 B for WRITE, 236 B for SEND).
+inline_header() {
+	bench "$@" || return 1
+	grep -q "^ Max inline data : 236\[B\]" "$BENCH" || { kv_diag <"$BENCH"; return 1; }
+}
+
 sizes_all() {
 	local sizes="" s=2
 	while [ $s -le 1048576 ]; do sizes="$sizes $s"; s=$((s * 2)); done
@@ -123,7 +130,7 @@ bad() {
 	bench write_bw 64 100
 }
 
-kv_begin 27
+kv_begin 30
 kv_case setup_rxe_lo_and_load setup
 for t in write_bw read_bw send_bw; do
 	kv_case "bench_loopback_${t}_64" bench $t 64 1000
@@ -133,6 +140,8 @@ for t in write_lat read_lat send_lat; do
 	kv_case "bench_loopback_${t}_8" bench $t 8 300
 	kv_case "bench_loopback_${t}_4096" bench $t 4096 200
 done
+kv_case bench_loopback_write_lat_8_not_inline bench write_lat 8 300 ",inline=0"
+kv_case bench_loopback_send_lat_236_inline inline_header send_lat 236 200
 kv_case bench_loopback_write_bw_4_qps bench write_bw 4096 300 ",qps=4"
 kv_case bench_loopback_send_bw_poll_softirq bench send_bw 4096 300 ",poll=softirq"
 kv_case bench_loopback_read_bw_cq_mod_1_tx_depth_16 bench read_bw 1024 300 ",cq_mod=1,tx_depth=16"
@@ -143,6 +152,7 @@ kv_case bench_loopback_write_lat_sizes_all sizes_all write_lat 10
 kv_case bad_input_bench_unknown_test bad "test=atomic_bw" "Invalid argument" "unknown test 'atomic_bw'"
 kv_case bad_input_bench_missing_test bad "size=64" "Invalid argument" "test= is missing"
 kv_case bad_input_bench_size_over_1mib bad "test=write_bw,size=1048577" "out of range" "size=1048577 is out of range"
+kv_case bad_input_bench_inline_513 bad "test=send_lat,inline=513" "out of range" "inline=513 is out of range"
 kv_case bad_input_bench_qps_17 bad "test=write_bw,qps=17" "out of range" "qps=17 is out of range"
 kv_case bad_input_bench_lat_with_qps bad "test=write_lat,qps=2" "Invalid argument" "write_lat runs one QP pair"
 kv_case bad_input_bench_client_without_addr bad "test=write_bw,role=client" "Invalid argument" "role=client needs addr="
