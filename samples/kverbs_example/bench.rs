@@ -131,28 +131,7 @@ pub(crate) enum Role {
 }
 
 fn parse_num(dev: &Device, key: &str, v: &str, min: u64, max: u64) -> Result<u32> {
-    let n = match v.strip_prefix("0x") {
-        Some(hex) => u64::from_str_radix(hex, 16),
-        None => v.parse::<u64>(),
-    };
-    match n {
-        Ok(n) if (min..=max).contains(&n) => Ok(n as u32),
-        Ok(n) => {
-            pr_warn!(
-                "{}: bench: {}={} is out of range [{}, {}]\n",
-                dev.name(),
-                key,
-                n,
-                min,
-                max
-            );
-            Err(ERANGE)
-        }
-        Err(_) => {
-            pr_warn!("{}: bench: {}: '{}' is not a number\n", dev.name(), key, v);
-            Err(EINVAL)
-        }
-    }
+    crate::rc::parse_num_in("bench", dev, key, v, min, max)
 }
 
 fn parse<'a>(dev: &Device, input: &'a [u8]) -> Result<Config> {
@@ -457,7 +436,7 @@ fn run_two_hosts(dev: &Device, cfg: &Config, cancel: &Cancel, rep: &mut Report) 
     let client = cfg.role == Role::Client;
     let t = cfg.timeout_ms;
     let max = cfg.size.unwrap_or(MAX_SIZE);
-    let sock = conn::tcp_connect(dev, cfg, cancel, rep)?;
+    let sock = conn::connect_peer(dev, cfg, cancel, rep)?;
     let pd = Pd::new(dev)?;
     let p = conn::Params::new(dev, cfg)?;
     let sides = conn::tcp_sides(&pd, &p, cfg, max, &sock, cancel, rep)?;

@@ -107,6 +107,20 @@ impl Config {
 }
 
 fn parse_num<T: TryFrom<u64>>(dev: &Device, key: &str, v: &str, min: u64, max: u64) -> Result<T> {
+    parse_num_in("rc", dev, key, v, min, max)
+}
+
+/// `key=v` of the control file `file`: a decimal or `0x` number in
+/// `min..=max` (`ERANGE` outside, `EINVAL` if not a number, each with a
+/// kernel log line).
+pub(crate) fn parse_num_in<T: TryFrom<u64>>(
+    file: &str,
+    dev: &Device,
+    key: &str,
+    v: &str,
+    min: u64,
+    max: u64,
+) -> Result<T> {
     let n = match v.strip_prefix("0x") {
         Some(hex) => u64::from_str_radix(hex, 16),
         None => v.parse::<u64>(),
@@ -115,8 +129,9 @@ fn parse_num<T: TryFrom<u64>>(dev: &Device, key: &str, v: &str, min: u64, max: u
         Ok(n) if (min..=max).contains(&n) => T::try_from(n).map_err(|_| EINVAL),
         Ok(n) => {
             pr_warn!(
-                "{}: rc: {}={} is out of range [{}, {}]\n",
+                "{}: {}: {}={} is out of range [{}, {}]\n",
                 dev.name(),
+                file,
                 key,
                 n,
                 min,
@@ -125,7 +140,13 @@ fn parse_num<T: TryFrom<u64>>(dev: &Device, key: &str, v: &str, min: u64, max: u
             Err(ERANGE)
         }
         Err(_) => {
-            pr_warn!("{}: rc: {}: '{}' is not a number\n", dev.name(), key, v);
+            pr_warn!(
+                "{}: {}: {}: '{}' is not a number\n",
+                dev.name(),
+                file,
+                key,
+                v
+            );
             Err(EINVAL)
         }
     }
@@ -957,6 +978,63 @@ pub(crate) fn sync(
     Ok(())
 }
 
+/// The TCP connection of a two-host run of the control file `file`:
+/// accepted on `port` (of `addr`, or of any address) by a server, made to
+/// `addr:port` by a client. Failures are reported and logged.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn tcp_connect(
+    dev: &Device,
+    file: &str,
+    server: bool,
+    addr: Option<Ipv4>,
+    port: u16,
+    timeout_ms: u32,
+    cancel: &Cancel,
+    rep: &mut Report,
+) -> Result<TcpStream> {
+    if server {
+        let listener = TcpListener::bind(addr.unwrap_or(Ipv4::ANY), port).inspect_err(|e| {
+            pr_warn!(
+                "{}: {}: cannot listen on TCP port {}: error {}\n",
+                dev.name(),
+                file,
+                port,
+                e.to_errno()
+            );
+        })?;
+        let _ = writeln!(rep, "waiting on port {} for TCP connection", port);
+        listener.accept(timeout_ms, cancel).inspect_err(|e| {
+            let _ = writeln!(rep, "no client connected: error {}", e.to_errno());
+            pr_warn!(
+                "{}: {}: no client connected on port {}: error {}\n",
+                dev.name(),
+                file,
+                port,
+                e.to_errno()
+            );
+        })
+    } else {
+        let addr = addr.ok_or(EINVAL)?;
+        TcpStream::connect(addr, port, timeout_ms, cancel).inspect_err(|e| {
+            let _ = writeln!(
+                rep,
+                "cannot connect to {}:{}: error {}",
+                addr,
+                port,
+                e.to_errno()
+            );
+            pr_warn!(
+                "{}: {}: cannot connect to {}:{}: error {}\n",
+                dev.name(),
+                file,
+                addr,
+                port,
+                e.to_errno()
+            );
+        })
+    }
+}
+
 /// RDMA_RC_example's server or client, with a peer over TCP.
 fn run_tcp(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut Report) -> Result {
     let server = cfg.role == Role::Server;
@@ -965,45 +1043,7 @@ fn run_tcp(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut
     let t = cfg.timeout_ms;
 
     // The TCP connection first, as RDMA_RC_example does.
-    let sock = if server {
-        let listener =
-            TcpListener::bind(cfg.addr.unwrap_or(Ipv4::ANY), cfg.port).inspect_err(|e| {
-                pr_warn!(
-                    "{}: rc: cannot listen on TCP port {}: error {}\n",
-                    dev.name(),
-                    cfg.port,
-                    e.to_errno()
-                );
-            })?;
-        let _ = writeln!(rep, "waiting on port {} for TCP connection", cfg.port);
-        listener.accept(t, cancel).inspect_err(|e| {
-            let _ = writeln!(rep, "no client connected: error {}", e.to_errno());
-            pr_warn!(
-                "{}: rc: no client connected on port {}: error {}\n",
-                dev.name(),
-                cfg.port,
-                e.to_errno()
-            );
-        })?
-    } else {
-        let addr = cfg.addr.ok_or(EINVAL)?;
-        TcpStream::connect(addr, cfg.port, t, cancel).inspect_err(|e| {
-            let _ = writeln!(
-                rep,
-                "cannot connect to {}:{}: error {}",
-                addr,
-                cfg.port,
-                e.to_errno()
-            );
-            pr_warn!(
-                "{}: rc: cannot connect to {}:{}: error {}\n",
-                dev.name(),
-                addr,
-                cfg.port,
-                e.to_errno()
-            );
-        })?
-    };
+    let sock = tcp_connect(dev, "rc", server, cfg.addr, cfg.port, t, cancel, rep)?;
     let _ = writeln!(rep, "TCP connection was established");
 
     // resources_create

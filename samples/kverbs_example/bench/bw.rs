@@ -46,6 +46,30 @@ impl Stamps {
     }
 }
 
+/// Sleeps until the next completion of the first lane that waits for one,
+/// 1 ms at most (its CQ is polled by the core, which wakes us).
+fn sleep_for_one(lanes: &mut [Lane<'_>], cancel: &Cancel) -> Result {
+    let r = if let Some(s) = lanes
+        .iter_mut()
+        .find_map(|l| l.send.as_mut().filter(|s| s.completed() < s.posted()))
+    {
+        let next = s.completed() + 1;
+        s.wait(next, 1, cancel)
+    } else if let Some(r) = lanes
+        .iter_mut()
+        .find_map(|l| l.recv.as_mut().filter(|r| r.completed() < r.posted()))
+    {
+        let next = r.completed() + 1;
+        r.wait(next, 1, cancel)
+    } else {
+        Ok(())
+    };
+    match r {
+        Err(e) if e.to_errno() == kverbs::errno::etimedout().to_errno() => Ok(()),
+        r => r,
+    }
+}
+
 /// One size: builds the lanes' streams, pre-posts the receives, calls
 /// `ready` (the two-host handshake), runs until every lane is done and
 /// writes perftest's row for the directions this host sent.
@@ -166,62 +190,35 @@ pub(super) fn run(
         let now = kverbs::now_ns();
         if progress {
             last_progress = now;
-        } else if cfg.poll != PollCtx::Direct {
+            continue;
+        }
+        // Without progress: check the run's end every 64 polls (every
+        // time when sleeping), then give the CPU to rxe.
+        let sleep = cfg.poll != PollCtx::Direct;
+        spins = spins.wrapping_add(1);
+        if !sleep && spins % 64 != 0 {
+            continue;
+        }
+        if cancel.is_cancelled() {
+            return Err(kverbs::errno::ecanceled());
+        }
+        if now - last_progress > timeout_ns {
+            let _ = writeln!(
+                rep,
+                "{}: no completion for {} ms at size {}",
+                cfg.test.name(),
+                cfg.timeout_ms,
+                size
+            );
+            return Err(kverbs::errno::etimedout());
+        }
+        if sleep {
             // The core polls: sleep until a completion of the first lane
-            // that waits for one (at most 1 ms), leaving the CPU to rxe.
-            if cancel.is_cancelled() {
-                return Err(kverbs::errno::ecanceled());
-            }
-            if now - last_progress > timeout_ns {
-                let _ = writeln!(
-                    rep,
-                    "{}: no completion for {} ms at size {}",
-                    cfg.test.name(),
-                    cfg.timeout_ms,
-                    size
-                );
-                return Err(kverbs::errno::etimedout());
-            }
-            if let Some(l) = lanes
-                .iter_mut()
-                .find(|l| l.send.as_ref().is_some_and(|s| s.completed() < s.posted()))
-            {
-                if let Some(s) = l.send.as_mut() {
-                    let next = s.completed() + 1;
-                    match s.wait(next, 1, cancel) {
-                        Err(e) if e.to_errno() == kverbs::errno::etimedout().to_errno() => {}
-                        r => r?,
-                    }
-                }
-            } else if let Some(r) = lanes
-                .iter_mut()
-                .find_map(|l| l.recv.as_mut().filter(|r| r.completed() < r.posted()))
-            {
-                let next = r.completed() + 1;
-                match r.wait(next, 1, cancel) {
-                    Err(e) if e.to_errno() == kverbs::errno::etimedout().to_errno() => {}
-                    r => r?,
-                }
-            }
+            // that waits for one (1 ms at most).
+            sleep_for_one(&mut lanes, cancel)?;
         } else {
-            spins = spins.wrapping_add(1);
-            if spins % 64 == 0 {
-                if cancel.is_cancelled() {
-                    return Err(kverbs::errno::ecanceled());
-                }
-                if now - last_progress > timeout_ns {
-                    let _ = writeln!(
-                        rep,
-                        "{}: no completion for {} ms at size {}",
-                        cfg.test.name(),
-                        cfg.timeout_ms,
-                        size
-                    );
-                    return Err(kverbs::errno::etimedout());
-                }
-                // Lets rxe's workers run on this CPU (no preemption).
-                kverbs::cond_resched();
-            }
+            // Lets rxe's workers run on this CPU (no preemption).
+            kverbs::cond_resched();
         }
     }
     drop(lanes);

@@ -17,7 +17,7 @@ use kverbs::{
     qp::{
         Access, AddressVector, Cancel, Init, InitAttr, Qp, QpCaps, RemoteBuf, RtrAttr, Rts, RtsAttr,
     },
-    tcp::{Ipv4, TcpListener, TcpStream},
+    tcp::TcpStream,
 };
 
 /// perftest's receive queue depth of the send tests.
@@ -193,51 +193,15 @@ fn run_params(cfg: &Config) -> [u8; PARAMS_LEN] {
 }
 
 /// The TCP connection of a two-host run.
-pub(super) fn tcp_connect(
+pub(super) fn connect_peer(
     dev: &Device,
     cfg: &Config,
     cancel: &Cancel,
     rep: &mut Report,
 ) -> Result<TcpStream> {
     let t = cfg.timeout_ms;
-    let sock = if cfg.role == Role::Server {
-        let listener =
-            TcpListener::bind(cfg.addr.unwrap_or(Ipv4::ANY), cfg.port).inspect_err(|e| {
-                pr_warn!(
-                    "{}: bench: cannot listen on TCP port {}: error {}\n",
-                    dev.name(),
-                    cfg.port,
-                    e.to_errno()
-                );
-            })?;
-        listener.accept(t, cancel).inspect_err(|e| {
-            let _ = writeln!(rep, "no client connected: error {}", e.to_errno());
-            pr_warn!(
-                "{}: bench: no client connected on port {}: error {}\n",
-                dev.name(),
-                cfg.port,
-                e.to_errno()
-            );
-        })?
-    } else {
-        let addr = cfg.addr.ok_or(EINVAL)?;
-        TcpStream::connect(addr, cfg.port, t, cancel).inspect_err(|e| {
-            let _ = writeln!(
-                rep,
-                "cannot connect to {}:{}: error {}",
-                addr,
-                cfg.port,
-                e.to_errno()
-            );
-            pr_warn!(
-                "{}: bench: cannot connect to {}:{}: error {}\n",
-                dev.name(),
-                addr,
-                cfg.port,
-                e.to_errno()
-            );
-        })?
-    };
+    let server = cfg.role == Role::Server;
+    let sock = crate::rc::tcp_connect(dev, "bench", server, cfg.addr, cfg.port, t, cancel, rep)?;
     // The two sides must run the same test (perftest checks it too).
     let ours = run_params(cfg);
     let mut theirs = [0u8; PARAMS_LEN];
