@@ -17,6 +17,12 @@
 //!   safe queries of its attributes, ports and GID table.
 //! - [`debugfs`] and [`sysfs`]: files that show (and optionally take) text,
 //!   removed on drop, safe against removal while a reader is inside.
+//! - [`pd`], [`cq`], [`qp`] (typestate queue pairs, RC and UD), [`mr`]
+//!   (fast registration), [`dma`], [`ah`], [`mcast`], [`cm`] (rdma_cm),
+//!   [`tcp`]: the verbs, with the lifetimes of what requests use owned by
+//!   the types.
+//! - [`stream`]: the data path -- prebuilt request chains, counted
+//!   completions, batch and busy polling, inline sends.
 //!
 //! All `unsafe` code of the project lives in this crate; its users are safe
 //! Rust and are built with `#![deny(unsafe_code)]`.
