@@ -326,6 +326,32 @@ pub enum SendOp {
     Read(RemoteBuf),
 }
 
+impl SendOp {
+    /// The request for this operation: opcode, immediate data, remote
+    /// address and key; the caller adds the SGEs and the CQE.
+    pub(crate) fn rdma_wr(self) -> bindings::ib_rdma_wr {
+        let mut wr = bindings::ib_rdma_wr::default();
+        let (opcode, imm, remote) = match self {
+            SendOp::Send => (bindings::IB_WR_SEND, None, None),
+            SendOp::SendWithImm(imm) => (bindings::IB_WR_SEND_WITH_IMM, Some(imm), None),
+            SendOp::Write(r) => (bindings::IB_WR_RDMA_WRITE, None, Some(r)),
+            SendOp::WriteWithImm(r, imm) => {
+                (bindings::IB_WR_RDMA_WRITE_WITH_IMM, Some(imm), Some(r))
+            }
+            SendOp::Read(r) => (bindings::IB_WR_RDMA_READ, None, Some(r)),
+        };
+        wr.wr.opcode = opcode;
+        if let Some(imm) = imm {
+            wr.wr.ex.imm_data = imm.to_be();
+        }
+        if let Some(r) = remote {
+            wr.remote_addr = r.addr;
+            wr.rkey = r.rkey;
+        }
+        wr
+    }
+}
+
 /// Cancels the waits of a run from another thread (for instance when the
 /// device is being removed).
 ///
@@ -906,26 +932,9 @@ impl Qp<Rts, Rc> {
             length: len.try_into()?,
             lkey: self.inner.pd.local_dma_lkey(),
         };
-        let mut wr = bindings::ib_rdma_wr::default();
-        let (opcode, imm, remote) = match op {
-            SendOp::Send => (bindings::IB_WR_SEND, None, None),
-            SendOp::SendWithImm(imm) => (bindings::IB_WR_SEND_WITH_IMM, Some(imm), None),
-            SendOp::Write(r) => (bindings::IB_WR_RDMA_WRITE, None, Some(r)),
-            SendOp::WriteWithImm(r, imm) => {
-                (bindings::IB_WR_RDMA_WRITE_WITH_IMM, Some(imm), Some(r))
-            }
-            SendOp::Read(r) => (bindings::IB_WR_RDMA_READ, None, Some(r)),
-        };
-        wr.wr.opcode = opcode;
+        let mut wr = op.rdma_wr();
         wr.wr.sg_list = &mut sge;
         wr.wr.num_sge = 1;
-        if let Some(imm) = imm {
-            wr.wr.ex.imm_data = imm.to_be();
-        }
-        if let Some(r) = remote {
-            wr.remote_addr = r.addr;
-            wr.rkey = r.rkey;
-        }
         let res = SlotRes {
             _buf: Some(buf.clone()),
             ..Default::default()

@@ -368,24 +368,7 @@ impl<'a> SendStream<'a> {
         let mut ring_wrs = KVec::with_capacity(depth as usize, GFP_KERNEL)?;
         for i in 0..depth as usize {
             let t = i % wrs.len();
-            let mut wr = bindings::ib_rdma_wr::default();
-            let (opcode, imm, remote) = match wrs[t].0 {
-                SendOp::Send => (bindings::IB_WR_SEND, None, None),
-                SendOp::SendWithImm(imm) => (bindings::IB_WR_SEND_WITH_IMM, Some(imm), None),
-                SendOp::Write(r) => (bindings::IB_WR_RDMA_WRITE, None, Some(r)),
-                SendOp::WriteWithImm(r, imm) => {
-                    (bindings::IB_WR_RDMA_WRITE_WITH_IMM, Some(imm), Some(r))
-                }
-                SendOp::Read(r) => (bindings::IB_WR_RDMA_READ, None, Some(r)),
-            };
-            wr.wr.opcode = opcode;
-            if let Some(imm) = imm {
-                wr.wr.ex.imm_data = imm.to_be();
-            }
-            if let Some(r) = remote {
-                wr.remote_addr = r.addr;
-                wr.rkey = r.rkey;
-            }
+            let mut wr = wrs[t].0.rdma_wr();
             // The SGE and the CQE live in heap memory that never moves.
             wr.wr.sg_list = &ring.sges[t] as *const _ as *mut _;
             wr.wr.num_sge = 1;
