@@ -135,10 +135,6 @@ fn parse_num(dev: &Device, key: &str, v: &str, min: u64, max: u64) -> Result<u32
 }
 
 fn parse<'a>(dev: &Device, input: &'a [u8]) -> Result<Config> {
-    let text = core::str::from_utf8(input).map_err(|_| {
-        pr_warn!("{}: bench: the control string is not text\n", dev.name());
-        EINVAL
-    })?;
     let mut test = None;
     let mut cfg = Config {
         test: Test::WriteBw,
@@ -157,20 +153,8 @@ fn parse<'a>(dev: &Device, input: &'a [u8]) -> Result<Config> {
         port: PORT,
     };
     let (mut iters, mut tx_depth, mut cq_mod, mut inline) = (None, None, None, None);
-    for opt in text.split(|c: char| c == ',' || c.is_ascii_whitespace()) {
-        if opt.is_empty() {
-            continue;
-        }
-        let (key, val) = match opt.split_once('=') {
-            Some((k, v)) => (k, Some(v)),
-            None => (opt, None),
-        };
-        let need = |v: Option<&'a str>| -> Result<&'a str> {
-            v.ok_or_else(|| {
-                pr_warn!("{}: bench: '{}' needs a value\n", dev.name(), key);
-                EINVAL
-            })
-        };
+    for (key, val) in crate::rc::options(dev, "bench", input)? {
+        let need = |v: Option<&'a str>| crate::rc::need(dev, "bench", key, v);
         match key {
             "test" => {
                 let v = need(val)?;

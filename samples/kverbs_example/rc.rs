@@ -162,28 +162,47 @@ pub(crate) fn parse_ipv4(v: &str) -> Option<[u8; 4]> {
 }
 
 /// Parses `key=value` options separated by commas, blanks or newlines.
-fn parse<'a>(dev: &Device, input: &'a [u8]) -> Result<Config> {
+/// The options of a control string of the file `file`: `key` or
+/// `key=value`, separated by commas, blanks or newlines. `EINVAL` (and a
+/// log line) if the string is not text.
+pub(crate) fn options<'a>(
+    dev: &Device,
+    file: &str,
+    input: &'a [u8],
+) -> Result<impl Iterator<Item = (&'a str, Option<&'a str>)>> {
     let text = core::str::from_utf8(input).map_err(|_| {
-        pr_warn!("{}: rc: the control string is not text\n", dev.name());
+        pr_warn!("{}: {}: the control string is not text\n", dev.name(), file);
         EINVAL
     })?;
+    Ok(text
+        .split(|c: char| c == ',' || c.is_ascii_whitespace())
+        .filter(|opt| !opt.is_empty())
+        .map(|opt| match opt.split_once('=') {
+            Some((k, v)) => (k, Some(v)),
+            None => (opt, None),
+        }))
+}
+
+/// The value of option `key` of the file `file`, or `EINVAL` (and a log
+/// line) if it has none.
+pub(crate) fn need<'a>(
+    dev: &Device,
+    file: &str,
+    key: &str,
+    val: Option<&'a str>,
+) -> Result<&'a str> {
+    val.ok_or_else(|| {
+        pr_warn!("{}: {}: '{}' needs a value\n", dev.name(), file, key);
+        EINVAL
+    })
+}
+
+fn parse<'a>(dev: &Device, input: &'a [u8]) -> Result<Config> {
     let mut cfg = Config::defaults();
     let mut have_role = false;
     let (mut port_set, mut size_set) = (false, false);
-    for opt in text.split(|c: char| c == ',' || c.is_ascii_whitespace()) {
-        if opt.is_empty() {
-            continue;
-        }
-        let (key, val) = match opt.split_once('=') {
-            Some((k, v)) => (k, Some(v)),
-            None => (opt, None),
-        };
-        let need = |v: Option<&'a str>| -> Result<&'a str> {
-            v.ok_or_else(|| {
-                pr_warn!("{}: rc: '{}' needs a value\n", dev.name(), key);
-                EINVAL
-            })
-        };
+    for (key, val) in options(dev, "rc", input)? {
+        let need = |v: Option<&'a str>| need(dev, "rc", key, v);
         match key {
             "role" => {
                 cfg.role = match need(val)? {
