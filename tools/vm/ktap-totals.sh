@@ -21,6 +21,8 @@
 #     the rest of its own plan, at least one, counts as failed;
 #   - a planned program that never started: one failure each;
 #   - no "kverbs-vm: done": one failure more if nothing else failed.
+# A program's failed cases always count, and mark it "not ok", even when
+# it exited with success (or with failure but no failed case: one more).
 
 set -euo pipefail
 
@@ -102,6 +104,10 @@ prog != "" && /^# kverbs-time: / { secs = $4; next }
 	if ($1 == "not" && have_totals && tf == 0) {
 		why(prog ": exited with failure status but reported no failed case (" $0 ")")
 		tf = 1
+	}
+	if ($1 != "not" && have_totals && tf > 0) {
+		why(prog ": reported " tf " failed case(s) but exited with success (" $0 ")")
+		r = "not ok"
 	}
 	close_prog(r)
 	next

@@ -186,5 +186,11 @@ kv_end() {
 		kv_msg "planned $KSFT_NUM_TESTS test cases, ran $((KTAP_TESTNO - 1))"
 		ktap_test_fail "test_plan_matches_cases_run"
 	fi
+	# ktap_finished passes a program whose passes and skips add up to its
+	# plan, even with failed cases beside them: never let a failure pass.
+	if [ "$KTAP_CNT_FAIL" -ne 0 ]; then
+		ktap_print_totals
+		exit "$KSFT_FAIL"
+	fi
 	ktap_finished
 }
