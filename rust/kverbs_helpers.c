@@ -153,11 +153,13 @@ long kverbs_wait_u32(struct wait_queue_head *wq, const u32 *v, u32 want,
 						msecs_to_jiffies(timeout_ms));
 }
 
-void kverbs_sg_set_dma(struct scatterlist *sg, u64 dma_addr, unsigned int len)
+void kverbs_sg_set_dma(struct scatterlist *sgl, unsigned int n, unsigned int i,
+		       u64 dma_addr, unsigned int len)
 {
-	sg_init_table(sg, 1);
-	sg_dma_address(sg) = dma_addr;
-	sg_dma_len(sg) = len;
+	if (i == 0)
+		sg_init_table(sgl, n);
+	sg_dma_address(&sgl[i]) = dma_addr;
+	sg_dma_len(&sgl[i]) = len;
 }
 
 bool kverbs_signal_pending(void)

@@ -28,8 +28,12 @@ void kverbs_wake_up(struct wait_queue_head *wq);
 long kverbs_wait_u32(struct wait_queue_head *wq, const u32 *v, u32 want,
 		     unsigned int timeout_ms);
 
-/* A one-entry scatterlist for an already DMA-mapped buffer. */
-void kverbs_sg_set_dma(struct scatterlist *sg, u64 dma_addr, unsigned int len);
+/*
+ * Entry i of the n-entry scatterlist sgl (initialised when i is 0) for
+ * already DMA-mapped memory.
+ */
+void kverbs_sg_set_dma(struct scatterlist *sgl, unsigned int n, unsigned int i,
+		       u64 dma_addr, unsigned int len);
 
 /* signal_pending(current). */
 bool kverbs_signal_pending(void);

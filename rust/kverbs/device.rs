@@ -345,6 +345,10 @@ impl DeviceAttr {
     pub fn max_mr_size(&self) -> u64 {
         self.0.max_mr_size
     }
+    /// Pages one fast-registration memory region maps at most.
+    pub fn max_fast_reg_page_list_len(&self) -> u32 {
+        self.0.max_fast_reg_page_list_len
+    }
     /// Supported page sizes, as a bit mask.
     pub fn page_size_cap(&self) -> u64 {
         self.0.page_size_cap

@@ -8,10 +8,49 @@
 use crate::bindings;
 use crate::device::Device;
 use core::sync::atomic::{AtomicBool, Ordering};
-use kernel::{prelude::*, types::ARef};
+use kernel::{alloc::flags::__GFP_NOWARN, prelude::*, types::ARef};
+
+/// The bytes of one chunk of a buffer: a buffer of at most this many bytes
+/// is one allocation, a larger one is made of chunks this large (the last
+/// one shorter), each mapped on its own. The kernel allocates and maps
+/// contiguous memory only up to a few MiB, and gets large contiguous
+/// allocations only on an unfragmented system.
+///
+/// Each chunk of a larger buffer is a whole `CHUNK` allocation (the last
+/// one too, however little of it is used): `kmalloc` aligns power-of-two
+/// sizes naturally, so every chunk starts on a `CHUNK` boundary, which a
+/// memory region mapping the chunks as one range needs (with any page
+/// size up to `CHUNK`).
+pub const CHUNK: usize = 1 << 20;
+
+/// The largest buffer.
+pub const MAX_LEN: usize = 16 * CHUNK;
+
+/// The SGEs a range of a buffer takes at most (one per chunk it touches).
+pub const MAX_SGES: usize = MAX_LEN / CHUNK + 1;
+
+/// One allocation of a buffer and its mapping.
+///
+/// # Invariants
+///
+/// `cpu` is a `kmalloc`ed allocation of `cap >= len` bytes (`len > 0`),
+/// whose first `len` are mapped at `dma` with `DMA_BIDIRECTIONAL` on the
+/// device of the [`DmaBuf`] it belongs to.
+struct Chunk {
+    cpu: *mut u8,
+    dma: u64,
+    len: usize,
+    cap: usize,
+}
 
 /// A kernel buffer mapped for DMA by an RDMA device (bidirectional), unmapped
 /// and freed on drop.
+///
+/// A buffer of up to [`CHUNK`] bytes is one contiguous allocation; a larger
+/// one (up to [`MAX_LEN`]) is made of chunks of [`CHUNK`] bytes, so a work
+/// request on a range of it takes one SGE per chunk it touches
+/// ([`DmaBuf::sge_count`]), and a memory region maps it as one virtually
+/// contiguous range (see [`crate::mr`]).
 ///
 /// The CPU reaches the contents only by copying ([`DmaBuf::write`],
 /// [`DmaBuf::read`]), which sync the range they touch for the CPU before
@@ -30,15 +69,14 @@ use kernel::{prelude::*, types::ARef};
 ///
 /// # Invariants
 ///
-/// `cpu` is a `kmalloc`ed allocation of `cap >= len` bytes (`len > 0`), of
-/// which the first `len` are mapped at `dma` on `dev` with
-/// `DMA_BIDIRECTIONAL`. The CPU touches them only while holding `busy`.
+/// `chunks` are the buffer's bytes in order: chunk `i` holds bytes
+/// `i * CHUNK..` (all but the last exactly [`CHUNK`] long), `len` in all,
+/// `0 < len <= MAX_LEN` once [`DmaBuf::new`] has returned. Each chunk is
+/// mapped on `dev`. The CPU touches them only while holding `busy`.
 pub struct DmaBuf {
     dev: ARef<Device>,
-    cpu: *mut u8,
-    dma: u64,
+    chunks: KVec<Chunk>,
     len: usize,
-    cap: usize,
     busy: AtomicBool,
 }
 
@@ -50,32 +88,63 @@ unsafe impl Send for DmaBuf {}
 unsafe impl Sync for DmaBuf {}
 
 impl DmaBuf {
-    /// Allocates `len` zeroed bytes and maps them for `dev`.
+    /// Allocates `len` zeroed bytes (at most [`MAX_LEN`]) and maps them for
+    /// `dev`.
     pub fn new(dev: &Device, len: usize) -> Result<Self> {
-        if len == 0 {
+        if len == 0 || len > MAX_LEN {
+            pr_err!(
+                "{}: a DMA buffer has 1 to {} bytes, not {}\n",
+                dev.name(),
+                MAX_LEN,
+                len
+            );
             return Err(EINVAL);
         }
-        let mem = KVec::<u8>::from_elem(0, len, GFP_KERNEL)?;
-        let (cpu, _, cap) = mem.into_raw_parts();
-        // SAFETY: `dev` is live; `cpu` is valid for `len` bytes.
-        let dma = unsafe {
-            bindings::ib_dma_map_single(dev.as_raw(), cpu.cast(), len, bindings::DMA_BIDIRECTIONAL)
-        };
-        // SAFETY: `dev` is live; `dma` was just returned by the mapping.
-        if unsafe { bindings::ib_dma_mapping_error(dev.as_raw(), dma) } != 0 {
-            // SAFETY: `cpu`, `len`, `cap` came from `into_raw_parts` above.
-            drop(unsafe { KVec::from_raw_parts(cpu, len, cap) });
-            return Err(ENOMEM);
-        }
-        // INVARIANT: allocated and mapped above.
-        Ok(DmaBuf {
+        let mut buf = DmaBuf {
             dev: dev.into(),
-            cpu,
-            dma,
+            chunks: KVec::with_capacity(len.div_ceil(CHUNK), GFP_KERNEL)?,
             len,
-            cap,
             busy: AtomicBool::new(false),
-        })
+        };
+        let mut left = len;
+        while left > 0 {
+            let n = left.min(CHUNK);
+            // Large sizes are user input: their failure is an errno, not a
+            // warning.
+            let flags = GFP_KERNEL | __GFP_NOWARN;
+            let mut mem = KVec::<u8>::with_capacity(if len > CHUNK { CHUNK } else { n }, flags)?;
+            mem.extend_with(n, 0, flags)?;
+            let (cpu, _, cap) = mem.into_raw_parts();
+            // SAFETY: `dev` is live; `cpu` is valid for `n` bytes.
+            let dma = unsafe {
+                bindings::ib_dma_map_single(
+                    dev.as_raw(),
+                    cpu.cast(),
+                    n,
+                    bindings::DMA_BIDIRECTIONAL,
+                )
+            };
+            // SAFETY: `dev` is live; `dma` was just returned by the mapping.
+            if unsafe { bindings::ib_dma_mapping_error(dev.as_raw(), dma) } != 0 {
+                // SAFETY: `cpu`, `n`, `cap` came from `into_raw_parts` above.
+                drop(unsafe { KVec::from_raw_parts(cpu, n, cap) });
+                // The chunks mapped so far are undone by `drop`.
+                return Err(ENOMEM);
+            }
+            // INVARIANT: allocated and mapped above; the capacity was
+            // reserved, so the push cannot fail.
+            buf.chunks.push(
+                Chunk {
+                    cpu,
+                    dma,
+                    len: n,
+                    cap,
+                },
+                GFP_KERNEL,
+            )?;
+            left -= n;
+        }
+        Ok(buf)
     }
 
     /// The device the buffer is mapped for.
@@ -109,17 +178,6 @@ impl DmaBuf {
         false
     }
 
-    /// The DMA address of byte `offset`.
-    pub(crate) fn dma_addr(&self, offset: usize) -> u64 {
-        self.dma + offset as u64
-    }
-
-    /// The kernel virtual address of byte `offset`: what an inline send's
-    /// SGE names (the CPU copies the data when the request is posted).
-    pub(crate) fn cpu_addr(&self, offset: usize) -> u64 {
-        self.cpu as u64 + offset as u64
-    }
-
     /// Checks that `offset..offset + len` lies within the buffer.
     pub(crate) fn check(&self, offset: usize, len: usize) -> Result {
         match offset.checked_add(len) {
@@ -128,9 +186,72 @@ impl DmaBuf {
         }
     }
 
-    /// Runs `f` on `offset..offset + len`, synced for the CPU, then syncs
-    /// that range back for the device. `EBUSY` if another copy is running.
-    fn with_range(&self, offset: usize, len: usize, f: impl FnOnce(*mut u8)) -> Result {
+    /// The pieces of `offset..offset + len` (a range within the buffer) in
+    /// its chunks: the chunk, the offset in it and the length. An empty
+    /// range is one empty piece.
+    fn pieces(&self, offset: usize, len: usize) -> impl Iterator<Item = (&Chunk, usize, usize)> {
+        let end = offset + len;
+        let mut at = offset;
+        let mut first = true;
+        core::iter::from_fn(move || {
+            if at >= end && !(first && len == 0) {
+                return None;
+            }
+            first = false;
+            let i = (at / CHUNK).min(self.chunks.len() - 1);
+            let c = &self.chunks[i];
+            let off = at - i * CHUNK;
+            let n = (end - at).min(c.len - off);
+            at += n;
+            Some((c, off, n))
+        })
+    }
+
+    /// How many SGEs a request on `offset..offset + len` takes: one per
+    /// chunk the range touches (one for an empty range); 0 if the range is
+    /// not within the buffer.
+    pub fn sge_count(&self, offset: usize, len: usize) -> usize {
+        match self.check(offset, len) {
+            Ok(()) => self.pieces(offset, len).count(),
+            Err(_) => 0,
+        }
+    }
+
+    /// The SGEs (with `lkey`) of `offset..offset + len`, a range within
+    /// the buffer: DMA addresses, or kernel virtual addresses if `virt`
+    /// (what an inline send's SGEs name: the CPU copies the data when the
+    /// request is posted).
+    pub(crate) fn sges(
+        &self,
+        offset: usize,
+        len: usize,
+        lkey: u32,
+        virt: bool,
+    ) -> impl Iterator<Item = bindings::ib_sge> + '_ {
+        self.pieces(offset, len)
+            .map(move |(c, off, n)| bindings::ib_sge {
+                addr: if virt { c.cpu as u64 } else { c.dma } + off as u64,
+                // A chunk is at most `CHUNK` bytes.
+                length: n as u32,
+                lkey,
+            })
+    }
+
+    /// The DMA address and length of each chunk, in order: what a memory
+    /// region maps.
+    pub(crate) fn dma_chunks(&self) -> impl Iterator<Item = (u64, usize)> + '_ {
+        self.chunks.iter().map(|c| (c.dma, c.len))
+    }
+
+    /// Runs `f` on each piece of `offset..offset + len` (its CPU address,
+    /// its offset in the range and its length), synced for the CPU, then
+    /// syncs it back for the device. `EBUSY` if another copy is running.
+    fn with_range(
+        &self,
+        offset: usize,
+        len: usize,
+        mut f: impl FnMut(*mut u8, usize, usize),
+    ) -> Result {
         self.check(offset, len)?;
         if len == 0 {
             return Ok(());
@@ -143,52 +264,63 @@ impl DmaBuf {
             return Err(EBUSY);
         }
         let dev = self.dev.as_raw();
-        let dma = self.dma_addr(offset);
-        // SAFETY: By the type invariant the mapping is live; the range lies
-        // within it (checked above).
-        unsafe { bindings::ib_dma_sync_single_for_cpu(dev, dma, len, bindings::DMA_BIDIRECTIONAL) };
-        // SAFETY: The range lies within the allocation (checked above).
-        f(unsafe { self.cpu.add(offset) });
-        // SAFETY: As above.
-        unsafe {
-            bindings::ib_dma_sync_single_for_device(dev, dma, len, bindings::DMA_BIDIRECTIONAL)
-        };
+        let mut done = 0;
+        for (c, off, n) in self.pieces(offset, len) {
+            let dma = c.dma + off as u64;
+            // SAFETY: By the type invariant the chunk's mapping is live; the
+            // piece lies within it.
+            unsafe {
+                bindings::ib_dma_sync_single_for_cpu(dev, dma, n, bindings::DMA_BIDIRECTIONAL)
+            };
+            // SAFETY: The piece lies within the chunk's allocation.
+            f(unsafe { c.cpu.add(off) }, done, n);
+            // SAFETY: As above.
+            unsafe {
+                bindings::ib_dma_sync_single_for_device(dev, dma, n, bindings::DMA_BIDIRECTIONAL)
+            };
+            done += n;
+        }
         self.busy.store(false, Ordering::Release);
         Ok(())
     }
 
     /// Copies `data` into the buffer at `offset`.
     pub fn write(&self, offset: usize, data: &[u8]) -> Result {
-        self.with_range(offset, data.len(), |p| {
-            // SAFETY: `p` is valid for `data.len()` bytes, which no other
-            // CPU access touches (`busy` is held); `data` cannot overlap
-            // memory we own.
-            unsafe { core::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len()) }
+        self.with_range(offset, data.len(), |p, at, n| {
+            // SAFETY: `p` is valid for `n` bytes, which no other CPU access
+            // touches (`busy` is held); `data[at..at + n]` is in bounds (the
+            // pieces cover the range in order) and cannot overlap memory we
+            // own.
+            unsafe { core::ptr::copy_nonoverlapping(data.as_ptr().add(at), p, n) }
         })
     }
 
     /// Copies the buffer at `offset` into `out`.
     pub fn read(&self, offset: usize, out: &mut [u8]) -> Result {
         let len = out.len();
-        self.with_range(offset, len, |p| {
+        let dst = out.as_mut_ptr();
+        self.with_range(offset, len, |p, at, n| {
             // SAFETY: As in `write`.
-            unsafe { core::ptr::copy_nonoverlapping(p, out.as_mut_ptr(), len) }
+            unsafe { core::ptr::copy_nonoverlapping(p, dst.add(at), n) }
         })
     }
 }
 
 impl Drop for DmaBuf {
     fn drop(&mut self) {
-        // SAFETY: By the type invariant the buffer is mapped on `dev`, which
-        // the `ARef` keeps registered; nothing else uses it any more.
-        unsafe {
-            bindings::ib_dma_unmap_single(
-                self.dev.as_raw(),
-                self.dma,
-                self.len,
-                bindings::DMA_BIDIRECTIONAL,
-            );
-            drop(KVec::from_raw_parts(self.cpu, self.len, self.cap));
+        for c in self.chunks.iter() {
+            // SAFETY: By the type invariant the chunk is mapped on `dev`,
+            // which the `ARef` keeps registered; nothing else uses it any
+            // more.
+            unsafe {
+                bindings::ib_dma_unmap_single(
+                    self.dev.as_raw(),
+                    c.dma,
+                    c.len,
+                    bindings::DMA_BIDIRECTIONAL,
+                );
+                drop(KVec::from_raw_parts(c.cpu, c.len, c.cap));
+            }
         }
     }
 }

@@ -11,9 +11,15 @@
 //! While registered the MR holds the buffer, so remote access can never
 //! reach freed memory; dropping the MR deregisters it (`ib_dereg_mr`) before
 //! the buffer is released.
+//!
+//! An MR maps a buffer's chunks (see [`crate::dma`]) as one virtually
+//! contiguous range, with the smallest page size (a power of two from
+//! `PAGE_SIZE` up to a chunk) that keeps its page list within the device's
+//! `max_fast_reg_page_list_len`: an 8 MiB buffer takes 16 KiB pages on a
+//! device that maps 512.
 
 use crate::bindings;
-use crate::dma::DmaBuf;
+use crate::dma::{self, DmaBuf};
 use crate::pd::Pd;
 use crate::qp::{Access, Cancel, Qp, RemoteBuf, Rts};
 use core::ptr::NonNull;
@@ -30,12 +36,15 @@ struct MrState {
 
 /// # Invariants
 ///
-/// `mr` was allocated by `ib_alloc_mr` in `pd` and is not yet deregistered;
-/// while it is registered, `state.buf` is the buffer it maps.
+/// `mr` was allocated by `ib_alloc_mr` in `pd` and is not yet deregistered,
+/// with room for `max_len` bytes in pages of `page_size`; while it is
+/// registered, `state.buf` is the buffer it maps.
 #[pin_data(PinnedDrop)]
 pub(crate) struct MrInner {
     mr: NonNull<bindings::ib_mr>,
     pd: Pd,
+    max_len: usize,
+    page_size: usize,
     #[pin]
     state: Mutex<MrState>,
 }
@@ -65,9 +74,19 @@ impl PinnedDrop for MrInner {
 pub struct Mr(Arc<MrInner>);
 
 impl Mr {
-    /// Allocates an MR able to map `max_len` bytes.
+    /// Allocates an MR able to map a buffer of `max_len` bytes.
     pub fn new(pd: &Pd, max_len: usize) -> Result<Self> {
-        let pages = max_len.div_ceil(PAGE_SIZE) + 1;
+        if max_len == 0 || max_len > dma::MAX_LEN {
+            return Err(EINVAL);
+        }
+        // The page list of the smallest page size that fits the device's
+        // (one page more for a range that does not start on a boundary).
+        let limit = pd.device().attrs().max_fast_reg_page_list_len().max(2) as usize;
+        let mut page_size = PAGE_SIZE;
+        while max_len.div_ceil(page_size) + 1 > limit && page_size < dma::CHUNK {
+            page_size *= 2;
+        }
+        let pages = max_len.div_ceil(page_size) + 1;
         // SAFETY: The PD is live.
         let mr = from_err_ptr(unsafe {
             bindings::ib_alloc_mr(pd.as_raw(), bindings::IB_MR_TYPE_MEM_REG, pages.try_into()?)
@@ -77,6 +96,8 @@ impl Mr {
             try_pin_init!(MrInner {
                 mr,
                 pd: pd.clone(),
+                max_len,
+                page_size,
                 state <- new_mutex!(MrState {
                     buf: None,
                     rkey: 0,
@@ -109,24 +130,49 @@ impl Mr {
         if state.buf.is_some() || state.busy {
             return Err(EBUSY);
         }
+        if buf.len() > inner.max_len {
+            pr_err!(
+                "{}: an MR of {} bytes cannot map a buffer of {}\n",
+                dev.name(),
+                inner.max_len,
+                buf.len()
+            );
+            return Err(EINVAL);
+        }
         let len: u32 = buf.len().try_into()?;
-        let mut sg = bindings::scatterlist::default();
-        // SAFETY: `sg` is a valid one-entry list; the buffer is mapped for
-        // the MR's device (checked above).
-        unsafe { bindings::kverbs_sg_set_dma(&mut sg, buf.dma_addr(0), len) };
+        // One entry per chunk of the buffer.
+        let nents = buf.dma_chunks().count();
+        let mut sg = KVec::with_capacity(nents, GFP_KERNEL)?;
+        for _ in 0..nents {
+            sg.push(bindings::scatterlist::default(), GFP_KERNEL)?;
+        }
+        for (i, (addr, n)) in buf.dma_chunks().enumerate() {
+            // SAFETY: `sg` has `nents` entries, `i < nents`; the chunk is
+            // mapped for the MR's device (checked above).
+            unsafe {
+                bindings::kverbs_sg_set_dma(sg.as_mut_ptr(), nents as u32, i as u32, addr, n as u32)
+            };
+        }
         // SAFETY: The MR is live and not registered; `sg` describes mapped
         // memory that `state.buf` holds while the MR maps it.
         let n = unsafe {
             bindings::ib_map_mr_sg(
                 inner.as_raw(),
-                &mut sg,
-                1,
+                sg.as_mut_ptr(),
+                nents as i32,
                 core::ptr::null_mut(),
-                PAGE_SIZE as u32,
+                inner.page_size as u32,
             )
         };
-        if n != 1 {
-            pr_err!("ib_map_mr_sg of {} bytes mapped {} entries\n", len, n);
+        if n != nents as i32 {
+            pr_err!(
+                "{}: ib_map_mr_sg of {} bytes in {} chunks ({} B pages) mapped {}\n",
+                dev.name(),
+                len,
+                nents,
+                inner.page_size,
+                n
+            );
             return Err(if n < 0 { Error::from_errno(n) } else { EINVAL });
         }
         // A new key for each registration, so a stale rkey never matches.

@@ -200,6 +200,10 @@ pub struct QpCaps {
     /// Bytes a send may carry inline (copied by the CPU when posted):
     /// 0 for none. The device may give more ([`Qp::max_inline_data`]).
     pub max_inline_data: u32,
+    /// SGEs a request may have, on each queue (0 counts as 1): a request on
+    /// a range of a buffer larger than a [`crate::dma::CHUNK`] takes one
+    /// per chunk ([`DmaBuf::sge_count`]).
+    pub max_sge: u32,
 }
 
 impl QpCaps {
@@ -406,7 +410,7 @@ impl Cancel {
 
 /// The queue of a work request.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Queue {
+pub(crate) enum Queue {
     Send,
     Recv,
 }
@@ -534,6 +538,9 @@ struct QpInner {
     port: PortNum,
     /// The bytes a send may carry inline.
     max_inline: u32,
+    /// The SGEs a request may have on each queue.
+    max_send_sge: u32,
+    max_recv_sge: u32,
     send_slots: KVec<Slot>,
     recv_slots: KVec<Slot>,
     #[pin]
@@ -728,8 +735,8 @@ impl<T: Transport> Qp<Reset, T> {
         };
         init.cap.max_send_wr = max_send_wr;
         init.cap.max_recv_wr = max_recv_wr;
-        init.cap.max_send_sge = 1;
-        init.cap.max_recv_sge = 1;
+        init.cap.max_send_sge = caps.max_sge.max(1);
+        init.cap.max_recv_sge = caps.max_sge.max(1);
         init.cap.max_inline_data = caps.max_inline_data;
         let qp = match cm {
             None => {
@@ -751,6 +758,7 @@ impl<T: Transport> Qp<Reset, T> {
         let qp = NonNull::new(qp).ok_or(ENOMEM)?;
         // What the driver gave (it updates the attributes it was passed).
         let max_inline = init.cap.max_inline_data;
+        let (max_send_sge, max_recv_sge) = (init.cap.max_send_sge, init.cap.max_recv_sge);
         let cm_ref = cm.map(|c| c.inner());
         let cm_raw = cm.map(|c| c.as_raw());
         let inner = KBox::pin_init(
@@ -760,6 +768,8 @@ impl<T: Transport> Qp<Reset, T> {
                 ud: T::QP_TYPE == bindings::IB_QPT_UD,
                 port,
                 max_inline,
+                max_send_sge,
+                max_recv_sge,
                 send_slots,
                 recv_slots,
                 book <- new_mutex!(book),
@@ -925,16 +935,10 @@ impl Qp<Rts, Rc> {
         len: usize,
         signaled: bool,
     ) -> Result<WrId> {
-        buf.check_device(self.device(), "posted here")?;
-        buf.check(offset, len)?;
-        let mut sge = bindings::ib_sge {
-            addr: buf.dma_addr(offset),
-            length: len.try_into()?,
-            lkey: self.inner.pd.local_dma_lkey(),
-        };
+        let mut sges = self.sge_list(Queue::Send, buf, offset, len)?;
         let mut wr = op.rdma_wr();
-        wr.wr.sg_list = &mut sge;
-        wr.wr.num_sge = 1;
+        wr.wr.sg_list = sges.0.as_mut_ptr();
+        wr.wr.num_sge = sges.1;
         let res = SlotRes {
             _buf: Some(buf.clone()),
             ..Default::default()
@@ -966,12 +970,7 @@ impl Qp<Rts, Ud> {
             );
             return Err(EINVAL);
         }
-        buf.check(offset, len)?;
-        let mut sge = bindings::ib_sge {
-            addr: buf.dma_addr(offset),
-            length: len.try_into()?,
-            lkey: self.inner.pd.local_dma_lkey(),
-        };
+        let mut sges = self.sge_list(Queue::Send, buf, offset, len)?;
         let mut wr = bindings::ib_ud_wr {
             ah: dest.ah.0.as_raw(),
             remote_qpn: dest.qpn,
@@ -985,8 +984,8 @@ impl Qp<Rts, Ud> {
         if let Some(imm) = imm {
             wr.wr.ex.imm_data = imm.to_be();
         }
-        wr.wr.sg_list = &mut sge;
-        wr.wr.num_sge = 1;
+        wr.wr.sg_list = sges.0.as_mut_ptr();
+        wr.wr.num_sge = sges.1;
         let res = SlotRes {
             _buf: Some(buf.clone()),
             ah: Some(dest.ah.0.clone()),
@@ -1038,13 +1037,7 @@ impl Qp<Rts, Rc> {
 impl<S: CanPostRecv, T: Transport> Qp<S, T> {
     /// Posts a receive into `len` bytes of `buf` at `offset`.
     pub fn post_recv(&self, buf: &Arc<DmaBuf>, offset: usize, len: usize) -> Result<WrId> {
-        buf.check_device(self.device(), "posted here")?;
-        buf.check(offset, len)?;
-        let mut sge = bindings::ib_sge {
-            addr: buf.dma_addr(offset),
-            length: len.try_into()?,
-            lkey: self.inner.pd.local_dma_lkey(),
-        };
+        let mut sges = self.sge_list(Queue::Recv, buf, offset, len)?;
         let res = SlotRes {
             _buf: Some(buf.clone()),
             ..Default::default()
@@ -1054,8 +1047,8 @@ impl<S: CanPostRecv, T: Transport> Qp<S, T> {
         let book = &mut *book;
         let (index, seq) = reserve(&mut book.recv, &inner.recv_slots, true, res)?;
         let mut wr = bindings::ib_recv_wr {
-            sg_list: &mut sge,
-            num_sge: 1,
+            sg_list: sges.0.as_mut_ptr(),
+            num_sge: sges.1,
             ..Default::default()
         };
         wr.__bindgen_anon_1.wr_cqe = inner.recv_slots[index].cqe.get();
@@ -1154,6 +1147,62 @@ impl<S: State, T: Transport> Qp<S, T> {
     /// QP was created (at least what [`QpCaps::max_inline_data`] asked).
     pub fn max_inline_data(&self) -> u32 {
         self.inner.max_inline
+    }
+
+    /// The SGEs a request on queue `q` may have.
+    pub(crate) fn max_sge(&self, q: Queue) -> u32 {
+        match q {
+            Queue::Send => self.inner.max_send_sge,
+            Queue::Recv => self.inner.max_recv_sge,
+        }
+    }
+
+    /// Checks that a request on queue `q` may name `len` bytes of `buf` at
+    /// `offset` (a buffer of this device, a range within it, no more SGEs
+    /// than the QP takes), and the number of SGEs it takes.
+    pub(crate) fn check_range(
+        &self,
+        q: Queue,
+        buf: &DmaBuf,
+        offset: usize,
+        len: usize,
+    ) -> Result<u32> {
+        buf.check_device(self.device(), "posted here")?;
+        buf.check(offset, len)?;
+        let n = buf.sge_count(offset, len) as u32;
+        if n > self.max_sge(q) {
+            pr_err!(
+                "{}: QP {:#x}: a request on {} bytes at {} takes {} SGEs, the QP {}\n",
+                self.device().name(),
+                self.qp_num(),
+                len,
+                offset,
+                n,
+                self.max_sge(q)
+            );
+            return Err(EINVAL);
+        }
+        Ok(n)
+    }
+
+    /// The SGEs of a request on queue `q` on `len` bytes of `buf` at
+    /// `offset` (see [`Qp::check_range`]), and how many there are.
+    fn sge_list(
+        &self,
+        q: Queue,
+        buf: &DmaBuf,
+        offset: usize,
+        len: usize,
+    ) -> Result<([bindings::ib_sge; crate::dma::MAX_SGES], i32)> {
+        let n = self.check_range(q, buf, offset, len)?;
+        let mut sges = [bindings::ib_sge::default(); crate::dma::MAX_SGES];
+        for (d, s) in
+            sges.iter_mut()
+                .zip(buf.sges(offset, len, self.inner.pd.local_dma_lkey(), false))
+        {
+            *d = s;
+        }
+        Ok((sges, n as i32))
     }
 
     /// The QP number.

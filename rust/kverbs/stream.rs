@@ -43,7 +43,7 @@
 use crate::bindings;
 use crate::cq::{Cq, PollCtx};
 use crate::dma::DmaBuf;
-use crate::qp::{CanPostRecv, Cancel, Qp, Rc, Rts, SendOp, Transport};
+use crate::qp::{CanPostRecv, Cancel, Qp, Queue, Rc, Rts, SendOp, State, Transport};
 use crate::wc::WcStatus;
 use core::{
     ptr,
@@ -185,37 +185,53 @@ unsafe extern "C" fn stream_done(cq: *mut bindings::ib_cq, wc: *mut bindings::ib
 /// The ring of requests and the counters common to both kinds of stream.
 struct Ring {
     shared: Arc<Shared>,
+    /// The SGEs of every segment, one after the other.
     sges: KVec<bindings::ib_sge>,
+    /// Where the SGEs of each segment start in `sges`, and how many.
+    segs: KVec<(usize, i32)>,
     depth: u32,
     posted: u64,
 }
 
 impl Ring {
-    fn new(depth: u32, segs: &[Segment], dev: &crate::device::Device, lkey: u32) -> Result<Self> {
+    /// The ring of `depth` requests on `segs`, on queue `q` of `qp`; the
+    /// SGEs name kernel virtual addresses if `virt` (inline sends).
+    fn new<S: State, T: Transport>(
+        depth: u32,
+        segs: &[Segment],
+        qp: &Qp<S, T>,
+        q: Queue,
+        virt: bool,
+    ) -> Result<Self> {
         if depth == 0 || segs.is_empty() {
             return Err(EINVAL);
         }
+        let lkey = qp.pd().local_dma_lkey();
         let mut bufs = KVec::with_capacity(segs.len(), GFP_KERNEL)?;
-        let mut sges = KVec::with_capacity(segs.len(), GFP_KERNEL)?;
+        let mut ranges = KVec::with_capacity(segs.len(), GFP_KERNEL)?;
+        let mut sges = KVec::new();
         for s in segs {
-            s.buf.check_device(dev, "posted here")?;
-            s.buf.check(s.offset, s.len)?;
-            sges.push(
-                bindings::ib_sge {
-                    addr: s.buf.dma_addr(s.offset),
-                    length: s.len.try_into()?,
-                    lkey,
-                },
-                GFP_KERNEL,
-            )?;
+            let n = qp.check_range(q, &s.buf, s.offset, s.len)?;
+            ranges.push((sges.len(), n as i32), GFP_KERNEL)?;
+            for sge in s.buf.sges(s.offset, s.len, lkey, virt) {
+                sges.push(sge, GFP_KERNEL)?;
+            }
             bufs.push(s.buf.clone(), GFP_KERNEL)?;
         }
         Ok(Ring {
             shared: Shared::new(depth, bufs)?,
             sges,
+            segs: ranges,
             depth,
             posted: 0,
         })
+    }
+
+    /// The SGE list and count of segment `t`, for a request; they live in
+    /// heap memory that never moves while the ring exists.
+    fn sg_list(&self, t: usize) -> (*mut bindings::ib_sge, i32) {
+        let (start, n) = self.segs[t];
+        (&self.sges[start] as *const _ as *mut _, n)
     }
 
     fn outstanding(&self) -> u64 {
@@ -351,6 +367,16 @@ impl<'a> SendStream<'a> {
         depth: u32,
         signal_every: u32,
     ) -> Result<Self> {
+        Self::build(qp, wrs, depth, signal_every, false)
+    }
+
+    fn build(
+        qp: &'a Qp<Rts, Rc>,
+        wrs: &[(SendOp, Segment)],
+        depth: u32,
+        signal_every: u32,
+        inline: bool,
+    ) -> Result<Self> {
         if signal_every == 0 || signal_every > depth {
             pr_err!(
                 "{}: a stream signals one request in 1..=depth ({}), not {}\n",
@@ -364,14 +390,13 @@ impl<'a> SendStream<'a> {
         for (_, s) in wrs {
             segs.push(s.clone(), GFP_KERNEL)?;
         }
-        let ring = Ring::new(depth, &segs, qp.device(), qp.pd().local_dma_lkey())?;
+        let ring = Ring::new(depth, &segs, qp, Queue::Send, inline)?;
         let mut ring_wrs = KVec::with_capacity(depth as usize, GFP_KERNEL)?;
         for i in 0..depth as usize {
             let t = i % wrs.len();
             let mut wr = wrs[t].0.rdma_wr();
-            // The SGE and the CQE live in heap memory that never moves.
-            wr.wr.sg_list = &ring.sges[t] as *const _ as *mut _;
-            wr.wr.num_sge = 1;
+            // The SGEs and the CQE live in heap memory that never moves.
+            (wr.wr.sg_list, wr.wr.num_sge) = ring.sg_list(t);
             wr.wr.__bindgen_anon_1.wr_cqe = ring.shared.cqes[i].cqe.get();
             ring_wrs.push(wr, GFP_KERNEL)?;
         }
@@ -381,7 +406,7 @@ impl<'a> SendStream<'a> {
             ring,
             wrs: ring_wrs,
             signal_every,
-            inline: 0,
+            inline: if inline { bindings::IB_SEND_INLINE } else { 0 },
         })
     }
 
@@ -407,14 +432,9 @@ impl<'a> SendStream<'a> {
                 return Err(EINVAL);
             }
         }
-        let mut s = Self::new(qp, wrs, depth, signal_every)?;
         // Inline data is named by its kernel virtual address: the CPU
         // copies it, not the device. The buffers stay held by the stream.
-        for (sge, (_, seg)) in s.ring.sges.iter_mut().zip(wrs) {
-            sge.addr = seg.buf.cpu_addr(seg.offset);
-        }
-        s.inline = bindings::IB_SEND_INLINE;
-        Ok(s)
+        Self::build(qp, wrs, depth, signal_every, true)
     }
 
     /// Requests posted so far.
@@ -538,13 +558,14 @@ impl<'a, S: CanPostRecv, T: Transport> RecvStream<'a, S, T> {
     /// A stream of at most `depth` outstanding receives into `segs`. Takes
     /// `depth` of the QP's receive slots (`ENOSPC` if fewer are free).
     pub fn new(qp: &'a Qp<S, T>, segs: &[Segment], depth: u32) -> Result<Self> {
-        let ring = Ring::new(depth, segs, qp.device(), qp.pd().local_dma_lkey())?;
+        let ring = Ring::new(depth, segs, qp, Queue::Recv, false)?;
         let mut wrs = KVec::with_capacity(depth as usize, GFP_KERNEL)?;
         for i in 0..depth as usize {
             let t = i % segs.len();
+            let (sg_list, num_sge) = ring.sg_list(t);
             let mut wr = bindings::ib_recv_wr {
-                sg_list: &ring.sges[t] as *const _ as *mut _,
-                num_sge: 1,
+                sg_list,
+                num_sge,
                 ..Default::default()
             };
             wr.__bindgen_anon_1.wr_cqe = ring.shared.cqes[i].cqe.get();

@@ -195,7 +195,7 @@ impl Mcast {
             let caps = QpCaps {
                 max_send_wr: 1,
                 max_recv_wr: 1,
-                max_inline_data: 0,
+                ..Default::default()
             };
             let cq = Cq::new(dev, caps.cq_entries(), PollCtx::Softirq)?;
             let qp = Qp::new_ud(&pd, port, &cq, &cq, caps)?
@@ -367,7 +367,9 @@ fn run(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut Rep
             let caps = QpCaps {
                 max_send_wr: 1,
                 max_recv_wr: cfg.count + 1,
-                max_inline_data: 0,
+                // A slot of the buffer may straddle two of its chunks.
+                max_sge: 2,
+                ..Default::default()
             };
             let cq = Cq::new(dev, caps.cq_entries(), PollCtx::Softirq)?;
             let qp = Qp::new_ud(&pd, port, &cq, &cq, caps)?
@@ -398,7 +400,9 @@ fn run(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut Rep
         let caps = QpCaps {
             max_send_wr: cfg.count,
             max_recv_wr: 1,
-            max_inline_data: 0,
+            // A message of the buffer may straddle two of its chunks.
+            max_sge: 2,
+            ..Default::default()
         };
         let cq = Cq::new(dev, caps.cq_entries(), PollCtx::Softirq)?;
         let qp = Qp::new_ud(&pd, port, &cq, &cq, caps)?

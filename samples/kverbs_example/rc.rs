@@ -38,7 +38,7 @@ const IMM_SEND: u32 = 0x5e4d_0000;
 const IMM_WRITE: u32 = 0x3a17_0000;
 
 /// The largest buffer a run uses.
-const MAX_SIZE: usize = 1 << 20;
+const MAX_SIZE: usize = 8 << 20;
 /// The buffer of RDMA_RC_example: a 20-character message and its NUL.
 const MSG_SIZE: usize = 21;
 /// RDMA_RC_example's messages.
@@ -733,17 +733,19 @@ fn run_loopback(
 
     // resources_create
     let pd = Pd::new(dev)?;
+    let server_buf = Arc::new(DmaBuf::new(dev, size)?, GFP_KERNEL)?;
+    let client_buf = Arc::new(DmaBuf::new(dev, size)?, GFP_KERNEL)?;
     let caps = QpCaps {
         max_send_wr: 4,
         max_recv_wr: 4,
-        max_inline_data: 0,
+        // A transfer of the whole buffer takes an SGE per chunk.
+        max_sge: server_buf.sge_count(0, size) as u32,
+        ..Default::default()
     };
     let server_cq = Cq::new(dev, caps.cq_entries(), cfg.poll)?;
     let client_cq = Cq::new(dev, caps.cq_entries(), cfg.poll)?;
     let server = Qp::new_rc(&pd, port, &server_cq, &server_cq, caps)?;
     let client = Qp::new_rc(&pd, port, &client_cq, &client_cq, caps)?;
-    let server_buf = Arc::new(DmaBuf::new(dev, size)?, GFP_KERNEL)?;
-    let client_buf = Arc::new(DmaBuf::new(dev, size)?, GFP_KERNEL)?;
     let mr = Mr::new(&pd, size)?;
     // The (unused) receive buffer of RDMA WRITE with immediate.
     let imm_buf = Arc::new(DmaBuf::new(dev, 1)?, GFP_KERNEL)?;
@@ -1067,14 +1069,16 @@ fn run_tcp(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut
 
     // resources_create
     let pd = Pd::new(dev)?;
+    let buf = Arc::new(DmaBuf::new(dev, size)?, GFP_KERNEL)?;
     let caps = QpCaps {
         max_send_wr: 4,
         max_recv_wr: 4,
-        max_inline_data: 0,
+        // A transfer of the whole buffer takes an SGE per chunk.
+        max_sge: buf.sge_count(0, size) as u32,
+        ..Default::default()
     };
     let cq = Cq::new(dev, caps.cq_entries(), cfg.poll)?;
     let qp = Qp::new_rc(&pd, port, &cq, &cq, caps)?;
-    let buf = Arc::new(DmaBuf::new(dev, size)?, GFP_KERNEL)?;
     if server {
         fill(&buf, size, MSG_SEND, 0)?;
     }

@@ -201,7 +201,7 @@ pub(crate) fn run(
         QpCaps {
             max_send_wr: 8,
             max_recv_wr: 2,
-            max_inline_data: 0,
+            ..Default::default()
         },
     )?;
     let recv_buf = Arc::new(DmaBuf::new(dev, INFO_LEN)?, GFP_KERNEL)?;

@@ -29,7 +29,7 @@ use kverbs::{
     cm::{CmEvents, CmId},
     cq::{Cq, PollCtx},
     device::{Device, Gid, Mtu},
-    dma::DmaBuf,
+    dma::{DmaBuf, CHUNK},
     mr::Mr,
     pd::Pd,
     qp::{
@@ -95,7 +95,7 @@ fn caps(n: u32) -> QpCaps {
     QpCaps {
         max_send_wr: n,
         max_recv_wr: n,
-        max_inline_data: 0,
+        ..Default::default()
     }
 }
 
@@ -257,7 +257,7 @@ fn qp_takes_cq_room(env: &Env, out: &mut Text) -> Result<(), &'static str> {
     let over = QpCaps {
         max_send_wr: room - 2,
         max_recv_wr: 1,
-        max_inline_data: 0,
+        ..Default::default()
     };
     refused(
         Qp::new_rc(&pd, p, &cq, &cq, over),
@@ -268,7 +268,7 @@ fn qp_takes_cq_room(env: &Env, out: &mut Text) -> Result<(), &'static str> {
     let exact = QpCaps {
         max_send_wr: room - 3,
         max_recv_wr: 1,
-        max_inline_data: 0,
+        ..Default::default()
     };
     let qp = ok(
         Qp::new_rc(&pd, p, &cq, &cq, exact),
@@ -843,6 +843,80 @@ fn dma_buf_copies_exclude_each_other(env: &Env, out: &mut Text) -> Result<(), &'
     Ok(())
 }
 
+/// A buffer larger than a chunk: copies cross its chunk boundaries intact,
+/// a range takes one SGE per chunk it touches, and a QP refuses a request
+/// that needs more SGEs than it was created with (`EINVAL`) but takes it
+/// when created with enough. An MR maps it whole.
+fn chunked_buffer_takes_an_sge_per_chunk(env: &Env, out: &mut Text) -> Result<(), &'static str> {
+    let dev = &env.a;
+    let len = 2 * CHUNK + 100;
+    let big = ok(DmaBuf::new(dev, len), "buffer of 2 chunks + 100 bytes", out)?;
+    let big = ok(Arc::new(big, GFP_KERNEL).map_err(Into::into), "Arc", out)?;
+    let counts = [
+        big.sge_count(0, len),
+        big.sge_count(CHUNK - 8, 16),
+        big.sge_count(5, 10),
+        big.sge_count(2 * CHUNK, 100),
+        big.sge_count(len, 1),
+    ];
+    let _ = write!(out, "SGEs {:?}; ", counts);
+    if counts != [3, 2, 1, 1, 0] {
+        return Err("wrong SGE counts");
+    }
+    let pattern: [u8; 16] = core::array::from_fn(|i| 0xa0 + i as u8);
+    ok(
+        big.write(CHUNK - 8, &pattern),
+        "write across a boundary",
+        out,
+    )?;
+    let mut back = [0u8; 24];
+    ok(
+        big.read(CHUNK - 12, &mut back),
+        "read across a boundary",
+        out,
+    )?;
+    if back[..4] != [0; 4] || back[4..20] != pattern || back[20..] != [0; 4] {
+        let _ = write!(out, "read back {:?}", back);
+        return Err("the copy across a boundary is wrong");
+    }
+    refused(
+        DmaBuf::new(dev, kverbs::dma::MAX_LEN + 1),
+        EINVAL,
+        "buffer over MAX_LEN",
+        out,
+    )?;
+    let pd = ok(Pd::new(dev), "PD", out)?;
+    let cq = ok(cq(dev), "CQ", out)?;
+    let one = ok(ud_rts(&pd, &cq), "UD QP of one SGE", out)?;
+    refused(
+        one.post_recv(&big, CHUNK - 8, 16),
+        EINVAL,
+        "a receive on 2 chunks, QP of 1 SGE",
+        out,
+    )?;
+    let two = QpCaps {
+        max_sge: 2,
+        ..caps(2)
+    };
+    let qp = ok(
+        Qp::new_ud(&pd, port(dev), &cq, &cq, two).and_then(|q| q.to_init_ud(0, QKEY)),
+        "UD QP of 2 SGEs",
+        out,
+    )?;
+    ok(
+        qp.post_recv(&big, CHUNK - 8, 16),
+        "a receive on 2 chunks, QP of 2 SGEs",
+        out,
+    )?;
+    let mr = ok(Mr::new(&pd, len), "MR", out)?;
+    let remote = ok(mr.map(&big), "MR map of 3 chunks", out)?;
+    let _ = write!(out, "MR of {} bytes", remote.len);
+    if remote.len as usize != len {
+        return Err("the MR does not map the whole buffer");
+    }
+    Ok(())
+}
+
 /// What `mr_not_locked_across_registration_wait` shares with its thread.
 struct Registering {
     qp: Qp<Rts>,
@@ -1031,6 +1105,10 @@ const CASES: &[(&str, Case)] = &[
     (
         "stream_dropped_with_requests_outstanding",
         stream_dropped_with_requests_outstanding,
+    ),
+    (
+        "chunked_buffer_takes_an_sge_per_chunk",
+        chunked_buffer_takes_an_sge_per_chunk,
     ),
 ];
 

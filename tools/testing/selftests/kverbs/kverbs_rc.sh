@@ -142,7 +142,7 @@ rmmod_refused_during_run() {
 	return $r
 }
 
-kv_begin 26
+kv_begin 28
 kv_case setup_rxe_lo_rxe_dummy_and_load setup
 kv_case rc_loopback_rdma_rc_example_messages rdma_rc_example_messages
 kv_case rc_loopback_send_read_write_1 loopback 1
@@ -150,6 +150,8 @@ kv_case rc_loopback_send_read_write_64 loopback 64
 kv_case rc_loopback_send_read_write_4096 loopback 4096
 kv_case rc_loopback_send_read_write_65536 loopback 65536
 kv_case rc_loopback_send_read_write_1048576 loopback 1048576
+kv_case rc_loopback_send_read_write_4_chunks_3145729 loopback 3145729 ",mtu=4096,timeout_ms=30000"
+kv_case rc_loopback_send_read_write_8_chunks_8388608 loopback 8388608 ",mtu=4096,timeout_ms=30000"
 kv_case rc_loopback_poll_direct_4096 loopback 4096 ",poll=direct"
 kv_case rc_loopback_poll_workqueue_4096 loopback 4096 ",poll=workqueue"
 kv_case rc_loopback_mtu_4096_iters_20 loopback 65536 ",mtu=4096,iters=20"
@@ -157,7 +159,7 @@ kv_case rc_loopback_mtu_1024_iters_20 loopback 5000 ",mtu=1024,iters=20"
 kv_case rc_loopback_send_and_write_with_imm loopback_imm
 kv_case bad_input_rc_unknown_key bad "role=loopback,colour=blue" "Invalid argument" "unknown key 'colour'"
 kv_case bad_input_rc_size_zero bad "role=loopback,size=0" "Numerical result out of range" "size=0 is out of range"
-kv_case bad_input_rc_size_over_1mib bad "role=loopback,size=1048577" "Numerical result out of range" "size=1048577 is out of range"
+kv_case bad_input_rc_size_over_8mib bad "role=loopback,size=8388609" "Numerical result out of range" "size=8388609 is out of range"
 kv_case bad_input_rc_mtu_not_a_power bad "role=loopback,mtu=1000" "Invalid argument" "mtu 1000 is not"
 kv_case bad_input_rc_missing_role bad "size=64" "Invalid argument" "role= is missing"
 kv_case bad_input_rc_unknown_role bad "role=proxy" "Invalid argument" "unknown role 'proxy'"
