@@ -42,9 +42,11 @@ use kverbs::{
     tcp::Ipv4,
 };
 
-/// The largest message: what one fast-registration MR maps on rxe
-/// (512 pages) with room to spare.
-const MAX_SIZE: usize = 1 << 20;
+/// The largest message (perftest's `-a` goes up to 8 MiB).
+const MAX_SIZE: usize = 8 << 20;
+/// The most buffer memory a run allocates: two buffers of the largest
+/// size per QP, on both sides in loopback.
+const MAX_MEMORY: usize = 128 << 20;
 /// Timestamps kept per run (two arrays of this many `u64`).
 const MAX_SAMPLES: u64 = 1 << 17;
 /// Completions processed per poll (perftest's CTX_POLL_BATCH).
@@ -274,6 +276,19 @@ fn parse<'a>(dev: &Device, input: &'a [u8]) -> Result<Config> {
     if cfg.role == Role::Client && cfg.addr.is_none() {
         pr_warn!("{}: bench: role=client needs addr=\n", dev.name());
         return Err(EINVAL);
+    }
+    let sides = if cfg.role == Role::Loopback { 2 } else { 1 };
+    let memory = cfg.size.unwrap_or(MAX_SIZE) * 2 * sides * cfg.qps as usize;
+    if memory > MAX_MEMORY {
+        pr_warn!(
+            "{}: bench: {} QPs of {} bytes take {} MiB of buffers, more than {}\n",
+            dev.name(),
+            cfg.qps,
+            cfg.size.unwrap_or(MAX_SIZE),
+            memory >> 20,
+            MAX_MEMORY >> 20
+        );
+        return Err(ERANGE);
     }
     if u64::from(cfg.iters) * u64::from(cfg.qps) > MAX_SAMPLES {
         pr_warn!(

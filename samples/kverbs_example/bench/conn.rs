@@ -86,6 +86,7 @@ impl Params {
                 max_send_wr: cfg.tx_depth.max(1),
                 max_recv_wr: rx,
                 max_inline_data: cfg.inline,
+                max_sge: 1,
             },
             resp_res: attrs.max_qp_rd_atom().clamp(1, 255) as u8,
             init_depth: attrs.max_qp_init_rd_atom().clamp(1, 255) as u8,
@@ -95,13 +96,18 @@ impl Params {
     /// A QP in INIT with its own CQ, its buffers of `max` bytes and the
     /// mapping of `rbuf` it will advertise.
     fn new_side(&self, dev: &Device, pd: &Pd, cfg: &Config, max: usize) -> Result<NewSide> {
-        let cq = Cq::new(dev, self.caps.cq_entries(), cfg.poll)?;
-        let qp = Qp::new_rc(pd, self.port, &cq, &cq, self.caps)?.to_init(&InitAttr {
+        let rbuf = Arc::new(DmaBuf::new(dev, max)?, GFP_KERNEL)?;
+        let sbuf = Arc::new(DmaBuf::new(dev, max)?, GFP_KERNEL)?;
+        // A message of `max` bytes takes an SGE per chunk of its buffer.
+        let caps = QpCaps {
+            max_sge: rbuf.sge_count(0, max).max(sbuf.sge_count(0, max)) as u32,
+            ..self.caps
+        };
+        let cq = Cq::new(dev, caps.cq_entries(), cfg.poll)?;
+        let qp = Qp::new_rc(pd, self.port, &cq, &cq, caps)?.to_init(&InitAttr {
             pkey_index: 0,
             access: access(),
         })?;
-        let rbuf = Arc::new(DmaBuf::new(dev, max)?, GFP_KERNEL)?;
-        let sbuf = Arc::new(DmaBuf::new(dev, max)?, GFP_KERNEL)?;
         let mr = Mr::new(pd, max)?;
         let remote = mr.map(&rbuf)?;
         Ok(NewSide {

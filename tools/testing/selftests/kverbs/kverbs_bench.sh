@@ -110,7 +110,7 @@ inline_header() {
 
 sizes_all() {
 	local sizes="" s=2
-	while [ $s -le 1048576 ]; do sizes="$sizes $s"; s=$((s * 2)); done
+	while [ $s -le 8388608 ]; do sizes="$sizes $s"; s=$((s * 2)); done
 	run "test=$1,sizes=all,iters=$2" || return 1
 	case $1 in
 	*_bw) check_bw "$sizes" "$2" ;;
@@ -130,7 +130,7 @@ bad() {
 	bench write_bw 64 100
 }
 
-kv_begin 30
+kv_begin 35
 kv_case setup_rxe_lo_and_load setup
 for t in write_bw read_bw send_bw; do
 	kv_case "bench_loopback_${t}_64" bench $t 64 1000
@@ -147,11 +147,16 @@ kv_case bench_loopback_send_bw_poll_softirq bench send_bw 4096 300 ",poll=softir
 kv_case bench_loopback_read_bw_cq_mod_1_tx_depth_16 bench read_bw 1024 300 ",cq_mod=1,tx_depth=16"
 kv_case bench_loopback_write_bw_bidir bidir write_bw
 kv_case bench_loopback_send_bw_bidir bidir send_bw
-kv_case bench_loopback_write_bw_sizes_all sizes_all write_bw 20
-kv_case bench_loopback_write_lat_sizes_all sizes_all write_lat 10
+kv_case bench_loopback_write_bw_sizes_all sizes_all write_bw 8
+kv_case bench_loopback_write_lat_sizes_all sizes_all write_lat 5
+for t in read_bw send_bw read_lat send_lat; do
+	kv_case "bench_loopback_${t}_8388608" bench $t 8388608 5
+done
 kv_case bad_input_bench_unknown_test bad "test=atomic_bw" "Invalid argument" "unknown test 'atomic_bw'"
 kv_case bad_input_bench_missing_test bad "size=64" "Invalid argument" "test= is missing"
-kv_case bad_input_bench_size_over_1mib bad "test=write_bw,size=1048577" "out of range" "size=1048577 is out of range"
+kv_case bad_input_bench_size_over_8mib bad "test=write_bw,size=8388609" "out of range" "size=8388609 is out of range"
+kv_case bad_input_bench_buffers_over_128mib bad "test=write_bw,size=8388608,qps=5" "out of range" \
+	"5 QPs of 8388608 bytes take 160 MiB of buffers, more than 128"
 kv_case bad_input_bench_inline_513 bad "test=send_lat,inline=513" "out of range" "inline=513 is out of range"
 kv_case bad_input_bench_qps_17 bad "test=write_bw,qps=17" "out of range" "qps=17 is out of range"
 kv_case bad_input_bench_lat_with_qps bad "test=write_lat,qps=2" "Invalid argument" "write_lat runs one QP pair"
