@@ -248,7 +248,20 @@ unsafe extern "C" fn add_callback<T: Client>(dev: *mut bindings::ib_device) -> c
             };
             0
         }
-        Err(e) => e.to_errno(),
+        Err(e) => {
+            // The core ignores the error (and calls no more of this
+            // client's ops for the device): say so, or nobody will know.
+            // SAFETY: `name` is the `'static` C string the client was
+            // registered with.
+            let name = unsafe { CStr::from_char_ptr((*inner.client.get()).name) };
+            pr_err!(
+                "{}: client {}: adding the device failed (error {}); it is ignored\n",
+                device.name(),
+                name,
+                e.to_errno()
+            );
+            e.to_errno()
+        }
     }
 }
 
