@@ -10,6 +10,8 @@
 #include <linux/kmemleak.h>
 #include <linux/igmp.h>
 #include <net/ipv6.h>
+#include <net/ipv6_stubs.h>
+#include <net/route.h>
 #include <linux/in.h>
 #include <linux/rtnetlink.h>
 #include <linux/net.h>
@@ -307,5 +309,48 @@ int kverbs_ip6_mc_join(struct socket **res, const u8 *group, int ifindex)
 		sock_release(*res);
 		*res = NULL;
 	}
+	return err;
+}
+
+int kverbs_mcast_route(struct ib_device *dev, u32 port, const u8 *sgid, const u8 *mgid)
+{
+	const struct in6_addr *src = (const void *)sgid, *dst = (const void *)mgid;
+	struct net_device *ndev = ib_device_get_netdev(dev, port);
+	int err = 0;
+
+	if (!ndev)
+		return -ENODEV;
+	if (ipv6_addr_v4mapped(src)) {
+		struct flowi4 fl = {
+			.flowi4_oif = ndev->ifindex,
+			.flowi4_proto = IPPROTO_UDP,
+			.daddr = dst->s6_addr32[3],
+			.saddr = src->s6_addr32[3],
+		};
+		struct rtable *rt = ip_route_output_key(dev_net(ndev), &fl);
+
+		if (IS_ERR(rt))
+			err = PTR_ERR(rt);
+		else
+			ip_rt_put(rt);
+	} else if (!IS_ENABLED(CONFIG_IPV6) || !ipv6_stub->ipv6_dst_lookup_flow) {
+		err = -EAFNOSUPPORT;
+	} else {
+		struct flowi6 fl6 = {
+			.flowi6_oif = ndev->ifindex,
+			.flowi6_proto = IPPROTO_UDP,
+			.daddr = *dst,
+			.saddr = *src,
+		};
+		struct dst_entry *d = ipv6_stub->ipv6_dst_lookup_flow(dev_net(ndev), NULL, &fl6, NULL);
+
+		if (IS_ERR(d)) {
+			err = PTR_ERR(d);
+		} else {
+			err = d->error;
+			dst_release(d);
+		}
+	}
+	dev_put(ndev);
 	return err;
 }

@@ -29,6 +29,14 @@ long kverbs_wait_u32(struct wait_queue_head *wq, const u32 *v, u32 want,
 		     unsigned int timeout_ms);
 
 /*
+ * 0 if the IP stack routes a packet from the RoCE v2 source GID sgid to the
+ * multicast group mgid (16 bytes each) out of the netdev under port, as
+ * rxe will look it up when it sends; else the routing error (-ENETUNREACH,
+ * ...), or -ENODEV if the port has no netdev.
+ */
+int kverbs_mcast_route(struct ib_device *dev, u32 port, const u8 *sgid, const u8 *mgid);
+
+/*
  * Entry i of the n-entry scatterlist sgl (initialised when i is 0) for
  * already DMA-mapped memory.
  */

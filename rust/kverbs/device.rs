@@ -130,6 +130,29 @@ impl Device {
         Some(ifindex)
     }
 
+    /// Whether the network device under `port`, if any, does multicast
+    /// (`IFF_MULTICAST`): without it the IP stack routes no multicast
+    /// through it (`lo` has it off by default).
+    pub fn netdev_multicast(&self, port: PortNum) -> Option<bool> {
+        /// `IFF_MULTICAST` of include/uapi/linux/if.h.
+        const IFF_MULTICAST: u32 = 1 << 12;
+        if !self.ports().contains(&port) {
+            return None;
+        }
+        // SAFETY: The device is live and `port` valid; the result is null
+        // or a net device with a reference we now hold.
+        let ndev = unsafe { bindings::ib_device_get_netdev(self.as_raw(), port) };
+        if ndev.is_null() {
+            return None;
+        }
+        // SAFETY: `ndev` is held; a racing flag change gives the old or
+        // the new flags.
+        let flags = unsafe { core::ptr::read_volatile(&raw const (*ndev).flags) };
+        // SAFETY: We hold this reference.
+        unsafe { bindings::dev_put(ndev) };
+        Some(flags & IFF_MULTICAST != 0)
+    }
+
     /// The name of the network device under `port` (RoCE, iWARP), if any.
     pub fn netdev_name(&self, port: PortNum) -> Option<NetdevName> {
         if !self.ports().contains(&port) {
@@ -282,6 +305,13 @@ const NETDEV_NAME_MAX: usize = bindings::IFNAMSIZ as usize;
 
 /// A network device name.
 pub struct NetdevName([u8; NETDEV_NAME_MAX]);
+
+impl NetdevName {
+    /// The name as text.
+    pub fn as_str(&self) -> &str {
+        c_text(&self.0)
+    }
+}
 
 impl fmt::Display for NetdevName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

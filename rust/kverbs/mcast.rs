@@ -11,7 +11,7 @@
 //! [`IpGroup`] is such a join, left when it is dropped.
 
 use crate::bindings;
-use crate::device::Gid;
+use crate::device::{Device, Gid, PortNum};
 use crate::tcp::Ipv4;
 use core::ptr::{self, NonNull};
 use kernel::prelude::*;
@@ -123,6 +123,22 @@ fn parse_ipv6(text: &str) -> Option<[u8; 16]> {
         out[2 * j..2 * j + 2].copy_from_slice(&g.to_be_bytes());
     }
     Some(out)
+}
+
+/// Checks that the IP stack routes packets from `sgid` (a RoCE v2 GID of
+/// `port`) to the multicast group `mgid` out of the port's netdev, as a UD
+/// send to the group will need: without a route the device fails the send
+/// (rxe moves the QP to the error state; the completion says only "WR
+/// flushed"). `ENETUNREACH` or another routing error otherwise, `ENODEV`
+/// without a netdev.
+pub fn check_route(dev: &Device, port: PortNum, sgid: &Gid, mgid: &Gid) -> Result {
+    if !dev.ports().contains(&port) {
+        return Err(EINVAL);
+    }
+    // SAFETY: The device is live and `port` valid; both GIDs are 16 bytes.
+    kernel::error::to_result(unsafe {
+        bindings::kverbs_mcast_route(dev.as_raw(), port, sgid.0.as_ptr(), mgid.0.as_ptr())
+    })
 }
 
 /// A membership of the host in a multicast group on one netdev.

@@ -190,6 +190,7 @@ impl Mcast {
     fn attach(&self, dev: &Device, group: Group, rep: &mut Report) -> Result {
         let mut manual = self.manual.lock();
         let port = *dev.ports().start();
+        check_netdev_multicast(dev, port, rep)?;
         if manual.is_none() {
             let pd = Pd::new(dev)?;
             let caps = QpCaps {
@@ -303,8 +304,29 @@ struct Receiver {
     recvs: KVec<WrId>,
 }
 
+/// `EOPNOTSUPP`, said in dmesg and the report, unless the netdev under
+/// `port` does multicast: without `IFF_MULTICAST` (`lo` by default) the IP
+/// stack has no route for a group through it, so a send fails inside the
+/// device (rxe flushes it) and nothing is ever received.
+fn check_netdev_multicast(dev: &Device, port: u32, rep: &mut Report) -> Result {
+    if dev.netdev_multicast(port) != Some(false) {
+        return Ok(());
+    }
+    let netdev = dev.netdev_name(port);
+    let name = netdev.as_ref().map(|n| n.as_str()).unwrap_or("?");
+    pr_warn!(
+        "{}: mcast: netdev {} does not do multicast (IFF_MULTICAST is off; `ip link set {} multicast on`)\n",
+        dev.name(),
+        name,
+        name
+    );
+    let _ = writeln!(rep, "netdev {} does not do multicast", name);
+    Err(errno::eopnotsupp())
+}
+
 fn run(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut Report) -> Result {
     let port = *dev.ports().start();
+    check_netdev_multicast(dev, port, rep)?;
     let mtu = dev.query_port(port)?.active_mtu().bytes() as usize;
     if cfg.size > mtu {
         pr_warn!(
@@ -347,6 +369,22 @@ fn run(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut Rep
     let sgid = dev.gid_attr(port, sgid_index)?.gid();
     let ifindex = dev.netdev_ifindex(port).ok_or(ENODEV)?;
     let mgid: Gid = cfg.group.mgid();
+    if cfg.role != Role::Receiver {
+        // The send's route, looked up now as the device will: rxe over lo
+        // has none for an IPv6 group (the kernel gives the loopback device
+        // no ff00::/8 route).
+        kverbs::mcast::check_route(dev, port, &sgid, &mgid).inspect_err(|e| {
+            pr_warn!(
+                "{}: mcast: no route from {} to {} through {} (error {}): nothing can be sent to the group\n",
+                dev.name(),
+                sgid.ipv6(),
+                cfg.group,
+                dev.netdev_name(port).as_ref().map(|n| n.as_str()).unwrap_or("?"),
+                e.to_errno()
+            );
+            let _ = writeln!(rep, "no route from {} to {}", sgid.ipv6(), cfg.group);
+        })?;
+    }
     let t = cfg.timeout_ms;
 
     let pd = Pd::new(dev)?;

@@ -159,13 +159,37 @@ link_del_while_sending() {
 	return $r
 }
 
+# On rxe over lo, whose multicast is off (IFF_MULTICAST): refused up front
+# with EOPNOTSUPP and the reason, by hand too (the send used to fail inside
+# rxe, "WR flushed" its only trace). With multicast on, an IPv4 group
+# works; an IPv6 one has no route through lo (the kernel gives loopback
+# devices no ff00::/8 route) and is refused up front with ENETUNREACH.
+netdev_without_multicast() {
+	local lo=$KV_DEBUGFS/rxe_lo/mcast r=0
+	kv_rxe_add rxe_lo lo && kv_wait test -e "$lo" || return 1
+	ip link set lo multicast off
+	kv_write_fails "$lo" "role=both,group=ff0e::1:2,count=5" "Operation not supported" \
+		"rxe_lo: mcast: netdev lo does not do multicast" || r=1
+	kv_write_fails "$lo" "attach 239.3.0.1" "Operation not supported" \
+		"rxe_lo: mcast: netdev lo does not do multicast" || r=1
+	ip link set lo multicast on
+	printf 'role=both,group=239.1.1.1,qps=2,count=3' >"$lo" || { kv_msg "239.1.1.1 on lo: failed"; r=1; }
+	kv_diag <"$lo"
+	grep -q "^validate: ok" "$lo" || r=1
+	kv_write_fails "$lo" "role=both,group=ff0e::1:2,count=5" "Network is unreachable" \
+		"rxe_lo: mcast: no route from [0-9a-f:]* to ff0e::1:2 through lo (error -101)" || r=1
+	ip link set lo multicast off
+	kv_rxe_del rxe_lo || r=1
+	return $r
+}
+
 bad() {
 	kv_write_fails "$MC" "$1" "$2" "$3" || return 1
 	# Still usable.
 	printf 'role=both,group=239.1.1.2,qps=2,count=2' >"$MC"
 }
 
-kv_begin 20
+kv_begin 21
 kv_case setup_rxe_dummy_and_load setup
 kv_case mcast_loopback_two_receivers loopback 2 100 10
 kv_case mcast_loopback_four_receivers_1024 loopback 4 1024 5
@@ -175,6 +199,7 @@ kv_case mcast_kernel_receives_mckey_sender kernel_receives_mckey
 kv_case mcast_rdma_link_del_and_rmmod_while_attached link_del_while_attached
 kv_case mcast_rdma_link_del_while_sending link_del_while_sending
 kv_case mcast_attach_detach_by_hand_listed by_hand
+kv_case mcast_netdev_without_multicast_refused_then_works netdev_without_multicast
 kv_case bad_input_mcast_attach_twice attach_twice
 kv_case bad_input_mcast_detach_not_attached kv_write_fails "$MC" "detach 239.3.0.9" "No such file or directory" "239.3.0.9 is not attached"
 kv_case bad_input_mcast_attach_not_multicast kv_write_fails "$MC" "attach 10.0.0.1" "Invalid argument" "10.0.0.1 is not a multicast address"
