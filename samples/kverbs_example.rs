@@ -218,22 +218,8 @@ impl Client for Example {
             rc::Control::new(dev, stats.clone(), bench::Bench)?,
         )?;
         let stats = dir.file(c_str!("stats"), rc::StatsFile(stats))?;
-        selftest::add_device(&self.selftest_devices, dev)?;
         let entry = CString::try_from_fmt(kernel::fmt!("{}", dev.name()))?;
-        {
-            let mut list = self.devices.lock();
-            match list.as_mut_slice().iter_mut().find(|slot| slot.is_none()) {
-                Some(slot) => *slot = Some(entry),
-                None => list.push(Some(entry), GFP_KERNEL)?,
-            }
-        }
-        pr_info!(
-            "{}: added ({} driver, {} port(s))\n",
-            dev.name(),
-            dev.driver(),
-            dev.ports().count()
-        );
-        Ok(KBox::new(
+        let data = KBox::new(
             PerDevice {
                 rc,
                 mcast,
@@ -245,7 +231,30 @@ impl Client for Example {
                 devices: self.devices.clone(),
             },
             GFP_KERNEL,
-        )?)
+        )?;
+        {
+            let mut list = self.devices.lock();
+            match list.as_mut_slice().iter_mut().find(|slot| slot.is_none()) {
+                Some(slot) => *slot = Some(entry),
+                // On failure `data` drops and takes nothing from the list.
+                None => list.push(Some(entry), GFP_KERNEL)?,
+            }
+        }
+        // Last: nothing after it may fail. The self-test's list holds a
+        // reference to the device that only `remove` drops, and the core
+        // calls no `remove` for a device whose `add` failed -- a failure
+        // after this line used to leak the reference, and `rdma link del`
+        // then waited for it forever (found by the allocation-failure
+        // sweep, sweep_alloc_failure_device_add). On failure here `data`
+        // drops and removes its entry from `devices`.
+        selftest::add_device(&self.selftest_devices, dev)?;
+        pr_info!(
+            "{}: added ({} driver, {} port(s))\n",
+            dev.name(),
+            dev.driver(),
+            dev.ports().count()
+        );
+        Ok(data)
     }
 
     fn remove(&self, dev: &Device, data: KBox<PerDevice>) {

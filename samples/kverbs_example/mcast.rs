@@ -242,13 +242,17 @@ impl Mcast {
             .iter()
             .position(|(g, _)| *g == group)
             .ok_or_else(not_attached)?;
-        m.qp.detach_mcast(group.mgid())?;
-        // Rebuild the list without the group; dropping its join leaves the
-        // IP group.
+        // The list without the group is allocated first: once the QP is
+        // detached, nothing may fail and leave the group listed (an
+        // allocation failure there used to: found by the fault-injection
+        // sweep, sweep_alloc_failure_mcast_detach).
         let mut rest = KVec::with_capacity(m.joins.len(), GFP_KERNEL)?;
+        m.qp.detach_mcast(group.mgid())?;
+        // Dropping the group's join leaves the IP group.
         for (j, entry) in core::mem::take(&mut m.joins).into_iter().enumerate() {
             if j != i {
-                rest.push(entry, GFP_KERNEL)?;
+                // Within the capacity reserved above: cannot fail.
+                let _ = rest.push(entry, GFP_KERNEL);
             }
         }
         m.joins = rest;
