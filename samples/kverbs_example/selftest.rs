@@ -168,6 +168,39 @@ fn rc_self(pd: &Pd, cq: &Cq) -> Result<Qp<Rts>> {
     })
 }
 
+/// Two RC QPs of `pd` connected to each other, in RTS, each with its own
+/// CQ: the owner of a memory region and a peer that reaches it.
+fn rc_pair(pd: &Pd) -> Result<(Qp<Rts>, Qp<Rts>, Cq, Cq)> {
+    let dev = pd.device();
+    let (sgid_index, dgid) = first_gid(dev).ok_or(ENODEV)?;
+    let (ca, cb) = (cq(dev)?, cq(dev)?);
+    let init = InitAttr {
+        pkey_index: 0,
+        access: Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE,
+    };
+    let a = Qp::new_rc(pd, port(dev), &ca, &ca, caps(4))?.to_init(&init)?;
+    let b = Qp::new_rc(pd, port(dev), &cb, &cb, caps(4))?.to_init(&init)?;
+    let (qa, qb) = (a.qp_num(), b.qp_num());
+    let rts = |q: Qp<kverbs::qp::Init>, dest: u32| {
+        q.to_rtr(&RtrAttr {
+            path_mtu: Mtu::MTU_1024,
+            dest_qp_num: dest,
+            rq_psn: 0,
+            max_dest_rd_atomic: 1,
+            min_rnr_timer: 0x12,
+            av: av(dgid, sgid_index),
+        })?
+        .to_rts(&RtsAttr {
+            timeout: 0x12,
+            retry_cnt: 6,
+            rnr_retry: 7,
+            sq_psn: 0,
+            max_rd_atomic: 1,
+        })
+    };
+    Ok((rts(a, qb)?, rts(b, qa)?, ca, cb))
+}
+
 /// A UD QP of `pd` in RTS.
 fn ud_rts(pd: &Pd, cq: &Cq) -> Result<Qp<Rts, Ud>> {
     Qp::new_ud(pd, port(pd.device()), cq, cq, caps(2))?
@@ -917,6 +950,92 @@ fn chunked_buffer_takes_an_sge_per_chunk(env: &Env, out: &mut Text) -> Result<()
     Ok(())
 }
 
+/// Posts `op` on `qp` (16 bytes of `local` at `off`) and says how it
+/// completed.
+fn one_op(
+    qp: &Qp<Rts>,
+    op: SendOp,
+    local: &Arc<DmaBuf>,
+    off: usize,
+    out: &mut Text,
+) -> Result<kverbs::wc::WcStatus, &'static str> {
+    let c = Cancel::new();
+    let id = ok(qp.post_send(op, local, off, 16, true), "post", out)?;
+    Ok(ok(qp.wait(id, TIMEOUT_MS, &c), "completion", out)?.status)
+}
+
+/// The rkey's scope: once an MR is invalidated, the address and rkey a peer
+/// was given reach nothing. An RDMA WRITE and an RDMA READ with them
+/// complete with a remote access error and the buffer is unchanged; a new
+/// registration of the same buffer has a new key, under which the old one
+/// still fails and the new one works. (Each refused request takes its QP
+/// pair to the error state, so each uses a new pair.)
+fn stale_rkey_refused_after_invalidate(env: &Env, out: &mut Text) -> Result<(), &'static str> {
+    use kverbs::wc::WcStatus;
+    let dev = &env.a;
+    let c = Cancel::new();
+    let pd = ok(Pd::new(dev), "PD", out)?;
+    let target = ok(buf(dev), "target buffer", out)?;
+    let src = ok(buf(dev), "source buffer", out)?;
+    let (a, b) = ([0xa5u8; 16], [0x5bu8; 16]);
+    ok(src.write(0, &a), "source A", out)?;
+    ok(src.write(16, &b), "source B", out)?;
+    let access = Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE;
+    let mr = ok(Mr::new(&pd, 4096), "MR", out)?;
+    let seen = |out: &mut Text| -> Result<[u8; 16], &'static str> {
+        let mut got = [0u8; 16];
+        ok(target.read(0, &mut got), "target read", out)?;
+        Ok(got)
+    };
+
+    let (own, peer, _ca, _cb) = ok(rc_pair(&pd), "pair 1", out)?;
+    let old = ok(
+        mr.register(&own, &target, access, TIMEOUT_MS, &c),
+        "registration",
+        out,
+    )?;
+    if one_op(&peer, SendOp::Write(old), &src, 0, out)? != WcStatus::Success || seen(out)? != a {
+        return Err("a WRITE under the live rkey did not land");
+    }
+    ok(mr.invalidate(&own, TIMEOUT_MS, &c), "LOCAL_INV", out)?;
+    let st = one_op(&peer, SendOp::Write(old), &src, 16, out)?;
+    let _ = write!(out, "stale WRITE: {}; ", st);
+    if st != WcStatus::RemAccessErr || seen(out)? != a {
+        return Err("a WRITE with the stale rkey was not refused, or changed the buffer");
+    }
+
+    let (_own, peer, _ca2, _cb2) = ok(rc_pair(&pd), "pair 2", out)?;
+    let dst = ok(buf(dev), "READ target", out)?;
+    let st = one_op(&peer, SendOp::Read(old), &dst, 0, out)?;
+    let mut got = [0u8; 16];
+    ok(dst.read(0, &mut got), "READ target read", out)?;
+    let _ = write!(out, "stale READ: {}; ", st);
+    if st != WcStatus::RemAccessErr || got != [0; 16] {
+        return Err("a READ with the stale rkey was not refused, or returned data");
+    }
+
+    let (own, peer, _ca3, _cb3) = ok(rc_pair(&pd), "pair 3", out)?;
+    let new = ok(
+        mr.register(&own, &target, access, TIMEOUT_MS, &c),
+        "registration 2",
+        out,
+    )?;
+    let _ = write!(out, "rkey {:#x} then {:#x}; ", old.rkey, new.rkey);
+    if new.rkey == old.rkey {
+        return Err("a new registration kept the old rkey");
+    }
+    let st = one_op(&peer, SendOp::Write(old), &src, 16, out)?;
+    let _ = write!(out, "old rkey after re-registration: {}", st);
+    if st != WcStatus::RemAccessErr || seen(out)? != a {
+        return Err("the old rkey reached the re-registered buffer");
+    }
+    let (_own, peer, _ca4, _cb4) = ok(rc_pair(&pd), "pair 4", out)?;
+    if one_op(&peer, SendOp::Write(new), &src, 16, out)? != WcStatus::Success || seen(out)? != b {
+        return Err("a WRITE under the new rkey did not land");
+    }
+    Ok(())
+}
+
 /// What `mr_not_locked_across_registration_wait` shares with its thread.
 struct Registering {
     qp: Qp<Rts>,
@@ -1109,6 +1228,10 @@ const CASES: &[(&str, Case)] = &[
     (
         "chunked_buffer_takes_an_sge_per_chunk",
         chunked_buffer_takes_an_sge_per_chunk,
+    ),
+    (
+        "stale_rkey_refused_after_invalidate",
+        stale_rkey_refused_after_invalidate,
     ),
 ];
 
