@@ -34,6 +34,11 @@ provider=(/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav*.so)
 mkdir -p "$root/usr/local/bin"
 gcc -O2 -Wall -o "$root/usr/local/bin/rc_peer" "$top/tools/rc_peer/rc_peer.c" -libverbs
 tools+=(/usr/local/bin/rc_peer)
+# The hardening tests' helpers: fault injection per operation, the fuzzer.
+for h in kv_fail_nth kv_fuzz kv_as_user; do
+	gcc -O2 -Wall -o "$root/usr/local/bin/$h" "$top/tools/testing/selftests/kverbs/$h.c"
+	tools+=("/usr/local/bin/$h")
+done
 copy_with_libs() {
 	local f lib
 	for f in "$@"; do
@@ -72,6 +77,12 @@ cp "$top/tools/vm/demo.sh" "$top/tools/vm/peer-cmd.sh" "$root/kverbs/"
 cp "$top/tools/bench/guest-bench.sh" "$root/kverbs/bench.sh"
 # make bench's settings (tools/bench/bench.sh).
 [ -n "${KVERBS_BENCH_CONF:-}" ] && cp "$KVERBS_BENCH_CONF" "$root/kverbs/bench.conf"
+# make stress: the hardening tests in full (the file holds their seed), with
+# the time they need.
+if [ -n "${KVERBS_STRESS:-}" ]; then
+	echo "$KVERBS_STRESS" >"$root/kverbs/stress"
+	sed -i 's/^timeout=.*/timeout=14400/' "$root/kselftest/kverbs/settings"
+fi
 chmod +x "$root/init" "$root"/kselftest/kverbs/*.sh "$root/kverbs/demo.sh" "$root/kverbs/peer-cmd.sh" \
 	"$root/kverbs/bench.sh"
 

@@ -1,0 +1,460 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+#
+# Hardening: allocation-failure sweeps, fuzzed control input, device
+# removal under traffic and concurrent writers, on rxe over lo and dummy0.
+#
+# - A sweep fails the Nth fault-injection point (failslab, per task:
+#   /proc/thread-self/fail-nth through kv_fail_nth) of one operation for
+#   N = 1, 1 + STRIDE, ... until the operation runs through without
+#   reaching point N. Every armed run must end with an errno, or succeed
+#   with a right result; a normal run after it must pass.
+# - The fuzzer (kv_fuzz, seeded) writes generated strings to each control
+#   file: only success or an errno, then a valid run.
+# - Removal: long runs on rxe_lo and rxe_dummy at once; one device (or
+#   dummy0's netdev) goes away at a seeded random moment: its run ends with
+#   ECANCELED or EINTR within 5 s, the other one passes, the device comes
+#   back and a validated run passes.
+#
+# `make check` runs a reduced slice (about 12 points per sweep, 200 strings
+# per file, 3 removal loops); `make stress` (/kverbs/stress holds the seed) runs all
+# of it -- every point with a normal run after each, 10,000 strings per
+# file, 50 removal loops -- and prints a summary table.
+
+# shellcheck source=kverbs_lib.sh
+. "$(dirname "$(readlink -f "$0")")/kverbs_lib.sh"
+
+FULL=0
+SEED=1
+if [ -f /kverbs/stress ]; then
+	FULL=1
+	SEED=$(cat /kverbs/stress)
+fi
+RC=$KV_DEBUGFS/rxe_lo/rc
+BENCH=$KV_DEBUGFS/rxe_lo/bench
+MC=$KV_DEBUGFS/rxe_dummy/mcast
+FAILSLAB=/sys/kernel/debug/failslab
+SUMMARY=/tmp/kverbs_hardening.summary
+
+setup() {
+	kv_dummy_up && ip link set dummy0 multicast on &&
+		kv_rxe_add rxe_lo lo && kv_rxe_add rxe_dummy dummy0 && kv_load || return 1
+	# fail-nth fails any slab allocation of the task, sleeping ones too,
+	# silently (a stack dump would read as a kernel report).
+	echo N >"$FAILSLAB/ignore-gfp-wait" &&
+		echo 0 >"$FAILSLAB/verbose" || return 1
+	quiet_drain_fault
+	: >"$SUMMARY"
+	kv_msg "mode: $([ $FULL = 1 ] && echo stress || echo check), seed $SEED"
+}
+
+# The module's drain fault (kverbs_soundness.sh's) is not an allocation:
+# a stack filter no stack matches keeps fail-nth off it. Set anew after
+# every load.
+quiet_drain_fault() {
+	[ -d "$KV_DEBUGFS/fail_drain" ] || return 0
+	echo 0 >"$KV_DEBUGFS/fail_drain/require-end" &&
+		echo 0 >"$KV_DEBUGFS/fail_drain/verbose"
+}
+
+# Checks of a run's result, for sweeps: a success must be a right one.
+rc_ok() {
+	grep -q "^result: ok" "$RC" && grep -q "^validate: ok" "$RC"
+}
+mcast_ok() {
+	grep -q "^validate: ok" "$MC" && grep -q "^detach: ok" "$MC"
+}
+bench_ok() {
+	grep -q "^result: ok" "$BENCH" && grep -qE "^ +4096 +100 " "$BENCH"
+}
+attached() {
+	grep -q "^attached: 239.3.0.1 " "$MC"
+}
+detached() {
+	! attached
+}
+# has_dir DEVICE: the module made DEVICE's directory, or said (during the
+# current sweep point) that adding the device failed: the RDMA core ignores
+# a client's failed add, and the client must say so.
+has_dir() {
+	[ -e "$KV_DEBUGFS/$1/info" ] ||
+		point_logged "$1: client kverbs_example: adding the device failed (error -[0-9]*); it is ignored"
+}
+loaded() {
+	kv_loaded && has_dir rxe_lo && has_dir rxe_dummy
+}
+rxe_added() {
+	[ -e /sys/class/infiniband/rxe_sweep ] && has_dir rxe_sweep
+}
+
+# Normal runs: what must pass after an armed one.
+rc_normal() {
+	printf 'role=loopback,size=4096,validate' >"$RC" && rc_ok
+}
+mcast_normal() {
+	printf 'role=both,group=239.1.1.1,qps=2,count=3' >"$MC" && mcast_ok
+}
+bench_normal() {
+	printf 'test=write_bw,size=4096,iters=100' >"$BENCH" && bench_ok
+}
+attach_normal() {
+	printf 'attach 239.3.0.1' >"$MC" && attached && printf 'detach 239.3.0.1' >"$MC"
+}
+
+# Preparations and cleanups around armed runs.
+detach_quiet() {
+	printf 'detach 239.3.0.1' >"$MC" 2>/dev/null
+	return 0
+}
+attach_first() {
+	printf 'attach 239.3.0.1' >"$MC"
+}
+unload_quiet() {
+	kv_loaded && kv_unload
+	return 0
+}
+load_normal() {
+	unload_quiet && kv_load && quiet_drain_fault && loaded
+}
+sweep_dev_del() {
+	[ -e /sys/class/infiniband/rxe_sweep ] && kv_rxe_del rxe_sweep
+	return 0
+}
+veth_up() {
+	[ -e /sys/class/net/kvsw0 ] || ip link add kvsw0 type veth peer name kvsw1 || return 1
+	ip link set kvsw0 up && ip link set kvsw1 up
+}
+rxe_normal() {
+	sweep_dev_del && kv_rxe_add rxe_sweep kvsw0 && kv_wait rxe_added && sweep_dev_del
+}
+
+# point_logged PATTERN: the kernel logged PATTERN since the current
+# sweep point's marker.
+point_logged() {
+	dmesg | sed -n "/$SW_MARK\$/,\$p" | grep -q -- "$1"
+}
+
+# sweep NAME PREP CHECK CLEAN NORMAL OP...: the sweep of one operation
+# (kv_fail_nth's OP...). A first run armed far beyond the operation counts
+# its points; then N = 1, 1 + STRIDE, ... and the last point are armed in
+# turn: every point in stress mode, about 12 otherwise. PREP runs before
+# each run, CHECK judges a success, CLEAN runs after it, NORMAL is the run
+# that must pass afterwards (after every point in stress mode, after every
+# 4th point and at the end otherwise).
+sweep() {
+	local name=$1 prep=$2 check=$3 clean=$4 normal=$5
+	shift 5
+	local total stride n=1 out err inj left points=0 refused=0 absorbed=0 errnos="" last=0
+	SW_MARK="kverbs-sweep: $name count"
+	echo "$SW_MARK" >/dev/kmsg
+	$prep || { kv_msg "$name: preparing the count failed"; return 1; }
+	out=$(kv_fail_nth 1000000 "$@") || { kv_msg "$name: kv_fail_nth: $out"; return 1; }
+	read -r _ err _ inj _ left <<<"$out"
+	if [ "$err" != 0 ] || [ "$inj" != 0 ] || ! $check; then
+		kv_msg "$name: the counting run failed (errno $err)"
+		return 1
+	fi
+	$clean
+	total=$((1000000 - left))
+	stride=1
+	[ $FULL = 1 ] || stride=$(( total / 12 > 1 ? total / 12 : 1 ))
+	while :; do
+		SW_MARK="kverbs-sweep: $name point $n"
+		echo "$SW_MARK" >/dev/kmsg
+		quiet_drain_fault
+		$prep || { kv_msg "$name: preparing point $n failed"; return 1; }
+		out=$(kv_fail_nth "$n" "$@") || { kv_msg "$name: kv_fail_nth: $out"; return 1; }
+		read -r _ err _ inj _ left <<<"$out"
+		if [ "$inj" = 0 ]; then
+			# Point N was never reached: the operation ran through.
+			if [ "$err" != 0 ] || ! $check; then
+				kv_msg "$name: the run past the last point failed (errno $err)"
+				return 1
+			fi
+			$clean
+			break
+		fi
+		points=$((points + 1))
+		if [ "$err" = 0 ]; then
+			# The failure was absorbed: the result must still be right.
+			if ! $check; then
+				kv_msg "$name: point $n failed, the operation succeeded with a wrong result"
+				return 1
+			fi
+			absorbed=$((absorbed + 1))
+		else
+			refused=$((refused + 1))
+			case " $errnos " in *" $err "*) ;; *) errnos="$errnos $err" ;; esac
+		fi
+		$clean
+		if [ $FULL = 1 ] || [ $((points % 4)) = 0 ]; then
+			$normal || { kv_msg "$name: the normal run after point $n failed"; return 1; }
+		fi
+		# The last point is always armed; past it, the run goes through.
+		if [ $n -ge "$total" ]; then
+			n=$((n + 1))
+		elif [ $((n + stride)) -gt "$total" ] && [ $last = 0 ]; then
+			n=$total last=1
+		else
+			n=$((n + stride))
+		fi
+	done
+	$normal || { kv_msg "$name: the last normal run failed"; return 1; }
+	kv_msg "$name: $total points, $points armed (stride $stride), $refused ended with an errno (${errnos# }), $absorbed absorbed"
+	echo "sweep $name $points $total $refused $absorbed" >>"$SUMMARY"
+	if [ $FULL = 1 ]; then
+		kv_kmemleak_check || return 1
+	fi
+}
+
+sweep_rc_loopback() {
+	sweep rc_loopback : rc_ok : rc_normal write "$RC" "role=loopback,size=4096,validate"
+}
+sweep_mcast_both() {
+	sweep mcast_both : mcast_ok : mcast_normal write "$MC" "role=both,group=239.1.1.1,qps=2,count=3"
+}
+# A fresh rxe_dummy, so that an attach by hand creates its UD QP again.
+fresh_dummy() {
+	kv_rxe_del rxe_dummy && kv_rxe_add rxe_dummy dummy0 && kv_wait test -e "$MC"
+}
+sweep_mcast_attach() {
+	sweep mcast_attach fresh_dummy attached detach_quiet attach_normal write "$MC" "attach 239.3.0.1"
+}
+sweep_mcast_detach() {
+	sweep mcast_detach attach_first detached detach_quiet attach_normal write "$MC" "detach 239.3.0.1"
+}
+sweep_bench() {
+	sweep bench_write_bw : bench_ok : bench_normal write "$BENCH" "test=write_bw,size=4096,iters=100"
+}
+sweep_module_load() {
+	sweep module_load unload_quiet loaded : load_normal insmod "$KV_MODDIR/$KV_MOD.ko"
+}
+# Only the points under the module's code (its add callback and the verbs
+# it calls): rxe's own registration has some 14,000 more. failslab's stack
+# filter (FAULT_INJECTION_STACKTRACE_FILTER) takes the module's address
+# range; fail-nth counts only what it lets through.
+filter_module() {
+	local base size
+	base=$(awk -v m="$KV_MOD" '$1 == m { print $6 }' /proc/modules)
+	size=$(cat "/sys/module/$KV_MOD/coresize")
+	if [ -z "$base" ] || [ $((base)) = 0 ]; then
+		kv_msg "no address of $KV_MOD"
+		return 1
+	fi
+	# Kernel addresses overflow bash's signed arithmetic; %u prints them.
+	printf '%u' $((base)) >"$FAILSLAB/require-start" &&
+		printf '%u' $((base + size)) >"$FAILSLAB/require-end"
+}
+filter_none() {
+	echo 0 >"$FAILSLAB/require-start"
+	echo 18446744073709551615 >"$FAILSLAB/require-end"
+}
+sweep_device_add() {
+	local r=0
+	veth_up && filter_module || return 1
+	sweep device_add sweep_dev_del rxe_added sweep_dev_del rxe_normal rxe rxe_sweep kvsw0 || r=1
+	filter_none
+	return $r
+}
+
+# fuzz NAME FILE COUNT KEYS VALID...: COUNT generated strings to FILE,
+# then a valid run (NORMAL, the function named after NAME).
+fuzz() {
+	local name=$1 file=$2 count=$3 out
+	shift 3
+	local alarm=1
+	[ $FULL = 1 ] && count=10000 alarm=3
+	out=$(KV_FUZZ_ALARM=$alarm kv_fuzz "$SEED" "$count" "$file" "$@") || { kv_msg "$out"; return 1; }
+	kv_msg "$out"
+	echo "$out" | awk -v n="$name" -v c="$count" '{
+		for (i = 2; i <= NF; i++) {
+			if ($i == "accepted,") a = $(i - 1)
+			if ($i == "refused") r = $(i - 1)
+		}
+		print "fuzz", n, c, a, r
+	}' >>"$SUMMARY"
+	# Leave nothing attached by hand, then a run must pass.
+	for g in 239.3.0.1 239.1.1.1 ff0e::1:2; do
+		printf 'detach %s' "$g" >"$MC" 2>/dev/null
+	done
+	case $name in
+	rc) rc_normal ;;
+	mcast) mcast_normal ;;
+	bench) bench_normal ;;
+	esac || { kv_msg "the valid run after fuzzing $name failed"; return 1; }
+	if [ $FULL = 1 ]; then
+		kv_kmemleak_check || return 1
+	fi
+}
+
+fuzz_rc() {
+	fuzz rc "$RC" 200 role,size,iters,mtu,poll,gid_idx,addr,port,timeout_ms,validate,imm \
+		"role=loopback,size=64,validate" "role=loopback,iters=3,size=4096,mtu=1024,poll=direct" \
+		"role=server,port=19999,timeout_ms=200" "role=client,addr=127.0.0.1,port=19999,timeout_ms=200"
+}
+fuzz_mcast() {
+	fuzz mcast "$MC" 200 role,group,count,size,qps,timeout_ms \
+		"role=both,group=239.1.1.1,qps=2,count=2" "attach 239.3.0.1" "detach 239.3.0.1" \
+		"role=receiver,group=ff0e::1:2,count=1,timeout_ms=200" "role=sender,group=239.1.1.2,count=2"
+}
+fuzz_bench() {
+	fuzz bench "$BENCH" 200 test,size,sizes,iters,tx_depth,cq_mod,qps,bidir,mtu,poll,inline,role,addr,port,timeout_ms \
+		"test=write_bw,size=64,iters=50" "test=read_lat,size=8,iters=20" \
+		"test=send_bw,size=1024,iters=20,qps=2,bidir" "test=write_bw,role=server,port=18600,timeout_ms=200"
+}
+
+# removal_loop I: a run that does not end on one device (the victim) and
+# a bounded, validated one on the other; at a seeded random moment the
+# victim goes away (rdma link del; for rxe_dummy also dummy0 deleted, or
+# both). The victim's run ends with ECANCELED (or EINTR) within 5 s, the
+# other run passes; the victim comes back and a validated run passes.
+removal_loop() {
+	local i=$1 victim how delay r=0 t0 t1 vpid opid verr
+	victim=$(( (SEED + i * 7919) % 2 ))
+	how=$(( (SEED + i * 104729) % 3 ))
+	delay=$(( (SEED * 31 + i * 17) % 10 ))
+	if [ "$victim" = 0 ]; then
+		how=0	# lo cannot be deleted
+		(printf 'role=loopback,size=65536,iters=1000000,timeout_ms=20000' >"$RC") 2>/tmp/rm_victim.err &
+		vpid=$!
+		(printf 'role=both,group=239.1.1.1,qps=2,count=100' >"$MC") 2>/tmp/rm_other.err &
+		opid=$!
+		kv_wait grep -q "^status: running" "$RC" || { kv_msg "loop $i: the rc run did not start"; r=1; }
+	else
+		(printf 'role=both,group=239.1.4.1,qps=2,count=1000,timeout_ms=20000' >"$MC") 2>/tmp/rm_victim.err &
+		vpid=$!
+		(printf 'role=loopback,size=65536,iters=50,validate' >"$RC") 2>/tmp/rm_other.err &
+		opid=$!
+		kv_wait grep -q "^status: running" "$MC" || { kv_msg "loop $i: the mcast run did not start"; r=1; }
+	fi
+	sleep "0.$delay"
+	t0=$(cut -d' ' -f1 /proc/uptime)
+	case "$victim.$how" in
+	0.*) kv_rxe_del rxe_lo || r=1 ;;
+	1.0) kv_rxe_del rxe_dummy || r=1 ;;
+	1.1) ip link del dummy0 || r=1 ;;
+	1.2) kv_rxe_del rxe_dummy && ip link del dummy0 || r=1 ;;
+	esac
+	wait $vpid && { kv_msg "loop $i: the victim's run finished"; r=1; }
+	t1=$(cut -d' ' -f1 /proc/uptime)
+	verr=$(cat /tmp/rm_victim.err)
+	case $verr in
+	*"Operation canceled"* | *Interrupted* | *"No such device"*) ;;
+	*) kv_msg "loop $i: the victim's run ended with: $verr"; r=1 ;;
+	esac
+	if awk -v a="$t0" -v b="$t1" 'BEGIN { exit !(b - a >= 5) }'; then
+		kv_msg "loop $i: the victim's run took $(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }') s to end"
+		r=1
+	fi
+	wait $opid || { kv_msg "loop $i: the other run failed: $(cat /tmp/rm_other.err)"; r=1; }
+	if [ "$victim" = 0 ]; then mcast_ok || r=1; else rc_ok || r=1; fi
+	# The victim back (its removal is asynchronous when its netdev went).
+	kv_wait test ! -e /sys/class/infiniband/rxe_dummy -o -e /sys/class/net/dummy0 || r=1
+	[ -e /sys/class/net/dummy0 ] || { kv_dummy_up && ip link set dummy0 multicast on; } || r=1
+	[ -e /sys/class/infiniband/rxe_lo ] || kv_rxe_add rxe_lo lo || r=1
+	[ -e /sys/class/infiniband/rxe_dummy ] || kv_rxe_add rxe_dummy dummy0 || r=1
+	kv_wait test -d "$KV_DEBUGFS/rxe_lo" && kv_wait test -d "$KV_DEBUGFS/rxe_dummy" || r=1
+	if [ "$victim" = 0 ]; then
+		rc_normal || { kv_msg "loop $i: the rc run after failed"; r=1; }
+	else
+		mcast_normal || { kv_msg "loop $i: the mcast run after failed"; r=1; }
+	fi
+	[ $r = 0 ] || kv_msg "loop $i: victim $victim, how $how, after 0.$delay s"
+	return $r
+}
+
+removal_under_traffic() {
+	local loops=3 i
+	[ $FULL = 1 ] && loops=50
+	for i in $(seq 1 $loops); do
+		removal_loop "$i" || return 1
+	done
+	kv_msg "$loops removal loops survived"
+	echo "removal loops $loops" >>"$SUMMARY"
+	# Then rmmod with devices present, and back.
+	kv_unload && kv_load && quiet_drain_fault && loaded
+}
+
+# Writers on one control file: one runs, the others get EBUSY; readers
+# while it runs; a run on the other device at the same time passes.
+concurrent_writers() {
+	local pids="" r=0 i busy=0 ok=0
+	for i in 1 2 3 4; do
+		(printf 'role=loopback,size=65536,iters=100,validate' >"$RC") 2>"/tmp/cw.$i" &
+		pids="$pids $!"
+	done
+	(printf 'role=both,group=239.1.1.1,qps=2,count=3' >"$MC") 2>/tmp/cw.mc &
+	local mc=$!
+	for _ in $(seq 20); do cat "$RC" >/dev/null || r=1; done
+	for p in $pids; do
+		if wait "$p"; then ok=$((ok + 1)); fi
+	done
+	wait $mc || { kv_msg "the mcast run beside failed: $(cat /tmp/cw.mc)"; r=1; }
+	for i in 1 2 3 4; do grep -q "Device or resource busy" "/tmp/cw.$i" && busy=$((busy + 1)); done
+	kv_msg "4 writers: $ok ran, $busy got EBUSY"
+	# At least one runs; every other one ran after it or got EBUSY.
+	[ $ok -ge 1 ] && [ $((ok + busy)) = 4 ] && [ $busy -ge 1 ] || r=1
+	return $r
+}
+
+# The control files are root's: a writer without root's IDs gets EACCES,
+# and no file of the module is writable by group or others.
+root_only() {
+	local f err r=0 loose
+	for f in "$RC" "$MC" "$BENCH" "$KV_DEBUGFS/selftest" \
+		$(find "$KV_SYSFS" "$KV_DEBUGFS" -type f -perm /222); do
+		if err=$(kv_as_user 65534 bash -c "printf 'role=loopback' >'$f'" 2>&1); then
+			kv_msg "$f: a non-root write was accepted"
+			r=1
+		fi
+		case $err in
+		*"Permission denied"*) ;;
+		*) kv_msg "$f: $err"; r=1 ;;
+		esac
+	done
+	loose=$(find "$KV_SYSFS" "$KV_DEBUGFS" -perm /022)
+	[ -z "$loose" ] || { kv_msg "writable by group or others: $loose"; r=1; }
+	return $r
+}
+
+summary() {
+	local sweeps points fuzzed leaks splats
+	kv_msg "summary (seed $SEED, $([ $FULL = 1 ] && echo stress || echo check)):"
+	awk '
+		$1 == "sweep" { printf "  sweep %-16s %5d points armed of %5d, %5d errno, %3d absorbed\n", $2, $3, $4, $5, $6 }
+		$1 == "fuzz" { printf "  fuzz  %-16s %5d strings, %5d accepted, %5d refused\n", $2, $3, $4, $5 }
+		$1 == "removal" { printf "  removal loops survived: %d\n", $3 }
+	' "$SUMMARY" | kv_diag
+	sweeps=$(grep -c "^sweep" "$SUMMARY")
+	points=$(awk '$1 == "sweep" { s += $3 } END { print s + 0 }' "$SUMMARY")
+	fuzzed=$(awk '$1 == "fuzz" { s += $3 } END { print s + 0 }' "$SUMMARY")
+	# Leaks and kernel reports of the whole program so far (warn_alloc's
+	# reports of injected failures aside).
+	echo scan >"$KV_KMEMLEAK"
+	echo scan >"$KV_KMEMLEAK"
+	leaks=$(grep -c "^unreferenced object" "$KV_KMEMLEAK")
+	splats=$(dmesg | sed -n '/kverbs-selftest: begin setup_rxe_lo_rxe_dummy_and_load$/,$p' |
+		kv_drop_alloc_warnings | grep -cE "$KV_SPLAT")
+	kv_msg "  $sweeps sweeps, $points points armed, $fuzzed strings fuzzed, leaks $leaks, splats $splats"
+	[ "$leaks" = 0 ] && [ "$splats" = 0 ]
+}
+
+# Injected allocation failures make the page and vmalloc allocators warn.
+KV_ALLOC_WARNINGS_OK=1
+kv_begin 16
+kv_case setup_rxe_lo_rxe_dummy_and_load setup
+kv_case sweep_alloc_failure_rc_loopback sweep_rc_loopback
+kv_case sweep_alloc_failure_mcast_both sweep_mcast_both
+kv_case sweep_alloc_failure_mcast_attach sweep_mcast_attach
+kv_case sweep_alloc_failure_mcast_detach sweep_mcast_detach
+kv_case sweep_alloc_failure_bench_write_bw sweep_bench
+kv_case sweep_alloc_failure_module_load sweep_module_load
+kv_case sweep_alloc_failure_device_add sweep_device_add
+kv_case fuzz_rc_control_input fuzz_rc
+kv_case fuzz_mcast_control_input fuzz_mcast
+kv_case fuzz_bench_control_input fuzz_bench
+kv_case removal_under_traffic_two_devices removal_under_traffic
+kv_case concurrent_writers_one_runs_others_ebusy concurrent_writers
+kv_case control_files_refuse_non_root_writer root_only
+kv_case summary_table summary
+kv_end
