@@ -142,6 +142,12 @@ impl EventsInner {
     ) -> Result<Event> {
         let deadline = Deadline::new(timeout_ms, cancel);
         loop {
+            // Cancelled: no more events are taken, even one already there,
+            // so that a cancelled multi-step operation (`resolve`) stops
+            // at the step it is in, however fast the events come.
+            if cancel.is_cancelled() {
+                return Err(crate::errno::ecanceled());
+            }
             let seen = self.count.load(Ordering::Acquire);
             while let Some(e) = self.take_where(|e| e.id == id) {
                 if e.kind == want {
