@@ -406,6 +406,19 @@ impl Cancel {
     pub fn is_closed(&self) -> bool {
         self.0.load(Ordering::Acquire) == CANCEL_CLOSED
     }
+    /// `ECANCELED` if cancelled, `EINTR` if the calling task has a signal
+    /// pending, else `Ok`: what a loop that polls instead of waiting must
+    /// check now and then, as every blocking wait of this crate does.
+    pub fn check(&self) -> Result {
+        if self.is_cancelled() {
+            return Err(crate::errno::ecanceled());
+        }
+        // SAFETY: Reads the current task's signal state.
+        if unsafe { bindings::kverbs_signal_pending() } {
+            return Err(EINTR);
+        }
+        Ok(())
+    }
 }
 
 /// The queue of a work request.

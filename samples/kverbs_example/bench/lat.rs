@@ -51,9 +51,7 @@ fn spin_byte(buf: &DmaBuf, offset: usize, want: u8, cfg: &Config, cancel: &Cance
         }
         spins = spins.wrapping_add(1);
         if spins % 256 == 0 {
-            if cancel.is_cancelled() {
-                return Err(kverbs::errno::ecanceled());
-            }
+            cancel.check()?;
             if kverbs::now_ns() - start > u64::from(cfg.timeout_ms) * 1_000_000 {
                 pr_err!(
                     "bench: {}: the peer's message did not come\n",
