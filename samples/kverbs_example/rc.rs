@@ -352,15 +352,20 @@ impl Show for StatsFile {
 }
 
 /// The report of a run, kept for readers of `rc`.
-pub(crate) struct Report(KVec<u8>);
+pub(crate) struct Report(KVec<u8>, bool);
 
 impl Report {
     pub(crate) fn new() -> Self {
-        Report(KVec::new())
+        Report(KVec::new(), false)
     }
 
     pub(crate) fn as_bytes(&self) -> &[u8] {
         &self.0
+    }
+
+    /// Whether a write found no memory: the text lacks something.
+    pub(crate) fn lost(&self) -> bool {
+        self.1
     }
 }
 
@@ -368,7 +373,10 @@ impl Write for Report {
     fn write_str(&mut self, s: &str) -> fmt::Result {
         self.0
             .extend_from_slice(s.as_bytes(), GFP_KERNEL)
-            .map_err(|_| fmt::Error)
+            .map_err(|_| {
+                self.1 = true;
+                fmt::Error
+            })
     }
 }
 
@@ -459,9 +467,20 @@ impl<E: Example> Store for Control<E> {
         }
         let mut rep = Report::new();
         let start = kverbs::now_ns();
-        let result = self
+        let mut result = self
             .example
             .run(dev, &cfg, &self.cancel, &self.stats, &mut rep);
+        if result.is_ok() && rep.lost() {
+            // The run went well but its report lacks lines, which are its
+            // result here: it cannot be called a success (found by the
+            // allocation-failure sweep of mcast).
+            pr_err!(
+                "{}: {}: the report is incomplete (out of memory)\n",
+                dev.name(),
+                E::NAME
+            );
+            result = Err(ENOMEM);
+        }
         let us = (kverbs::now_ns() - start) / 1000;
         match result {
             Ok(()) => {

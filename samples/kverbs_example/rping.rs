@@ -53,7 +53,8 @@ fn parse_info(buf: &DmaBuf) -> Result<RemoteBuf> {
 fn fill_ping(buf: &DmaBuf, size: usize, ping: u32, start: u8) -> Result {
     let mut data = KVec::from_elem(0u8, size, GFP_KERNEL)?;
     let mut head = Report::new();
-    let _ = write!(head, "rdma-ping-{}: ", ping);
+    // Without its header the data would be wrong: no memory is an error.
+    write!(head, "rdma-ping-{}: ", ping).map_err(|_| ENOMEM)?;
     let head = head.as_bytes();
     let cc = head.len().min(size);
     data[..cc].copy_from_slice(&head[..cc]);
