@@ -16,7 +16,7 @@
 #   ECANCELED or EINTR within 5 s, the other one passes, the device comes
 #   back and a validated run passes.
 #
-# `make check` runs a reduced slice (about 12 points per sweep, 200 strings
+# `make check` runs a reduced slice (about 8 points per sweep, 200 strings
 # per file, 3 removal loops); `make stress` (/kverbs/stress holds the seed) runs all
 # of it -- every point with a normal run after each, 10,000 strings per
 # file, 50 removal loops -- and prints a summary table.
@@ -137,7 +137,7 @@ point_logged() {
 # sweep NAME PREP CHECK CLEAN NORMAL OP...: the sweep of one operation
 # (kv_fail_nth's OP...). A first run armed far beyond the operation counts
 # its points; then N = 1, 1 + STRIDE, ... and the last point are armed in
-# turn: every point in stress mode, about 12 otherwise. PREP runs before
+# turn: every point in stress mode, about 8 otherwise. PREP runs before
 # each run, CHECK judges a success, CLEAN runs after it, NORMAL is the run
 # that must pass afterwards (after every point in stress mode, after every
 # 4th point and at the end otherwise).
@@ -157,7 +157,7 @@ sweep() {
 	$clean
 	total=$((1000000 - left))
 	stride=1
-	[ $FULL = 1 ] || stride=$(( total / 12 > 1 ? total / 12 : 1 ))
+	[ $FULL = 1 ] || stride=$(( total / 8 > 1 ? total / 8 : 1 ))
 	while :; do
 		SW_MARK="kverbs-sweep: $name point $n"
 		echo "$SW_MARK" >/dev/kmsg
@@ -205,6 +205,71 @@ sweep() {
 	if [ $FULL = 1 ]; then
 		kv_kmemleak_check || return 1
 	fi
+}
+
+# The RC example against the userspace peer (rc_peer, RDMA_RC_example's
+# protocol; rxe_lo's GID 1 is ::ffff:127.0.0.1) and over rdma_cm against
+# rping (rxe_dummy). The peer starts before each run and is stopped after.
+PEER_PID=
+RCD=$KV_DEBUGFS/rxe_dummy/rc
+RC_SERVER="role=server,size=4096,gid_idx=1,validate,timeout_ms=3000"
+RC_CLIENT="role=client,addr=127.0.0.1,size=4096,gid_idx=1,validate,timeout_ms=3000"
+CM_SERVER="role=cm_server,addr=169.254.1.1,size=64,validate,timeout_ms=3000"
+peer_stop() {
+	[ -n "$PEER_PID" ] && kill "$PEER_PID" 2>/dev/null
+	[ -n "$PEER_PID" ] && wait "$PEER_PID" 2>/dev/null
+	PEER_PID=
+	# The retry loops' peers themselves.
+	killall rc_peer rping 2>/dev/null
+	return 0
+}
+# write_alone FILE STRING: a write from a process of its own. This shell
+# has the peer as a child: its exit (SIGCHLD, which bash handles) would
+# interrupt a run written from here (EINTR), as any signal does.
+write_alone() {
+	[ "$(kv_fail_nth 0 write "$1" "$2")" = "errno 0 injected 0 left 0" ]
+}
+# A client retried (for 3 s) until the server here listens.
+rc_peer_client() {
+	(for _ in $(seq 15); do
+		rc_peer -d rxe_lo -g 1 -s 4096 -v 127.0.0.1 >/dev/null 2>&1 && exit 0
+		sleep 0.2
+	done) &
+	PEER_PID=$!
+}
+rc_peer_server() {
+	rc_peer -d rxe_lo -g 1 -s 4096 -v >/dev/null 2>&1 &
+	PEER_PID=$!
+	# Listening on 19875 (0x4DA3) before the client here connects.
+	kv_wait grep -q ":4DA3 00000000:0000 0A" /proc/net/tcp
+}
+rping_client() {
+	(for _ in $(seq 15); do
+		rping -c -a 169.254.1.1 -C 3 -S 64 -V >/dev/null 2>&1 && exit 0
+		sleep 0.2
+	done) &
+	PEER_PID=$!
+}
+rc_server_normal() {
+	rc_peer_client && write_alone "$RC" "$RC_SERVER" && rc_ok && peer_stop
+}
+rc_client_normal() {
+	rc_peer_server && write_alone "$RC" "$RC_CLIENT" && rc_ok && peer_stop
+}
+cm_ok() {
+	grep -q "^result: ok" "$RCD" && grep -qx "pings: 3" "$RCD"
+}
+cm_normal() {
+	rping_client && write_alone "$RCD" "$CM_SERVER" && cm_ok && peer_stop
+}
+sweep_rc_server() {
+	sweep rc_server_rc_peer_client rc_peer_client rc_ok peer_stop rc_server_normal write "$RC" "$RC_SERVER"
+}
+sweep_rc_client() {
+	sweep rc_client_rc_peer_server rc_peer_server rc_ok peer_stop rc_client_normal write "$RC" "$RC_CLIENT"
+}
+sweep_rc_cm_server() {
+	sweep rc_cm_server_rping_client rping_client cm_ok peer_stop cm_normal write "$RCD" "$CM_SERVER"
 }
 
 sweep_rc_loopback() {
@@ -441,9 +506,12 @@ summary() {
 
 # Injected allocation failures make the page and vmalloc allocators warn.
 KV_ALLOC_WARNINGS_OK=1
-kv_begin 16
+kv_begin 19
 kv_case setup_rxe_lo_rxe_dummy_and_load setup
 kv_case sweep_alloc_failure_rc_loopback sweep_rc_loopback
+kv_case sweep_alloc_failure_rc_server_userspace_client sweep_rc_server
+kv_case sweep_alloc_failure_rc_client_userspace_server sweep_rc_client
+kv_case sweep_alloc_failure_rc_cm_server_rping_client sweep_rc_cm_server
 kv_case sweep_alloc_failure_mcast_both sweep_mcast_both
 kv_case sweep_alloc_failure_mcast_attach sweep_mcast_attach
 kv_case sweep_alloc_failure_mcast_detach sweep_mcast_detach
