@@ -244,6 +244,77 @@ bench_mismatch_refused() {
 	return $r
 }
 
+# secs_since T0: seconds since uptime T0.
+secs_since() {
+	awk -v a="$1" '{ printf "%.1f", $1 - a }' /proc/uptime
+}
+
+DEAD_OPTS="test=write_bw,size=65536,iters=100000,timeout_ms=60000"
+
+# The peer's rxe device goes away in the middle of a long write_bw whose
+# client is here. Our requests are no longer acknowledged: the QP gives up
+# after its retries -- timeout 14, retry_cnt 6: 7 x 4.096 us x 2^14 =
+# 0.47 s -- and the run ends with EIO within 10 s (7.3 s seen: TCG and
+# rxe's timers); everything is freed (the module unloads); the peer's device
+# comes back.
+dead_peer_device_gone() {
+	local r=0 t0 pid
+	peer "bash -c \"printf '%s' 'role=server,$DEAD_OPTS' >$BENCH\" >/dev/null 2>&1 &" >/dev/null
+	(
+		for _ in $(seq 50); do
+			printf '%s' "role=client,addr=$THERE,$DEAD_OPTS" >"$BENCH" 2>/tmp/dead.err && exit 0
+			grep -q "Connection refused" /tmp/dead.err || exit 1
+			sleep 0.2
+		done
+	) &
+	pid=$!
+	kv_wait grep -q "^status: running" "$BENCH" || r=1
+	sleep 4
+	t0=$(cut -d' ' -f1 /proc/uptime)
+	peer "rdma link del rxe_eth" >/dev/null || { kv_msg "rdma link del on the peer failed"; r=1; }
+	wait $pid && { kv_msg "the run went on to the end"; r=1; }
+	local took
+	took=$(secs_since "$t0")
+	kv_msg "the run ended $took s after the peer's device went: $(cat /tmp/dead.err)"
+	awk -v t="$took" 'BEGIN { exit !(t < 10) }' || r=1
+	grep -q "Input/output error" /tmp/dead.err || r=1
+	peer "rdma link add rxe_eth type rxe netdev eth0" >/dev/null || r=1
+	if ! { kv_unload && kv_load; }; then
+		kv_msg "the module did not unload"
+		r=1
+	fi
+	return $r
+}
+
+# The peer's writer is killed (SIGKILL) in the middle of a long write_bw
+# whose server is here: its kernel ends the run and closes the TCP
+# connection, so our server, waiting for the client's last handshake, ends
+# with ECONNRESET as soon as the peer has torn its run down (3.4 s seen;
+# the test allows 10), not after its timeout_ms (60 s).
+dead_peer_process_killed() {
+	local r=0 t0 pid
+	bash -c "printf '%s' 'role=server,$DEAD_OPTS' >$BENCH" 2>/tmp/dead.err &
+	pid=$!
+	kv_wait grep -q "^status: running" "$BENCH" || r=1
+	sleep 1
+	peer "bash -c \"printf '%s' 'role=client,addr=$HERE,$DEAD_OPTS' >$BENCH\" >/dev/null 2>&1 & echo \$! >/tmp/dead.pid" >/dev/null
+	sleep 4
+	peer "grep -q '^status: running' $BENCH" || { kv_msg "the peer's client is not running"; r=1; }
+	t0=$(cut -d' ' -f1 /proc/uptime)
+	peer "kill -9 \$(cat /tmp/dead.pid)" >/dev/null || r=1
+	wait $pid && { kv_msg "the run went on to the end"; r=1; }
+	local took
+	took=$(secs_since "$t0")
+	kv_msg "the run ended $took s after the peer was killed: $(cat /tmp/dead.err)"
+	awk -v t="$took" 'BEGIN { exit !(t < 10) }' || r=1
+	grep -q "Connection reset by peer" /tmp/dead.err || r=1
+	if ! { kv_unload && kv_load; }; then
+		kv_msg "the module did not unload"
+		r=1
+	fi
+	return $r
+}
+
 peer_log_clean() {
 	local out
 	out=$(peer "dmesg | sed -n '/kverbs-selftest: begin two_hosts/,\$p' | grep -E '$KV_SPLAT'")
@@ -257,7 +328,7 @@ peer_kmemleak_clean() {
 	[ -z "$out" ] || { echo "$out" | head -n 60 | kv_diag; return 1; }
 }
 
-kv_begin 19
+kv_begin 21
 kv_case setup_rxe_on_eth0_and_reach_the_peer_vm setup
 kv_case rc_two_hosts_kernel_to_kernel_client_here_21 kernel_to_kernel_client_here 21
 kv_case rc_two_hosts_kernel_to_kernel_server_here_21 kernel_to_kernel_server_here 21
@@ -274,6 +345,8 @@ kv_case bench_two_hosts_write_lat_client_here bench_across here "test=write_lat,
 kv_case bench_two_hosts_send_lat_client_there bench_across there "test=send_lat,size=64,iters=100"
 kv_case bench_two_hosts_read_lat_client_here bench_across here "test=read_lat,size=4096,iters=100"
 kv_case bench_two_hosts_other_test_refused_eproto bench_mismatch_refused
+kv_case dead_peer_device_gone_client_here_ends_eio dead_peer_device_gone
+kv_case dead_peer_process_killed_server_here_ends_at_once dead_peer_process_killed
 kv_case peer_vm_kernel_log_clean peer_log_clean
 kv_case peer_vm_kmemleak_clean peer_kmemleak_clean
 kv_end
