@@ -72,6 +72,8 @@ pub mod debugfs;
 pub mod device;
 #[path = "kverbs/dma.rs"]
 pub mod dma;
+#[path = "kverbs/event.rs"]
+pub mod event;
 #[path = "kverbs/mcast.rs"]
 pub mod mcast;
 #[path = "kverbs/mr.rs"]
@@ -82,6 +84,8 @@ pub mod pd;
 pub mod qp;
 #[path = "kverbs/show.rs"]
 mod show;
+#[path = "kverbs/srq.rs"]
+pub mod srq;
 #[path = "kverbs/stream.rs"]
 pub mod stream;
 #[path = "kverbs/sysfs.rs"]

@@ -49,8 +49,9 @@ pub(crate) struct EventsInner {
     #[pin]
     wq: Opaque<bindings::wait_queue_head>,
     count: AtomicU32,
-    /// A connection request has been recorded: further ones are refused.
-    requested: AtomicBool,
+    /// Connection requests still taken: once none is left, further ones
+    /// are refused.
+    requests_left: AtomicU32,
     #[pin]
     list: Mutex<KVec<Event>>,
 }
@@ -84,8 +85,15 @@ impl PinnedDrop for EventsInner {
 pub struct CmEvents(Arc<EventsInner>);
 
 impl CmEvents {
-    /// A new, empty queue.
+    /// A new, empty queue, for one connection: a listener with this queue
+    /// takes one connection request and refuses those after it.
     pub fn new() -> Result<Self> {
+        Self::with_requests(1)
+    }
+
+    /// A new, empty queue whose listener takes `n` connection requests
+    /// (a server of `n` connections) and refuses those after them.
+    pub fn with_requests(n: u32) -> Result<Self> {
         let inner = Arc::pin_init(
             pin_init!(EventsInner {
                 wq <- Opaque::ffi_init(|slot: *mut bindings::wait_queue_head| {
@@ -93,7 +101,7 @@ impl CmEvents {
                     unsafe { bindings::kverbs_init_waitqueue_head(slot) }
                 }),
                 count: AtomicU32::new(0),
-                requested: AtomicBool::new(false),
+                requests_left: AtomicU32::new(n),
                 list <- new_mutex!(KVec::new()),
             }),
             GFP_KERNEL,
@@ -227,10 +235,13 @@ unsafe extern "C" fn handler(
     // SAFETY: `ev` is valid during the call.
     let (kind, status) = unsafe { ((*ev).event, (*ev).status) };
     if kind == bindings::RDMA_CM_EVENT_CONNECT_REQUEST
-        && events.requested.swap(true, Ordering::AcqRel)
+        && events
+            .requests_left
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+            .is_err()
     {
-        // One connection per run: a non-zero return makes the connection
-        // manager reject and destroy this new ID.
+        // As many connections as the queue takes: a non-zero return makes
+        // the connection manager reject and destroy this new ID.
         return 1;
     }
     let pushed = events
@@ -240,7 +251,7 @@ unsafe extern "C" fn handler(
     if pushed.is_err() {
         pr_err!("rdma_cm: event {} lost: out of memory\n", kind);
         if kind == bindings::RDMA_CM_EVENT_CONNECT_REQUEST {
-            events.requested.store(false, Ordering::Release);
+            events.requests_left.fetch_add(1, Ordering::AcqRel);
             return 1;
         }
     }

@@ -20,11 +20,19 @@
 
 use crate::bindings;
 use crate::device::Device;
+use crate::qp::Slot;
 use core::{
     ptr::NonNull,
     sync::atomic::{AtomicU32, AtomicU64, Ordering},
 };
-use kernel::{error::from_err_ptr, prelude::*, sync::Arc, types::ARef, types::Opaque};
+use kernel::{
+    error::from_err_ptr,
+    new_mutex,
+    prelude::*,
+    sync::{Arc, Mutex},
+    types::ARef,
+    types::Opaque,
+};
 
 /// Where completions are polled.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -74,6 +82,9 @@ pub(crate) struct CqInner {
     ctx: PollCtx,
     room: AtomicU32,
     wq: Pin<KBox<Opaque<bindings::wait_queue_head>>>,
+    /// Request slots whose owner (an SRQ) is gone while completions naming
+    /// them may still be in this CQ: freed with it.
+    kept: Pin<KBox<Mutex<KVec<KVec<Slot>>>>>,
     dev: ARef<Device>,
 }
 
@@ -93,6 +104,7 @@ impl Cq {
             }),
             GFP_KERNEL,
         )?;
+        let kept = KBox::pin_init(new_mutex!(KVec::new()), GFP_KERNEL)?;
         let poll = match ctx {
             PollCtx::Direct => bindings::IB_POLL_DIRECT,
             PollCtx::Softirq => bindings::IB_POLL_SOFTIRQ,
@@ -121,10 +133,26 @@ impl Cq {
                 ctx,
                 room: AtomicU32::new(size.try_into().unwrap_or(0)),
                 wq,
+                kept,
                 dev: dev.into(),
             },
             GFP_KERNEL,
         )?))
+    }
+
+    /// Keeps `slots` until the CQ is freed: completions naming them may
+    /// still be in it. On allocation failure they are leaked (and kmemleak
+    /// told), never freed early.
+    pub(crate) fn keep_slots(&self, slots: KVec<Slot>) {
+        let mut kept = self.0.kept.lock();
+        if kept.reserve(1, GFP_KERNEL).is_ok() {
+            // Cannot fail: the room was reserved.
+            let _ = kept.push(slots, GFP_KERNEL);
+        } else {
+            let (ptr, _, _) = slots.into_raw_parts();
+            // SAFETY: Plain annotation of a live allocation.
+            unsafe { bindings::kverbs_kmemleak_not_leak(ptr.cast()) };
+        }
     }
 
     pub(crate) fn as_raw(&self) -> *mut bindings::ib_cq {

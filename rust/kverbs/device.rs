@@ -439,6 +439,10 @@ impl DeviceAttr {
     pub fn max_qp_init_rd_atom(&self) -> i32 {
         self.0.max_qp_init_rd_atom
     }
+    /// Atomic operation support (`enum ib_atomic_cap`: NONE, HCA, GLOB).
+    pub fn atomic_cap(&self) -> u32 {
+        self.0.atomic_cap
+    }
     /// Most shared receive queues.
     pub fn max_srq(&self) -> i32 {
         self.0.max_srq

@@ -72,8 +72,10 @@ use crate::cm::{CmId, CmIdRef};
 use crate::cq::{self, Cq};
 use crate::device::{Device, Gid, Mtu, PortNum};
 use crate::dma::DmaBuf;
+use crate::event::{EventSink, SinkBox};
 use crate::mr::MrInner;
 use crate::pd::Pd;
+use crate::srq::Srq;
 use crate::stream;
 use crate::wc::Wc;
 use core::{
@@ -356,6 +358,60 @@ impl SendOp {
     }
 }
 
+/// An atomic operation on the 8 bytes at the start of a peer's buffer
+/// (`IB_WR_ATOMIC_*`, the RC transport's only atomics). The value there is
+/// a `u64` in the responder's byte order (the HCA's, the CPU's on rxe); the
+/// old value comes back into 8 bytes of a local buffer.
+#[derive(Clone, Copy, Debug)]
+pub enum AtomicOp {
+    /// Adds `add` (`IB_WR_ATOMIC_FETCH_AND_ADD`).
+    FetchAdd {
+        /// The target: `addr` 8-byte aligned, `len` at least 8.
+        remote: RemoteBuf,
+        /// What is added.
+        add: u64,
+    },
+    /// Stores `swap` if the value equals `compare`
+    /// (`IB_WR_ATOMIC_CMP_AND_SWP`).
+    CmpSwap {
+        /// The target: `addr` 8-byte aligned, `len` at least 8.
+        remote: RemoteBuf,
+        /// The value expected.
+        compare: u64,
+        /// The value stored if it was there.
+        swap: u64,
+    },
+}
+
+impl AtomicOp {
+    /// The remote target.
+    pub fn remote(&self) -> RemoteBuf {
+        match *self {
+            AtomicOp::FetchAdd { remote, .. } | AtomicOp::CmpSwap { remote, .. } => remote,
+        }
+    }
+
+    fn atomic_wr(self) -> bindings::ib_atomic_wr {
+        let mut wr = bindings::ib_atomic_wr::default();
+        let (opcode, remote, compare_add, swap) = match self {
+            AtomicOp::FetchAdd { remote, add } => {
+                (bindings::IB_WR_ATOMIC_FETCH_AND_ADD, remote, add, 0)
+            }
+            AtomicOp::CmpSwap {
+                remote,
+                compare,
+                swap,
+            } => (bindings::IB_WR_ATOMIC_CMP_AND_SWP, remote, compare, swap),
+        };
+        wr.wr.opcode = opcode;
+        wr.remote_addr = remote.addr;
+        wr.rkey = remote.rkey;
+        wr.compare_add = compare_add;
+        wr.swap = swap;
+        wr
+    }
+}
+
 /// Cancels the waits of a run from another thread (for instance when the
 /// device is being removed).
 ///
@@ -489,9 +545,9 @@ pub enum Waited {
     Pending(WrId),
 }
 
-const SLOT_FREE: u32 = 0;
-const SLOT_POSTED: u32 = 1;
-const SLOT_DONE: u32 = 2;
+pub(crate) const SLOT_FREE: u32 = 0;
+pub(crate) const SLOT_POSTED: u32 = 1;
+pub(crate) const SLOT_DONE: u32 = 2;
 
 /// The part of a slot the `done` callback touches.
 ///
@@ -501,23 +557,23 @@ const SLOT_DONE: u32 = 2;
 /// `wc` is written by `done` only while `state` is `SLOT_POSTED`, and read
 /// only after `state` was seen `SLOT_DONE` (release/acquire).
 #[repr(C)]
-struct Slot {
-    cqe: Opaque<bindings::ib_cqe>,
-    state: AtomicU32,
-    wc: UnsafeCell<Option<Wc>>,
+pub(crate) struct Slot {
+    pub(crate) cqe: Opaque<bindings::ib_cqe>,
+    pub(crate) state: AtomicU32,
+    pub(crate) wc: UnsafeCell<Option<Wc>>,
 }
 
 /// What a posted request keeps alive until it is reaped.
 #[derive(Default)]
-struct SlotRes {
-    busy: bool,
-    signaled: bool,
+pub(crate) struct SlotRes {
+    pub(crate) busy: bool,
+    pub(crate) signaled: bool,
     /// Taken by a stream ([`crate::stream`]), never posted through it.
-    stream: bool,
-    seq: u64,
-    _buf: Option<Arc<DmaBuf>>,
-    _mr: Option<Arc<MrInner>>,
-    ah: Option<Arc<AhInner>>,
+    pub(crate) stream: bool,
+    pub(crate) seq: u64,
+    pub(crate) _buf: Option<Arc<DmaBuf>>,
+    pub(crate) _mr: Option<Arc<MrInner>>,
+    pub(crate) ah: Option<Arc<AhInner>>,
 }
 
 /// Process-context bookkeeping of the slots.
@@ -540,10 +596,15 @@ struct Book {
 /// which the fields keep alive, and is not yet destroyed. The slot arrays
 /// are never reallocated; their `ib_cqe`s are the `wr_cqe` of every request
 /// posted on `qp`. Each has one slot more than `book`'s: the last, the
-/// drain's marker.
+/// drain's marker. `events`, if any, is the `qp_context` of `qp`, a leaked
+/// [`crate::event::SinkBox`] freed after `qp` is destroyed.
 #[pin_data(PinnedDrop)]
 struct QpInner {
     qp: NonNull<bindings::ib_qp>,
+    events: Option<NonNull<Arc<dyn EventSink>>>,
+    /// The shared receive queue the QP receives from, if any: it lives
+    /// until the QP is destroyed.
+    srq: Option<Srq>,
     /// The connection manager ID the QP belongs to, if it was created by
     /// `rdma_create_qp` (then it is destroyed by `rdma_destroy_qp`).
     cm: Option<CmIdRef>,
@@ -612,7 +673,7 @@ pub(crate) fn check_port(dev: &Device, port: PortNum) -> Result {
     Err(EINVAL)
 }
 
-fn new_slots(n: u32) -> Result<KVec<Slot>> {
+pub(crate) fn new_slots(n: u32) -> Result<KVec<Slot>> {
     let mut v = KVec::with_capacity(n as usize, GFP_KERNEL)?;
     for _ in 0..n {
         v.push(
@@ -629,7 +690,7 @@ fn new_slots(n: u32) -> Result<KVec<Slot>> {
     Ok(v)
 }
 
-fn new_res(n: u32) -> Result<KVec<SlotRes>> {
+pub(crate) fn new_res(n: u32) -> Result<KVec<SlotRes>> {
     let mut v = KVec::with_capacity(n as usize, GFP_KERNEL)?;
     for _ in 0..n {
         v.push(SlotRes::default(), GFP_KERNEL)?;
@@ -689,7 +750,36 @@ impl Qp<Reset, Rc> {
         recv_cq: &Cq,
         caps: QpCaps,
     ) -> Result<Self> {
-        Self::create(pd, port, send_cq, recv_cq, caps, None)
+        Self::create(pd, port, send_cq, recv_cq, caps, None, None, None)
+    }
+
+    /// [`Qp::new_rc`], with the QP's asynchronous events (fatal errors,
+    /// `IB_EVENT_QP_LAST_WQE_REACHED`, path migration, ...) given to
+    /// `sink` until the QP is destroyed.
+    pub fn new_rc_with_events(
+        pd: &Pd,
+        port: PortNum,
+        send_cq: &Cq,
+        recv_cq: &Cq,
+        caps: QpCaps,
+        sink: Arc<dyn EventSink>,
+    ) -> Result<Self> {
+        Self::create(pd, port, send_cq, recv_cq, caps, None, Some(sink), None)
+    }
+
+    /// Creates an RC QP that takes its receives from `srq`: its receive
+    /// completions go to the SRQ's CQ; it has no receive queue of its own
+    /// (`caps.max_recv_wr` is ignored). The SRQ lives at least as long as
+    /// the QP. Events as [`Qp::new_rc_with_events`], if `sink` is given.
+    pub fn new_rc_srq(
+        pd: &Pd,
+        port: PortNum,
+        send_cq: &Cq,
+        srq: &Srq,
+        caps: QpCaps,
+        sink: Option<Arc<dyn EventSink>>,
+    ) -> Result<Self> {
+        Self::create(pd, port, send_cq, srq.cq(), caps, None, sink, Some(srq))
     }
 }
 
@@ -704,13 +794,15 @@ impl Qp<Reset, Ud> {
         recv_cq: &Cq,
         caps: QpCaps,
     ) -> Result<Self> {
-        Self::create(pd, port, send_cq, recv_cq, caps, None)
+        Self::create(pd, port, send_cq, recv_cq, caps, None, None, None)
     }
 }
 
 impl<T: Transport> Qp<Reset, T> {
     /// Creates the QP with `ib_create_qp`, or with `rdma_create_qp` on
-    /// `cm`, which then moves it to INIT.
+    /// `cm`, which then moves it to INIT; its events to `events`, its
+    /// receives from `srq`.
+    #[allow(clippy::too_many_arguments)]
     fn create(
         pd: &Pd,
         port: PortNum,
@@ -718,14 +810,23 @@ impl<T: Transport> Qp<Reset, T> {
         recv_cq: &Cq,
         caps: QpCaps,
         cm: Option<&CmId>,
+        events: Option<Arc<dyn EventSink>>,
+        srq: Option<&Srq>,
     ) -> Result<Self> {
-        if caps.max_send_wr == 0 || caps.max_recv_wr == 0 {
+        if caps.max_send_wr == 0 || (caps.max_recv_wr == 0 && srq.is_none()) {
             return Err(EINVAL);
         }
         let dev = pd.device();
         check_port(dev, port)?;
+        if let Some(srq) = srq {
+            srq.check_qp(pd, recv_cq)?;
+        }
         let max_send_wr = caps.max_send_wr.checked_add(1).ok_or(EINVAL)?;
-        let max_recv_wr = caps.max_recv_wr.checked_add(1).ok_or(EINVAL)?;
+        // A QP of an SRQ has no receive queue: the SRQ took its CQ's room.
+        let max_recv_wr = match srq {
+            Some(_) => 0,
+            None => caps.max_recv_wr.checked_add(1).ok_or(EINVAL)?,
+        };
         let send_room = CqRoom::take(send_cq, max_send_wr, dev)?;
         let recv_room = CqRoom::take(recv_cq, max_recv_wr, dev)?;
         // One slot more on each queue, the last, for the drain's marker.
@@ -733,7 +834,7 @@ impl<T: Transport> Qp<Reset, T> {
         let recv_slots = new_slots(max_recv_wr)?;
         let book = Book {
             send: new_res(caps.max_send_wr)?,
-            recv: new_res(caps.max_recv_wr)?,
+            recv: new_res(max_recv_wr.saturating_sub(1))?,
             posted_any: false,
             last_ah: None,
             mcast: KVec::new(),
@@ -749,34 +850,87 @@ impl<T: Transport> Qp<Reset, T> {
         init.cap.max_send_wr = max_send_wr;
         init.cap.max_recv_wr = max_recv_wr;
         init.cap.max_send_sge = caps.max_sge.max(1);
-        init.cap.max_recv_sge = caps.max_sge.max(1);
+        init.cap.max_recv_sge = if srq.is_some() {
+            0
+        } else {
+            caps.max_sge.max(1)
+        };
+        if let Some(srq) = srq {
+            init.srq = srq.as_raw();
+        }
         init.cap.max_inline_data = caps.max_inline_data;
+        // The sink's box is leaked to be the QP's context: freed only
+        // after the QP is destroyed (here on failure, else by `QpInner`).
+        let events = match events {
+            Some(sink) => {
+                let b: SinkBox = KBox::new(sink, GFP_KERNEL)?;
+                init.event_handler = Some(crate::event::object_event);
+                init.qp_context = KBox::into_raw(b).cast();
+                NonNull::new(init.qp_context.cast::<Arc<dyn EventSink>>())
+            }
+            None => None,
+        };
+        let free_events = |events: Option<NonNull<Arc<dyn EventSink>>>| {
+            if let Some(e) = events {
+                // SAFETY: Leaked from a `SinkBox` above; the QP that used
+                // it is destroyed or was never created.
+                drop(unsafe { KBox::from_raw(e.as_ptr()) });
+            }
+        };
         let qp = match cm {
             None => {
                 // SAFETY: The PD and CQs are live and on the same device
                 // (checked by `CqRoom::take`); `init` is a valid, fully
                 // initialised attribute set.
-                from_err_ptr(unsafe { bindings::ib_create_qp(pd.as_raw(), &mut init) })?
+                from_err_ptr(unsafe { bindings::ib_create_qp(pd.as_raw(), &mut init) })
             }
             Some(cm) => {
                 // SAFETY: As above; the ID is live and has no QP yet (the
                 // callers create one QP per ID).
                 kernel::error::to_result(unsafe {
                     bindings::rdma_create_qp(cm.as_raw(), pd.as_raw(), &mut init)
-                })?;
+                })
                 // SAFETY: `rdma_create_qp` stored the new QP in the ID.
-                unsafe { (*cm.as_raw()).qp }
+                .map(|()| unsafe { (*cm.as_raw()).qp })
             }
         };
-        let qp = NonNull::new(qp).ok_or(ENOMEM)?;
+        let qp = match qp.and_then(|qp| NonNull::new(qp).ok_or(ENOMEM)) {
+            Ok(qp) => qp,
+            Err(e) => {
+                free_events(events);
+                return Err(e);
+            }
+        };
+        let destroy = || {
+            // SAFETY: The QP was created above and nothing was posted; the
+            // ID, if any, is kept alive by the caller's `cm`.
+            unsafe {
+                match cm.map(|c| c.as_raw()) {
+                    Some(id) => bindings::rdma_destroy_qp(id),
+                    None => {
+                        bindings::ib_destroy_qp(qp.as_ptr());
+                    }
+                }
+            }
+        };
+        if let Some(srq) = srq {
+            // SAFETY: The QP is live; its number never changes.
+            let qpn = unsafe { (*qp.as_ptr()).qp_num };
+            if let Err(e) = srq.add_qp(qp.as_ptr(), qpn) {
+                destroy();
+                free_events(events);
+                return Err(e);
+            }
+        }
         // What the driver gave (it updates the attributes it was passed).
         let max_inline = init.cap.max_inline_data;
         let (max_send_sge, max_recv_sge) = (init.cap.max_send_sge, init.cap.max_recv_sge);
         let cm_ref = cm.map(|c| c.inner());
-        let cm_raw = cm.map(|c| c.as_raw());
         let inner = KBox::pin_init(
             try_pin_init!(QpInner {
                 qp,
+                events,
+                srq: srq.cloned(),
                 cm: cm_ref,
                 ud: T::QP_TYPE == bindings::IB_QPT_UD,
                 port,
@@ -799,16 +953,11 @@ impl<T: Transport> Qp<Reset, T> {
                 _state: PhantomData,
             }),
             Err(e) => {
-                // SAFETY: The QP was created above and nothing was posted;
-                // the ID, if any, is kept alive by the caller's `cm`.
-                unsafe {
-                    match cm_raw {
-                        Some(id) => bindings::rdma_destroy_qp(id),
-                        None => {
-                            bindings::ib_destroy_qp(qp.as_ptr());
-                        }
-                    }
+                destroy();
+                if let Some(srq) = srq {
+                    srq.remove_qp(qp.as_ptr());
                 }
+                free_events(events);
                 Err(e)
             }
         }
@@ -871,7 +1020,17 @@ impl Qp<Init> {
     pub fn new_cm(cm: &CmId, pd: &Pd, send_cq: &Cq, recv_cq: &Cq, caps: QpCaps) -> Result<Self> {
         let port = cm.port_num();
         cm.inner().claim_qp()?;
-        Qp::<Reset>::create(pd, port, send_cq, recv_cq, caps, Some(cm))
+        Qp::<Reset>::create(pd, port, send_cq, recv_cq, caps, Some(cm), None, None)
+            .map(Qp::retype)
+            .inspect_err(|_| cm.inner().release_qp())
+    }
+
+    /// [`Qp::new_cm`] for a QP that takes its receives from `srq` (see
+    /// [`Qp::new_rc_srq`]).
+    pub fn new_cm_srq(cm: &CmId, pd: &Pd, send_cq: &Cq, srq: &Srq, caps: QpCaps) -> Result<Self> {
+        let port = cm.port_num();
+        cm.inner().claim_qp()?;
+        Qp::<Reset>::create(pd, port, send_cq, srq.cq(), caps, Some(cm), None, Some(srq))
             .map(Qp::retype)
             .inspect_err(|_| cm.inner().release_qp())
     }
@@ -963,6 +1122,56 @@ impl Qp<Rts, Rc> {
     }
 }
 
+impl Qp<Rts, Rc> {
+    /// Posts an atomic operation; the old value lands in the 8 bytes of
+    /// `buf` at `offset`.
+    ///
+    /// `EOPNOTSUPP` if the device has no atomics (`atomic_cap` NONE);
+    /// `EINVAL` for a local offset or remote address not 8-byte aligned,
+    /// or a remote buffer under 8 bytes. The peer's QP and memory region
+    /// must allow remote atomics ([`Access::REMOTE_ATOMIC`]) and take an
+    /// RDMA READ or atomic at once (`max_dest_rd_atomic` >= 1), else the
+    /// request completes with a remote access or invalid request error.
+    pub fn post_atomic(
+        &self,
+        op: AtomicOp,
+        buf: &Arc<DmaBuf>,
+        offset: usize,
+        signaled: bool,
+    ) -> Result<WrId> {
+        let dev = self.device();
+        if dev.attrs().atomic_cap() == bindings::IB_ATOMIC_NONE {
+            pr_err!("{}: the device has no atomic operations\n", dev.name());
+            return Err(crate::errno::eopnotsupp());
+        }
+        let remote = op.remote();
+        if offset % 8 != 0 || remote.addr % 8 != 0 || remote.len < 8 {
+            pr_err!(
+                "{}: QP {:#x}: an atomic needs 8-byte aligned local offset and remote address and 8 remote bytes (offset {}, remote {:#x}, {} bytes)\n",
+                dev.name(),
+                self.qp_num(),
+                offset,
+                remote.addr,
+                remote.len
+            );
+            return Err(EINVAL);
+        }
+        let mut sges = self.sge_list(Queue::Send, buf, offset, 8)?;
+        let mut wr = op.atomic_wr();
+        wr.wr.sg_list = sges.0.as_mut_ptr();
+        wr.wr.num_sge = sges.1;
+        let res = SlotRes {
+            _buf: Some(buf.clone()),
+            ..Default::default()
+        };
+        // SAFETY: `wr.wr` is the first field of `ib_atomic_wr`, which the
+        // device of this RC QP reads for atomic opcodes; the SGE describes
+        // 8 bytes of memory mapped for this device (8-byte aligned: chunks
+        // are page aligned) that the slot keeps alive.
+        unsafe { self.post(Queue::Send, &mut wr.wr, signaled, res) }
+    }
+}
+
 impl Qp<Rts, Ud> {
     /// Posts a UD SEND (with immediate data if `imm`) of `len` bytes of
     /// `buf` at `offset` to `dest`. The slot holds the buffer and the AH.
@@ -1050,6 +1259,14 @@ impl Qp<Rts, Rc> {
 impl<S: CanPostRecv, T: Transport> Qp<S, T> {
     /// Posts a receive into `len` bytes of `buf` at `offset`.
     pub fn post_recv(&self, buf: &Arc<DmaBuf>, offset: usize, len: usize) -> Result<WrId> {
+        if self.inner.srq.is_some() {
+            pr_err!(
+                "{}: QP {:#x} receives from an SRQ: post receives to the SRQ\n",
+                self.device().name(),
+                self.qp_num()
+            );
+            return Err(EINVAL);
+        }
         let mut sges = self.sge_list(Queue::Recv, buf, offset, len)?;
         let res = SlotRes {
             _buf: Some(buf.clone()),
@@ -1085,7 +1302,7 @@ impl<S: CanPostRecv, T: Transport> Qp<S, T> {
 
 /// Takes a free slot of `res`/`slots` for a request; returns its index and
 /// sequence number.
-fn reserve(
+pub(crate) fn reserve(
     res: &mut KVec<SlotRes>,
     slots: &KVec<Slot>,
     signaled: bool,
@@ -1109,7 +1326,7 @@ fn reserve(
 }
 
 /// Gives back a slot whose request was not posted.
-fn unreserve(res: &mut KVec<SlotRes>, slots: &KVec<Slot>, index: usize) {
+pub(crate) fn unreserve(res: &mut KVec<SlotRes>, slots: &KVec<Slot>, index: usize) {
     res[index] = SlotRes::default();
     slots[index].state.store(SLOT_FREE, Ordering::Release);
 }
@@ -1670,6 +1887,7 @@ impl PinnedDrop for QpInner {
         let drained = !posted_any || self.drain(last_ah.as_ref());
         // Read now: the QP is freed by its destruction.
         let qpn = self.qp_num();
+        let events = self.events;
         // SAFETY: The QP is live; if it was drained, the device no longer
         // uses it or any memory its requests named. A QP of a connection
         // manager ID is destroyed through the ID, which `cm` keeps alive
@@ -1684,6 +1902,9 @@ impl PinnedDrop for QpInner {
                     bindings::ib_destroy_qp(qp);
                 }
             }
+        }
+        if let Some(srq) = &self.srq {
+            srq.remove_qp(qp);
         }
         if !drained {
             // The QP is destroyed: the device no longer uses it or the
@@ -1714,6 +1935,11 @@ impl PinnedDrop for QpInner {
             core::mem::forget(streams);
         }
         drop(last_ah);
+        if let Some(e) = events {
+            // SAFETY: By the type invariant, leaked from a `SinkBox` for the
+            // QP, which is destroyed: no event comes any more.
+            drop(unsafe { KBox::from_raw(e.as_ptr()) });
+        }
         // The slots' resources (buffers, MRs) and then the CQs and PD are
         // released as the fields drop.
     }

@@ -83,11 +83,15 @@ pub enum WcOpcode {
     RegMr,
     /// Local invalidate.
     LocalInv,
+    /// Compare and swap.
+    CompSwap,
+    /// Fetch and add.
+    FetchAdd,
     /// A receive.
     Recv,
     /// A receive of an RDMA WRITE with immediate data.
     RecvRdmaWithImm,
-    /// Something else (atomics, ...).
+    /// Something else.
     Other(u32),
 }
 
@@ -98,6 +102,8 @@ impl WcOpcode {
             bindings::IB_WC_RDMA_WRITE => WcOpcode::RdmaWrite,
             bindings::IB_WC_RDMA_READ => WcOpcode::RdmaRead,
             bindings::IB_WC_REG_MR => WcOpcode::RegMr,
+            bindings::IB_WC_COMP_SWAP => WcOpcode::CompSwap,
+            bindings::IB_WC_FETCH_ADD => WcOpcode::FetchAdd,
             bindings::IB_WC_LOCAL_INV => WcOpcode::LocalInv,
             bindings::IB_WC_RECV => WcOpcode::Recv,
             bindings::IB_WC_RECV_RDMA_WITH_IMM => WcOpcode::RecvRdmaWithImm,
@@ -122,6 +128,12 @@ pub struct Wc {
     pub imm: Option<u32>,
     /// The source QP number (UD receives).
     pub src_qp: u32,
+    /// The number of the QP a receive from a shared receive queue came in
+    /// on (see [`crate::srq::Srq::wait`]); 0 otherwise.
+    pub qp_num: u32,
+    /// The address of the completion's `ib_qp`, never dereferenced (the QP
+    /// may be gone): matched against live QPs by [`crate::srq::Srq`].
+    pub(crate) qp_raw: usize,
     /// The vendor error code of a failed completion.
     pub vendor_err: u32,
     /// A UD receive: the first 40 bytes of the buffer hold the GRH (or,
@@ -142,6 +154,8 @@ impl Wc {
             // SAFETY: With `IB_WC_WITH_IMM` the union holds `imm_data`.
             imm: has_imm.then(|| u32::from_be(unsafe { wc.ex.imm_data })),
             src_qp: wc.src_qp,
+            qp_num: 0,
+            qp_raw: wc.qp as usize,
             vendor_err: wc.vendor_err,
             grh: wc.wc_flags & (bindings::IB_WC_GRH as i32) != 0,
             ipv4: (wc.wc_flags & (bindings::IB_WC_WITH_NETWORK_HDR_TYPE as i32) != 0)

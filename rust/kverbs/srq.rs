@@ -1,0 +1,372 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Shared receive queues (`struct ib_srq`): one pool of receives that many
+//! RC QPs take from.
+//!
+//! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
+//!
+//! An [`Srq`] is created with the CQ its receives complete on; every QP
+//! that uses it ([`crate::qp::Qp::new_rc_srq`], [`crate::qp::Qp::new_cm_srq`])
+//! has that CQ as its receive CQ and holds the SRQ, so the SRQ is destroyed
+//! only after the last of its QPs: the teardown order QP -> SRQ -> CQ -> PD
+//! is the types'. A completion names the QP the message came in on
+//! ([`Wc::qp_num`]).
+
+use crate::{
+    bindings,
+    cq::Cq,
+    dma::DmaBuf,
+    event::{EventSink, SinkBox},
+    pd::Pd,
+    qp::{self, Cancel, Slot, SlotRes, SLOT_DONE, SLOT_FREE},
+    wc::Wc,
+};
+use core::ptr::{self, NonNull};
+use core::sync::atomic::Ordering;
+use kernel::{new_mutex, prelude::*, sync::Arc, sync::Mutex};
+
+/// A receive posted to an SRQ, to wait for with [`Srq::wait`].
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct SrqWrId {
+    /// The address of the SRQ's `SrqInner`, as its identity.
+    srq: usize,
+    index: usize,
+    seq: u64,
+}
+
+/// Process-context bookkeeping.
+struct Book {
+    res: KVec<SlotRes>,
+    /// The QPs using the SRQ: their `ib_qp` address and number, to name
+    /// the QP of a completion without touching a QP that may be gone.
+    qps: KVec<(usize, u32)>,
+}
+
+/// # Invariants
+///
+/// `srq` was created by `ib_create_srq` on `pd` and is not destroyed; its
+/// receives complete on `cq`, whose room for `max_wr` of them this SRQ
+/// holds. `slots` are the `wr_cqe` of every receive posted; they are handed
+/// to `cq` on drop, so they live as long as completions may name them.
+/// `events`, if any, is the `srq_context`, a leaked [`SinkBox`] freed after
+/// `srq` is destroyed.
+#[pin_data(PinnedDrop)]
+pub(crate) struct SrqInner {
+    srq: NonNull<bindings::ib_srq>,
+    events: Option<NonNull<Arc<dyn EventSink>>>,
+    slots: KVec<Slot>,
+    #[pin]
+    book: Mutex<Book>,
+    max_wr: u32,
+    max_sge: u32,
+    cq: Cq,
+    pd: Pd,
+}
+
+/// A shared receive queue; clones are handles to the same SRQ, which is
+/// destroyed with the last of them and of its QPs.
+#[derive(Clone)]
+pub struct Srq(Arc<SrqInner>);
+
+// SAFETY: The SRQ may be used and destroyed from any thread; the
+// bookkeeping is locked, the slots are shared with `done` through atomics.
+unsafe impl Send for SrqInner {}
+// SAFETY: All methods of `&SrqInner` are thread safe.
+unsafe impl Sync for SrqInner {}
+
+impl Srq {
+    /// Creates an SRQ of `max_wr` receives of up to `max_sge` SGEs on the
+    /// PD's device, its receives completing on `cq` (which must have room
+    /// for `max_wr` more; `EINVAL` otherwise).
+    pub fn new(pd: &Pd, cq: &Cq, max_wr: u32, max_sge: u32) -> Result<Self> {
+        Self::create(pd, cq, max_wr, max_sge, None)
+    }
+
+    /// [`Srq::new`], with the SRQ's events (`IB_EVENT_SRQ_LIMIT_REACHED`
+    /// when armed with [`Srq::arm_limit`], `IB_EVENT_SRQ_ERR`) given to
+    /// `sink` until it is destroyed.
+    pub fn new_with_events(
+        pd: &Pd,
+        cq: &Cq,
+        max_wr: u32,
+        max_sge: u32,
+        sink: Arc<dyn EventSink>,
+    ) -> Result<Self> {
+        Self::create(pd, cq, max_wr, max_sge, Some(sink))
+    }
+
+    fn create(
+        pd: &Pd,
+        cq: &Cq,
+        max_wr: u32,
+        max_sge: u32,
+        events: Option<Arc<dyn EventSink>>,
+    ) -> Result<Self> {
+        let dev = pd.device();
+        if max_wr == 0 || !cq.device().same_as(dev) {
+            return Err(EINVAL);
+        }
+        cq.take_room(max_wr)?;
+        let give_back = || cq.give_room(max_wr);
+        let (slots, res) = match qp::new_slots(max_wr).and_then(|s| Ok((s, qp::new_res(max_wr)?))) {
+            Ok(v) => v,
+            Err(e) => {
+                give_back();
+                return Err(e);
+            }
+        };
+        let mut init = bindings::ib_srq_init_attr {
+            srq_type: bindings::IB_SRQT_BASIC,
+            ..Default::default()
+        };
+        init.attr.max_wr = max_wr;
+        init.attr.max_sge = max_sge.max(1);
+        let events = match events.map(|sink| KBox::new(sink, GFP_KERNEL)) {
+            Some(Ok(b)) => {
+                let b: SinkBox = b;
+                init.event_handler = Some(crate::event::object_event);
+                init.srq_context = KBox::into_raw(b).cast();
+                NonNull::new(init.srq_context.cast::<Arc<dyn EventSink>>())
+            }
+            Some(Err(e)) => {
+                give_back();
+                return Err(e.into());
+            }
+            None => None,
+        };
+        let free_events = |events: Option<NonNull<Arc<dyn EventSink>>>| {
+            if let Some(e) = events {
+                // SAFETY: Leaked from a `SinkBox` above; the SRQ that used
+                // it is destroyed or was never created.
+                drop(unsafe { KBox::from_raw(e.as_ptr()) });
+            }
+        };
+        // SAFETY: The PD is live; `init` is a valid attribute set.
+        let srq =
+            kernel::error::from_err_ptr(unsafe { bindings::ib_create_srq(pd.as_raw(), &mut init) })
+                .and_then(|p| NonNull::new(p).ok_or(ENOMEM));
+        let srq = match srq {
+            Ok(s) => s,
+            Err(e) => {
+                free_events(events);
+                give_back();
+                return Err(e);
+            }
+        };
+        let (max_wr_got, max_sge_got) = (init.attr.max_wr.min(max_wr), init.attr.max_sge);
+        let book = Book {
+            res,
+            qps: KVec::new(),
+        };
+        let inner = Arc::pin_init(
+            try_pin_init!(SrqInner {
+                srq,
+                events,
+                slots,
+                book <- new_mutex!(book),
+                max_wr: max_wr_got,
+                max_sge: max_sge_got,
+                cq: cq.clone(),
+                pd: pd.clone(),
+            }),
+            GFP_KERNEL,
+        );
+        match inner {
+            // INVARIANT: created above on `pd`, completing on `cq`, whose
+            // room is held.
+            Ok(inner) => Ok(Srq(inner)),
+            Err(e) => {
+                // SAFETY: Created above; nothing was posted and no QP uses it.
+                unsafe { bindings::ib_destroy_srq(srq.as_ptr()) };
+                free_events(events);
+                give_back();
+                Err(e)
+            }
+        }
+    }
+
+    pub(crate) fn as_raw(&self) -> *mut bindings::ib_srq {
+        self.0.srq.as_ptr()
+    }
+
+    /// The CQ its receives complete on.
+    pub fn cq(&self) -> &Cq {
+        &self.0.cq
+    }
+
+    /// The receives it holds at most.
+    pub fn max_wr(&self) -> u32 {
+        self.0.max_wr
+    }
+
+    /// Checks that a QP of `pd` with receive CQ `recv_cq` may use the SRQ.
+    pub(crate) fn check_qp(&self, pd: &Pd, recv_cq: &Cq) -> Result {
+        if !pd.same_as(&self.0.pd) || !ptr::eq(recv_cq.as_raw(), self.0.cq.as_raw()) {
+            pr_err!(
+                "{}: a QP of an SRQ needs the SRQ's PD and its CQ as receive CQ\n",
+                pd.device().name()
+            );
+            return Err(EINVAL);
+        }
+        Ok(())
+    }
+
+    /// Records a QP created on the SRQ (its `ib_qp` address and number).
+    pub(crate) fn add_qp(&self, raw: *mut bindings::ib_qp, qp_num: u32) -> Result {
+        self.0
+            .book
+            .lock()
+            .qps
+            .push((raw as usize, qp_num), GFP_KERNEL)?;
+        Ok(())
+    }
+
+    /// Forgets a QP destroyed (or never completed).
+    pub(crate) fn remove_qp(&self, raw: *mut bindings::ib_qp) {
+        let mut book = self.0.book.lock();
+        if let Some(i) = book.qps.iter().position(|q| q.0 == raw as usize) {
+            let last = book.qps.len() - 1;
+            book.qps.as_mut_slice().swap(i, last);
+            // SAFETY: Shrinking by one drops a `Copy` value; `last` is in
+            // bounds.
+            unsafe { book.qps.set_len(last) };
+        }
+    }
+
+    /// Posts a receive into `len` bytes of `buf` at `offset`. `ENOSPC` when
+    /// `max_wr` receives are outstanding.
+    pub fn post_recv(&self, buf: &Arc<DmaBuf>, offset: usize, len: usize) -> Result<SrqWrId> {
+        let inner = &self.0;
+        let dev = inner.pd.device();
+        buf.check_device(dev, "posted here")?;
+        buf.check(offset, len)?;
+        let n = buf.sge_count(offset, len);
+        if n > inner.max_sge as usize {
+            pr_err!(
+                "{}: SRQ: a receive of {} bytes at {} takes {} SGEs, the SRQ {}\n",
+                dev.name(),
+                len,
+                offset,
+                n,
+                inner.max_sge
+            );
+            return Err(EINVAL);
+        }
+        let mut sges = [bindings::ib_sge::default(); crate::dma::MAX_SGES];
+        for (d, s) in sges
+            .iter_mut()
+            .zip(buf.sges(offset, len, inner.pd.local_dma_lkey(), false))
+        {
+            *d = s;
+        }
+        let mut book = inner.book.lock();
+        let res = SlotRes {
+            _buf: Some(buf.clone()),
+            ..Default::default()
+        };
+        let (index, seq) = qp::reserve(&mut book.res, &inner.slots, true, res)?;
+        let mut wr = bindings::ib_recv_wr {
+            sg_list: sges.as_mut_ptr(),
+            num_sge: n as i32,
+            ..Default::default()
+        };
+        wr.__bindgen_anon_1.wr_cqe = inner.slots[index].cqe.get();
+        let mut bad = ptr::null();
+        // SAFETY: The SRQ is live; `wr` names mapped memory of this device
+        // that the slot keeps alive, and the slot's `ib_cqe`.
+        let ret = unsafe { bindings::ib_post_srq_recv(inner.srq.as_ptr(), &wr, &mut bad) };
+        if ret != 0 {
+            qp::unreserve(&mut book.res, &inner.slots, index);
+            return Err(Error::from_errno(ret));
+        }
+        Ok(SrqWrId {
+            srq: inner.id(),
+            index,
+            seq,
+        })
+    }
+
+    /// Waits for the receive `id`, at most `timeout_ms`, and releases its
+    /// slot; the completion's [`Wc::qp_num`] names the QP it came in on.
+    /// Errors as [`crate::qp::Qp::wait`]. A failed wait leaves the receive
+    /// outstanding.
+    pub fn wait(&self, id: SrqWrId, timeout_ms: u32, cancel: &Cancel) -> Result<Wc> {
+        let inner = &self.0;
+        if id.srq != inner.id() {
+            return Err(EINVAL);
+        }
+        let slot = inner.slots.get(id.index).ok_or(EINVAL)?;
+        let holds = |book: &Book| book.res[id.index].busy && book.res[id.index].seq == id.seq;
+        if !holds(&inner.book.lock()) {
+            return Err(EINVAL);
+        }
+        let deadline = crate::Deadline::new(timeout_ms, cancel);
+        while slot.state.load(Ordering::Acquire) != SLOT_DONE {
+            deadline.check()?;
+            let slice = (deadline.left_ns() / 1_000_000).clamp(1, 100) as u32;
+            inner.cq.wait_step(&slot.state, SLOT_DONE, slice);
+        }
+        let mut book = inner.book.lock();
+        if !holds(&book) {
+            return Err(EINVAL);
+        }
+        // SAFETY: `SLOT_DONE` was observed with acquire ordering after
+        // `done` wrote `wc`; the slot cannot be posted again while the lock
+        // is held.
+        let mut wc = unsafe { *slot.wc.get() }.ok_or(EIO)?;
+        wc.qp_num = book
+            .qps
+            .iter()
+            .find(|q| q.0 == wc.qp_raw)
+            .map_or(0, |q| q.1);
+        book.res[id.index] = SlotRes::default();
+        slot.state.store(SLOT_FREE, Ordering::Release);
+        Ok(wc)
+    }
+
+    /// Arms the SRQ limit: when fewer than `limit` receives remain posted,
+    /// the SRQ's sink gets `IB_EVENT_SRQ_LIMIT_REACHED` (once; arm again
+    /// after). `EINVAL` unless `0 < limit < max_wr`.
+    pub fn arm_limit(&self, limit: u32) -> Result {
+        if limit == 0 || limit >= self.0.max_wr {
+            return Err(EINVAL);
+        }
+        let mut attr = bindings::ib_srq_attr {
+            srq_limit: limit,
+            ..Default::default()
+        };
+        // SAFETY: The SRQ is live; `attr` is valid for `IB_SRQ_LIMIT`.
+        kernel::error::to_result(unsafe {
+            bindings::ib_modify_srq(self.0.srq.as_ptr(), &mut attr, bindings::IB_SRQ_LIMIT)
+        })
+    }
+}
+
+impl SrqInner {
+    fn id(&self) -> usize {
+        ptr::from_ref(self) as usize
+    }
+}
+
+#[pinned_drop]
+impl PinnedDrop for SrqInner {
+    fn drop(self: Pin<&mut Self>) {
+        // SAFETY: By the type invariant the SRQ is live; this is the last
+        // reference, so every QP that used it is destroyed: the device no
+        // longer writes into its receives' buffers.
+        unsafe { bindings::ib_destroy_srq(self.srq.as_ptr()) };
+        if let Some(e) = self.events {
+            // SAFETY: Leaked from a `SinkBox` for the SRQ, now destroyed.
+            drop(unsafe { KBox::from_raw(e.as_ptr()) });
+        }
+        // SAFETY: Only fields that are not structurally pinned (the slots)
+        // are moved out.
+        let this = unsafe { self.get_unchecked_mut() };
+        // Completions of its receives may still be in the CQ (of QPs
+        // destroyed since): the slots go with the CQ.
+        this.cq
+            .keep_slots(core::mem::replace(&mut this.slots, KVec::new()));
+        this.cq.give_room(this.max_wr);
+        // The receives' buffers are released as `book` drops.
+    }
+}
