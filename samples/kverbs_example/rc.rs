@@ -19,8 +19,8 @@ use kverbs::{
     mr::Mr,
     pd::Pd,
     qp::{
-        Access, AddressVector, Cancel, InitAttr, Qp, QpCaps, RemoteBuf, RtrAttr, RtsAttr, SendOp,
-        WrId,
+        Access, AddressVector, AtomicOp, Cancel, InitAttr, Qp, QpCaps, RemoteBuf, RtrAttr, Rts,
+        RtsAttr, SendOp, WrId,
     },
     tcp::{Ipv4, TcpListener, TcpStream},
     wc::WcOpcode,
@@ -84,6 +84,12 @@ pub(crate) struct Config {
     pub(crate) mtu: Mtu,
     pub(crate) validate: bool,
     pub(crate) imm: bool,
+    /// Keep the invalidated registration's QP and buffer until the peer
+    /// has probed the stale rkey, then check the buffer did not change.
+    pub(crate) linger: bool,
+    /// Fetch-and-adds the client does on the server's buffer, followed by
+    /// two compare-and-swaps; 0: none, and no remote atomic access.
+    pub(crate) atomics: u32,
     pub(crate) poll: PollCtx,
     pub(crate) timeout_ms: u32,
 }
@@ -100,6 +106,8 @@ impl Config {
             mtu: Mtu::MTU_256,
             validate: false,
             imm: false,
+            linger: false,
+            atomics: 0,
             poll: PollCtx::Softirq,
             timeout_ms: 5000,
         }
@@ -235,6 +243,7 @@ fn parse<'a>(dev: &Device, input: &'a [u8]) -> Result<Config> {
                 size_set = true;
             }
             "iters" => cfg.iters = parse_num(dev, key, need(val)?, 1, 1_000_000)?,
+            "atomics" => cfg.atomics = parse_num(dev, key, need(val)?, 0, 100_000)?,
             "timeout_ms" => cfg.timeout_ms = parse_num(dev, key, need(val)?, 1, 600_000)?,
             "mtu" => {
                 let bytes: u32 = parse_num(dev, key, need(val)?, 256, 4096)?;
@@ -258,15 +267,15 @@ fn parse<'a>(dev: &Device, input: &'a [u8]) -> Result<Config> {
                     EINVAL
                 })?;
             }
-            "validate" | "imm" => {
+            "validate" | "imm" | "linger" => {
                 if val.is_some() {
                     pr_warn!("{}: rc: '{}' takes no value\n", dev.name(), key);
                     return Err(EINVAL);
                 }
-                if key == "imm" {
-                    cfg.imm = true;
-                } else {
-                    cfg.validate = true;
+                match key {
+                    "imm" => cfg.imm = true,
+                    "linger" => cfg.linger = true,
+                    _ => cfg.validate = true,
                 }
             }
             _ => {
@@ -284,6 +293,20 @@ fn parse<'a>(dev: &Device, input: &'a [u8]) -> Result<Config> {
     }
     if matches!(cfg.role, Role::Client | Role::CmClient) && cfg.addr.is_none() {
         pr_warn!("{}: rc: role={} needs addr=\n", dev.name(), cfg.role.name());
+        return Err(EINVAL);
+    }
+    if cfg.atomics > 0 && (cfg.size < 8 || matches!(cfg.role, Role::CmServer | Role::CmClient)) {
+        pr_warn!(
+            "{}: rc: atomics needs role=loopback, server or client and size >= 8\n",
+            dev.name()
+        );
+        return Err(EINVAL);
+    }
+    if cfg.linger && !matches!(cfg.role, Role::Server | Role::Client) {
+        pr_warn!(
+            "{}: rc: linger needs role=server or role=client (a peer to probe the rkey)\n",
+            dev.name()
+        );
         return Err(EINVAL);
     }
     if matches!(cfg.role, Role::CmServer | Role::CmClient) {
@@ -526,7 +549,7 @@ impl Example for Rc {
     ) -> Result {
         let _ = writeln!(
             rep,
-            "config: role={} size={} iters={} mtu={} poll={} timeout_ms={}{}{}",
+            "config: role={} size={} iters={} mtu={} poll={} timeout_ms={}{}{}{}{}",
             cfg.role.name(),
             cfg.size,
             cfg.iters,
@@ -534,7 +557,9 @@ impl Example for Rc {
             cfg.poll.name(),
             cfg.timeout_ms,
             if cfg.validate { " validate" } else { "" },
-            if cfg.imm { " imm" } else { "" }
+            if cfg.imm { " imm" } else { "" },
+            if cfg.linger { " linger" } else { "" },
+            Atomics(cfg.atomics)
         );
         match cfg.role {
             Role::Loopback => run_loopback(dev, cfg, cancel, stats, rep),
@@ -602,6 +627,121 @@ fn check(
         off += n;
     }
     Ok(())
+}
+
+/// " atomics=<n>" in the configuration line, if asked for.
+struct Atomics(u32);
+
+impl fmt::Display for Atomics {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            0 => Ok(()),
+            n => write!(f, " atomics={}", n),
+        }
+    }
+}
+
+/// The value the second compare-and-swap stores ("kverbs!!").
+const ATOMIC_SWAP: u64 = u64::from_ne_bytes(*b"kverbs!!");
+
+/// The server's access rights: remote atomics only when asked for.
+fn server_access(cfg: &Config) -> Access {
+    let access = Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE;
+    match cfg.atomics {
+        0 => access,
+        _ => access | Access::REMOTE_ATOMIC,
+    }
+}
+
+/// The client's atomics on the first 8 bytes of the server's buffer, which
+/// start as those of RDMA_RC_example's write message: `cfg.atomics`
+/// fetch-and-adds (of 1, 2, 3, ...), a compare-and-swap that must swap
+/// ([`ATOMIC_SWAP`] in), and one with a wrong compare value that must not;
+/// every old value is checked. The server's 8 bytes end as [`ATOMIC_SWAP`].
+fn atomics(
+    qp: &Qp<Rts>,
+    remote: RemoteBuf,
+    cfg: &Config,
+    cancel: &Cancel,
+    rep: &mut Report,
+) -> Result {
+    let dev = qp.device();
+    let old_buf = Arc::new(DmaBuf::new(dev, 8)?, GFP_KERNEL)?;
+    let mut head = [0u8; 8];
+    head.copy_from_slice(&MSG_WRITE[..8]);
+    let mut want = u64::from_ne_bytes(head);
+    let one = |op: AtomicOp, what: &str, want: u64, rep: &mut Report| -> Result {
+        let id = qp.post_atomic(op, &old_buf, 0, true)?;
+        complete(qp, id, what, cfg, cancel, rep)?;
+        let mut old = [0u8; 8];
+        old_buf.read(0, &mut old)?;
+        let old = u64::from_ne_bytes(old);
+        if old != want {
+            let _ = writeln!(rep, "{}: old value {:#x}, expected {:#x}", what, old, want);
+            return Err(EIO);
+        }
+        Ok(())
+    };
+    for i in 0..u64::from(cfg.atomics) {
+        let add = i + 1;
+        one(
+            AtomicOp::FetchAdd { remote, add },
+            "FETCH_AND_ADD",
+            want,
+            rep,
+        )?;
+        want = want.wrapping_add(add);
+    }
+    let swap = AtomicOp::CmpSwap {
+        remote,
+        compare: want,
+        swap: ATOMIC_SWAP,
+    };
+    one(swap, "CMP_AND_SWP", want, rep)?;
+    let no_swap = AtomicOp::CmpSwap {
+        remote,
+        compare: want,
+        swap: 0,
+    };
+    one(no_swap, "CMP_AND_SWP (no match)", ATOMIC_SWAP, rep)?;
+    let _ = writeln!(
+        rep,
+        "atomics: ok: {} fetch-and-adds and 2 compare-and-swaps returned the expected old values",
+        cfg.atomics
+    );
+    Ok(())
+}
+
+/// Checks the server's first 8 bytes after the client's atomics.
+fn atomics_landed(buf: &DmaBuf, rep: &mut Report) -> Result {
+    let mut v = [0u8; 8];
+    buf.read(0, &mut v)?;
+    let v = u64::from_ne_bytes(v);
+    if v != ATOMIC_SWAP {
+        let _ = writeln!(
+            rep,
+            "atomics: the server's 8 bytes hold {:#x}, expected {:#x}",
+            v, ATOMIC_SWAP
+        );
+        return Err(EIO);
+    }
+    let _ = writeln!(rep, "atomics: ok: the server's 8 bytes hold 'kverbs!!'");
+    Ok(())
+}
+
+/// FNV-1a over the first `len` bytes of `buf`.
+fn digest(buf: &DmaBuf, len: usize) -> Result<u64> {
+    let mut chunk = [0u8; 256];
+    let (mut off, mut h) = (0, 0xcbf2_9ce4_8422_2325u64);
+    while off < len {
+        let n = chunk.len().min(len - off);
+        buf.read(off, &mut chunk[..n])?;
+        for &b in &chunk[..n] {
+            h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+        }
+        off += n;
+    }
+    Ok(h)
 }
 
 /// The message at the start of `buf`, as RDMA_RC_example prints it.
@@ -721,7 +861,19 @@ pub(crate) fn complete<S: kverbs::qp::State>(
     cancel: &Cancel,
     rep: &mut Report,
 ) -> Result<kverbs::wc::Wc> {
-    match qp.wait(id, cfg.timeout_ms, cancel) {
+    complete_wc(qp, id, what, cfg.timeout_ms, cancel, rep)
+}
+
+/// [`complete`] with a timeout of `timeout_ms`.
+pub(crate) fn complete_wc<S: kverbs::qp::State>(
+    qp: &Qp<S>,
+    id: WrId,
+    what: &str,
+    timeout_ms: u32,
+    cancel: &Cancel,
+    rep: &mut Report,
+) -> Result<kverbs::wc::Wc> {
+    match qp.wait(id, timeout_ms, cancel) {
         Ok(wc) if wc.result().is_ok() => Ok(wc),
         Ok(wc) => {
             let _ = writeln!(
@@ -780,7 +932,7 @@ fn run_loopback(
     // connect_qp
     let init = InitAttr {
         pkey_index: 0,
-        access: Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE,
+        access: server_access(cfg),
     };
     let server = server.to_init(&init)?;
     let client = client.to_init(&init)?;
@@ -797,14 +949,8 @@ fn run_loopback(
     );
 
     // The server's buffer, registered for the narrowest access the client
-    // needs: RDMA READ and RDMA WRITE.
-    let remote = mr.register(
-        &server,
-        &server_buf,
-        Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE,
-        t,
-        cancel,
-    )?;
+    // needs: RDMA READ and RDMA WRITE (and atomics if asked for).
+    let remote = mr.register(&server, &server_buf, server_access(cfg), t, cancel)?;
     let _ = writeln!(
         rep,
         "server buffer: addr {:#x} rkey {:#x} len {}",
@@ -937,6 +1083,10 @@ fn run_loopback(
             rep,
             "imm: ok: SEND and RDMA WRITE with immediate data delivered it"
         );
+    }
+    if cfg.atomics > 0 {
+        atomics(&client, remote, cfg, cancel, rep)?;
+        atomics_landed(&server_buf, rep)?;
     }
 
     // The transfer is done: the rkey must die before the buffer goes.
@@ -1142,7 +1292,7 @@ fn run_tcp(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut
         len: size as u32,
     };
 
-    let access = Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE;
+    let access = server_access(cfg);
     let qp = qp.to_init(&InitAttr {
         pkey_index: 0,
         access,
@@ -1211,6 +1361,17 @@ fn run_tcp(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut
     if cfg.validate {
         let _ = writeln!(rep, "validate: ok: every payload checked byte for byte");
     }
+    if cfg.atomics > 0 {
+        // Both sides were told atomics=<n>: the client's atomics on the
+        // server's buffer, then 'A'.
+        if !server {
+            atomics(&qp, remote, cfg, cancel, rep)?;
+        }
+        sync(&sock, b'A', t, cancel, rep)?;
+        if server {
+            atomics_landed(&buf, rep)?;
+        }
+    }
 
     // The rkey must die before the buffer goes.
     mr.invalidate(&qp, t, cancel)?;
@@ -1219,6 +1380,30 @@ fn run_tcp(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut
         "invalidate: ok: rkey {:#x} invalidated (LOCAL_INV)",
         local.rkey
     );
+    if cfg.linger {
+        // The peer still holds the rkey and address we advertised: while
+        // the QP, the registration and the buffer all still exist, it
+        // tries them ('I': invalidated, 'P': probed). Its READ and WRITE
+        // must fail with a remote access error and leave the buffer as it
+        // was.
+        let before = digest(&buf, size)?;
+        sync(&sock, b'I', t, cancel, rep)?;
+        sync(&sock, b'P', t, cancel, rep)?;
+        if digest(&buf, size)? != before {
+            let _ = writeln!(rep, "linger: the buffer changed after invalidation");
+            pr_err!(
+                "{}: rc: the buffer changed after its rkey {:#x} was invalidated\n",
+                dev.name(),
+                local.rkey
+            );
+            return Err(EIO);
+        }
+        let _ = writeln!(
+            rep,
+            "linger: ok: the peer probed rkey {:#x}, the buffer is unchanged",
+            local.rkey
+        );
+    }
     drop(mr);
     drop(qp);
     let _ = writeln!(rep, "resources_destroy: ok");

@@ -14,7 +14,19 @@
  *     "RDMA write operation" into it; sync 'W'; the server shows its buffer.
  *
  * Usage: rc_peer [-p port] [-d ib_dev] [-i ib_port] [-g gid_idx] [-s size]
- *                [-v] [server_name]
+ *                [-v] [-x read|write] [-b short|qpn|big] [server_name]
+ *
+ * -x probes the remote-access scope, against the kernel's "linger": after
+ * the last sync, sync 'I' (the kernel has invalidated its rkey), then an
+ * RDMA READ or WRITE ('X' bytes) with the rkey and address the kernel
+ * advertised, which must complete with a remote access error; sync 'P'.
+ *
+ * -b plays a misbehaving peer: "short" sends 10 bytes of its connection
+ * record, "qpn" advertises a QP number that does not exist (and syncs 'Q'),
+ * then both wait for the kernel to close the connection; "big" uses -s bytes (more than the
+ * kernel's buffer): as client it skips the READ and RDMA WRITEs -s bytes,
+ * as server it SENDs them; either must complete with an error. The exit
+ * status says whether the peer saw what it expected.
  *
  * -s sets the buffer size (default 21, the message and its NUL); beyond 21
  * bytes the buffer is filled with the kverbs RC example's pattern, and -v
@@ -54,7 +66,9 @@ static struct {
 	int gid_idx;
 	size_t size;
 	int validate;
-} config = { NULL, NULL, 19875, 1, -1, 21, 0 };
+	const char *probe;
+	const char *bad;
+} config = { NULL, NULL, 19875, 1, -1, 21, 0, NULL, NULL };
 
 static void die(const char *what)
 {
@@ -160,7 +174,7 @@ static void sync_char(int fd, char c)
 	}
 }
 
-static void poll_completion(struct ibv_cq *cq, const char *what)
+static enum ibv_wc_status poll_status(struct ibv_cq *cq)
 {
 	struct ibv_wc wc;
 	int n;
@@ -170,6 +184,36 @@ static void poll_completion(struct ibv_cq *cq, const char *what)
 	} while (n == 0);
 	if (n < 0)
 		die("ibv_poll_cq");
+	return wc.status;
+}
+
+/* A request that must fail: its completion's status, and whether it did. */
+static int expect_error(struct ibv_cq *cq, const char *what, enum ibv_wc_status want)
+{
+	enum ibv_wc_status st = poll_status(cq);
+
+	printf("%s: %s\n", what, ibv_wc_status_str(st));
+	if (st == IBV_WC_SUCCESS || (want != IBV_WC_SUCCESS && st != want)) {
+		fprintf(stderr, "rc_peer: %s: expected %s\n", what,
+			want == IBV_WC_SUCCESS ? "an error" : ibv_wc_status_str(want));
+		return 1;
+	}
+	return 0;
+}
+
+/* Waits until the kernel closes the connection. */
+static void wait_close(int fd)
+{
+	char c;
+
+	while (read(fd, &c, 1) > 0)
+		;
+}
+
+static void poll_completion(struct ibv_cq *cq, const char *what)
+{
+	struct ibv_wc wc = { .status = poll_status(cq) };
+
 	if (wc.status != IBV_WC_SUCCESS) {
 		fprintf(stderr, "rc_peer: %s: completion with error: %s\n", what,
 			ibv_wc_status_str(wc.status));
@@ -199,7 +243,7 @@ int main(int argc, char *argv[])
 {
 	int c;
 
-	while ((c = getopt(argc, argv, "p:d:i:g:s:v")) != -1) {
+	while ((c = getopt(argc, argv, "p:d:i:g:s:vx:b:")) != -1) {
 		switch (c) {
 		case 'p': config.tcp_port = atoi(optarg); break;
 		case 'd': config.dev_name = optarg; break;
@@ -207,11 +251,19 @@ int main(int argc, char *argv[])
 		case 'g': config.gid_idx = atoi(optarg); break;
 		case 's': config.size = strtoul(optarg, NULL, 0); break;
 		case 'v': config.validate = 1; break;
+		case 'x': config.probe = optarg; break;
+		case 'b': config.bad = optarg; break;
 		default:
-			fprintf(stderr, "usage: %s [-p port] [-d dev] [-i ib_port] [-g gid_idx] [-s size] [-v] [server]\n",
-				argv[0]);
-			return 1;
+			goto usage;
 		}
+	}
+	if ((config.probe && strcmp(config.probe, "read") && strcmp(config.probe, "write")) ||
+	    (config.bad && strcmp(config.bad, "short") && strcmp(config.bad, "qpn") &&
+	     strcmp(config.bad, "big"))) {
+usage:
+		fprintf(stderr, "usage: %s [-p port] [-d dev] [-i ib_port] [-g gid_idx] [-s size] [-v] [-x read|write] [-b short|qpn|big] [server]\n",
+			argv[0]);
+		return 1;
 	}
 	if (optind < argc)
 		config.server_name = argv[optind];
@@ -269,6 +321,15 @@ int main(int argc, char *argv[])
 	}, tmp, remote;
 
 	memcpy(local.gid, &my_gid, 16);
+	if (config.bad && !strcmp(config.bad, "short")) {
+		if (write(fd, &local, 10) != 10)
+			die("sock write");
+		printf("sent 10 bytes of the connection record\n");
+		wait_close(fd);
+		return 0;
+	}
+	if (config.bad && !strcmp(config.bad, "qpn"))
+		local.qp_num = htobe32(0xfffffe);
 	sock_sync_data(fd, sizeof(local), &local, &tmp);
 	remote.addr = be64toh(tmp.addr);
 	remote.rkey = be32toh(tmp.rkey);
@@ -327,9 +388,31 @@ int main(int argc, char *argv[])
 		die("modify QP to RTS");
 	sync_char(fd, 'Q');
 	printf("QP state was change to RTS\n");
+	if (config.bad && !strcmp(config.bad, "qpn")) {
+		printf("advertised QP number 0xfffffe\n");
+		wait_close(fd);
+		return 0;
+	}
 
 	int bad_data = 0;
 
+	if (config.bad) {
+		/* "big": -s bytes, more than the kernel's buffer. */
+		if (config.server_name) {
+			poll_completion(cq, "RECV");
+			sync_char(fd, 'R');
+			memset(buf, 'X', config.size);
+			post_send(qp, mr, buf, IBV_WR_RDMA_WRITE, &remote);
+			bad_data = expect_error(cq, "oversized RDMA WRITE", IBV_WC_REM_ACCESS_ERR);
+			sync_char(fd, 'W');
+		} else {
+			post_send(qp, mr, buf, IBV_WR_SEND, NULL);
+			bad_data = expect_error(cq, "oversized SEND", IBV_WC_SUCCESS);
+			wait_close(fd);
+		}
+		printf("\ntest result is %d\n", bad_data);
+		return bad_data;
+	}
 	if (!config.server_name) {
 		post_send(qp, mr, buf, IBV_WR_SEND, NULL);
 		poll_completion(cq, "SEND");
@@ -354,6 +437,18 @@ int main(int argc, char *argv[])
 	if (!config.server_name) {
 		show("Contents of server buffer: ", buf);
 		bad_data |= check(buf, MSG_WRITE, "RDMA WRITE");
+	}
+	if (config.probe) {
+		int write = !strcmp(config.probe, "write");
+
+		/* The kernel has invalidated the rkey it advertised. */
+		sync_char(fd, 'I');
+		if (write)
+			memset(buf, 'X', config.size);
+		post_send(qp, mr, buf, write ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ, &remote);
+		bad_data |= expect_error(cq, write ? "RDMA WRITE with the stale rkey" :
+					 "RDMA READ with the stale rkey", IBV_WC_REM_ACCESS_ERR);
+		sync_char(fd, 'P');
 	}
 
 	/* resources_destroy */

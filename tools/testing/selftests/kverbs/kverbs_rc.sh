@@ -52,6 +52,16 @@ loopback() {
 		{ kv_msg "write_bytes went from $before to $after"; return 1; }
 }
 
+# Atomics: the client's fetch-and-adds and compare-and-swaps on the
+# server's buffer (registered with remote atomic access only for them)
+# return the old values the kernel expects; the server's 8 bytes end as
+# the swapped value.
+loopback_atomics() {
+	loopback 4096 ",atomics=$1" &&
+		grep -q "^atomics: ok: $1 fetch-and-adds and 2 compare-and-swaps returned the expected old values" "$RC" &&
+		grep -q "^atomics: ok: the server's 8 bytes hold 'kverbs!!'" "$RC"
+}
+
 # SEND_WITH_IMM and RDMA_WRITE_WITH_IMM: the receiver's completions carry
 # the immediate data (checked in the kernel against what was sent).
 loopback_imm() {
@@ -142,7 +152,7 @@ rmmod_refused_during_run() {
 	return $r
 }
 
-kv_begin 28
+kv_begin 30
 kv_case setup_rxe_lo_rxe_dummy_and_load setup
 kv_case rc_loopback_rdma_rc_example_messages rdma_rc_example_messages
 kv_case rc_loopback_send_read_write_1 loopback 1
@@ -157,6 +167,8 @@ kv_case rc_loopback_poll_workqueue_4096 loopback 4096 ",poll=workqueue"
 kv_case rc_loopback_mtu_4096_iters_20 loopback 65536 ",mtu=4096,iters=20"
 kv_case rc_loopback_mtu_1024_iters_20 loopback 5000 ",mtu=1024,iters=20"
 kv_case rc_loopback_send_and_write_with_imm loopback_imm
+kv_case rc_loopback_atomics_fetch_add_and_cmp_swap_100 loopback_atomics 100
+kv_case bad_input_rc_atomics_size_under_8 bad "role=loopback,size=4,atomics=1" "Invalid argument" "atomics needs role=loopback, server or client and size >= 8"
 kv_case bad_input_rc_unknown_key bad "role=loopback,colour=blue" "Invalid argument" "unknown key 'colour'"
 kv_case bad_input_rc_size_zero bad "role=loopback,size=0" "Numerical result out of range" "size=0 is out of range"
 kv_case bad_input_rc_size_over_8mib bad "role=loopback,size=8388609" "Numerical result out of range" "size=8388609 is out of range"

@@ -118,7 +118,112 @@ peer_closes_early() {
 	grep -q "no connection data from the peer" "$RC"
 }
 
-kv_begin 11
+# Remote-access scope: the kernel lingers after invalidating the rkey it
+# advertised; rc_peer, still holding rkey and address, tries an RDMA READ
+# or WRITE with them. Both must end in a remote access error with the QP,
+# registration and buffer still alive, and the buffer must not change.
+stale_rkey_peer_client() {
+	local probe=$1 out r=0
+	kernel_run "role=server,size=4096,gid_idx=$GID,validate,linger"
+	out=$(peer_client -s 4096 -v -x "$probe") || r=1
+	echo "$out" | kv_diag
+	wait $RUN_PID || { kv_msg "kernel server failed: $(cat /tmp/run.err)"; r=1; }
+	kv_diag <"$RC"
+	echo "$out" | grep -qix "RDMA $probe with the stale rkey: remote access error" || r=1
+	grep -q "^linger: ok: the peer probed rkey .*, the buffer is unchanged" "$RC" || r=1
+	grep -q "^result: ok" "$RC" || r=1
+	return $r
+}
+
+stale_rkey_peer_server() {
+	local r=0
+	rc_peer -d rxe_lo -g $GID -s 4096 -v -x write >/tmp/peer.out 2>&1 &
+	local peer=$!
+	for _ in $(seq 50); do
+		printf '%s' "role=client,addr=127.0.0.1,size=4096,gid_idx=$GID,validate,linger" >"$RC" 2>/tmp/run.err && break
+		grep -q "Connection refused" /tmp/run.err || break
+		sleep 0.2
+	done
+	wait $peer || { kv_msg "rc_peer server failed"; r=1; }
+	kv_diag </tmp/peer.out
+	kv_diag <"$RC"
+	grep -qx "RDMA WRITE with the stale rkey: remote access error" /tmp/peer.out || r=1
+	grep -q "^linger: ok: the peer probed rkey .*, the buffer is unchanged" "$RC" || r=1
+	grep -q "^result: ok" "$RC" || r=1
+	return $r
+}
+
+linger_without_peer() {
+	local err
+	err=$( (printf 'role=loopback,linger' >"$RC") 2>&1) && return 1
+	echo "$err" | grep -q "Invalid argument" && kv_logged "linger needs role=server or role=client"
+}
+
+# A misbehaving peer: whatever it sends, the kernel ends with an errno
+# and touches nothing outside its buffers (KASAN watches rxe's copies).
+peer_short_record() {
+	local out r=0
+	kernel_run "role=server,gid_idx=$GID,timeout_ms=2000"
+	out=$(peer_client -b short) || r=1
+	echo "$out" | kv_diag
+	wait $RUN_PID && { kv_msg "the server succeeded"; r=1; }
+	kv_msg "$(cat /tmp/run.err)"
+	grep -q "Connection timed out" /tmp/run.err || r=1
+	grep -q "no connection data from the peer" "$RC" || r=1
+	return $r
+}
+
+# Our SEND goes to a QP that does not exist: rxe drops it, and after the
+# retries (timeout 0x12 = 1.07 s, retry_cnt 6: about 7.5 s) the SEND
+# completes with "transport retry counter exceeded".
+peer_wrong_qpn() {
+	local out r=0
+	kernel_run "role=server,size=4096,gid_idx=$GID,timeout_ms=20000"
+	out=$(peer_client -b qpn) || r=1
+	echo "$out" | kv_diag
+	wait $RUN_PID && { kv_msg "the server succeeded"; r=1; }
+	kv_diag <"$RC"
+	grep -q "Input/output error" /tmp/run.err || { kv_msg "$(cat /tmp/run.err)"; r=1; }
+	grep -qi "SEND.*retry" "$RC" || r=1
+	return $r
+}
+
+# The peer's RDMA WRITE of 8192 bytes into our 4096: refused whole (a
+# remote access error for the peer); our buffer still holds what it held.
+peer_oversized_write() {
+	local out r=0
+	kernel_run "role=server,size=4096,gid_idx=$GID,validate"
+	out=$(peer_client -s 8192 -b big) || r=1
+	echo "$out" | kv_diag
+	wait $RUN_PID && { kv_msg "the server succeeded"; r=1; }
+	kv_diag <"$RC"
+	echo "$out" | grep -qx "oversized RDMA WRITE: remote access error" || r=1
+	grep -qx "Contents of server buffer: 'RDMA read operation '" "$RC" || r=1
+	grep -q "RDMA WRITE: validation failed at byte 5:" "$RC" || r=1
+	return $r
+}
+
+# The peer SENDs 8192 bytes to our receive of 4096: our receive completes
+# in error (rxe says "local QP operation error"), the run ends with EIO.
+peer_oversized_send() {
+	local r=0
+	rc_peer -d rxe_lo -g $GID -s 8192 -b big >/tmp/peer.out 2>&1 &
+	local peer=$!
+	for _ in $(seq 50); do
+		printf '%s' "role=client,addr=127.0.0.1,size=4096,gid_idx=$GID,validate" >"$RC" 2>/tmp/run.err && break
+		grep -q "Connection refused" /tmp/run.err || break
+		sleep 0.2
+	done
+	grep -q "Input/output error" /tmp/run.err || { kv_msg "kernel client: $(cat /tmp/run.err)"; r=1; }
+	wait $peer || { kv_msg "rc_peer server failed"; r=1; }
+	kv_diag </tmp/peer.out
+	kv_diag <"$RC"
+	grep -q "^oversized SEND: " /tmp/peer.out || r=1
+	grep -q "^RECV: completion with error: " "$RC" || r=1
+	return $r
+}
+
+kv_begin 19
 kv_case setup_rxe_lo_and_load setup
 kv_case rc_kernel_server_userspace_client_21 kernel_server_userspace_client 21
 kv_case rc_userspace_server_kernel_client_21 userspace_server_kernel_client 21
@@ -129,4 +234,12 @@ kv_case bad_input_rc_client_wrong_port client_wrong_port
 kv_case bad_input_rc_server_with_no_client_times_out server_no_client
 kv_case bad_input_rc_client_without_addr client_without_addr
 kv_case bad_input_rc_peer_closes_before_connection_data peer_closes_early
+kv_case rkey_scope_stale_read_by_userspace_client_refused stale_rkey_peer_client read
+kv_case rkey_scope_stale_write_by_userspace_client_refused stale_rkey_peer_client write
+kv_case rkey_scope_stale_write_by_userspace_server_refused stale_rkey_peer_server
+kv_case bad_input_rc_linger_without_peer_refused linger_without_peer
+kv_case malicious_peer_short_connection_record_ends_etimedout peer_short_record
+kv_case malicious_peer_wrong_qpn_ends_eio_after_retries peer_wrong_qpn
+kv_case malicious_peer_oversized_write_refused_buffer_unchanged peer_oversized_write
+kv_case malicious_peer_oversized_send_ends_eio peer_oversized_send
 kv_end
