@@ -30,12 +30,14 @@ use kverbs::{
     cq::{Cq, PollCtx},
     device::{Device, Gid, Mtu},
     dma::{DmaBuf, CHUNK},
+    event::{Event, EventKind, EventSink},
     mr::Mr,
     pd::Pd,
     qp::{
-        Access, AddressVector, Cancel, InitAttr, Qp, QpCaps, RemoteBuf, RtrAttr, Rts, RtsAttr,
-        SendOp, Ud, UdDest,
+        Access, AddressVector, AtomicOp, Cancel, InitAttr, Qp, QpCaps, RemoteBuf, RtrAttr, Rts,
+        RtsAttr, SendOp, Ud, UdDest,
     },
+    srq::Srq,
     stream::{Segment, SendStream},
     tcp::Ipv4,
     Show, Store,
@@ -171,12 +173,20 @@ fn rc_self(pd: &Pd, cq: &Cq) -> Result<Qp<Rts>> {
 /// Two RC QPs of `pd` connected to each other, in RTS, each with its own
 /// CQ: the owner of a memory region and a peer that reaches it.
 fn rc_pair(pd: &Pd) -> Result<(Qp<Rts>, Qp<Rts>, Cq, Cq)> {
+    rc_pair_access(
+        pd,
+        Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE,
+    )
+}
+
+/// [`rc_pair`] with the QPs' remote `access`.
+fn rc_pair_access(pd: &Pd, access: Access) -> Result<(Qp<Rts>, Qp<Rts>, Cq, Cq)> {
     let dev = pd.device();
     let (sgid_index, dgid) = first_gid(dev).ok_or(ENODEV)?;
     let (ca, cb) = (cq(dev)?, cq(dev)?);
     let init = InitAttr {
         pkey_index: 0,
-        access: Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE,
+        access,
     };
     let a = Qp::new_rc(pd, port(dev), &ca, &ca, caps(4))?.to_init(&init)?;
     let b = Qp::new_rc(pd, port(dev), &cb, &cb, caps(4))?.to_init(&init)?;
@@ -1036,6 +1046,299 @@ fn stale_rkey_refused_after_invalidate(env: &Env, out: &mut Text) -> Result<(), 
     Ok(())
 }
 
+/// Atomics reach only memory registered for them, with their operands
+/// checked: misaligned local or remote addresses and remote buffers under
+/// 8 bytes are refused when posted (EINVAL); a fetch-and-add on a region
+/// without remote atomic access completes with a remote access error and
+/// leaves it unchanged (the rights are given only when asked for); with
+/// them, fetch-and-add and compare-and-swap return the old value and
+/// change the target as the verbs say.
+fn atomic_needs_remote_atomic_access_and_alignment(
+    env: &Env,
+    out: &mut Text,
+) -> Result<(), &'static str> {
+    use kverbs::wc::WcStatus;
+    let dev = &env.a;
+    let c = Cancel::new();
+    let pd = ok(Pd::new(dev), "PD", out)?;
+    let target = ok(buf(dev), "target buffer", out)?;
+    let old = ok(buf(dev), "old value buffer", out)?;
+    let start = 0x0102_0304_0506_0708u64;
+    ok(target.write(0, &start.to_ne_bytes()), "target", out)?;
+    let value = |b: &DmaBuf, out: &mut Text| -> Result<u64, &'static str> {
+        let mut v = [0u8; 8];
+        ok(b.read(0, &mut v), "read", out)?;
+        Ok(u64::from_ne_bytes(v))
+    };
+    let rw = Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE;
+    let all = rw | Access::REMOTE_ATOMIC;
+    let atomic = |qp: &Qp<Rts>, op: AtomicOp, out: &mut Text| {
+        let id = ok(qp.post_atomic(op, &old, 0, true), "post atomic", out)?;
+        Ok::<_, &'static str>(ok(qp.wait(id, TIMEOUT_MS, &c), "completion", out)?.status)
+    };
+
+    // Without remote atomic access on the region. The refused request
+    // takes both QPs to the error state: the region is deregistered when
+    // dropped, a second one is used below.
+    let mr = ok(Mr::new(&pd, 4096), "MR", out)?;
+    let (own, peer, _ca, _cb) = ok(rc_pair_access(&pd, all), "pair 1", out)?;
+    let remote = ok(
+        mr.register(&own, &target, rw, TIMEOUT_MS, &c),
+        "registration",
+        out,
+    )?;
+    let add = AtomicOp::FetchAdd { remote, add: 5 };
+    let st = atomic(&peer, add, out)?;
+    let _ = write!(out, "fetch-and-add without REMOTE_ATOMIC: {}; ", st);
+    if st != WcStatus::RemAccessErr || value(&target, out)? != start {
+        return Err("an atomic reached a region without remote atomic access");
+    }
+
+    // With it.
+    let mr = ok(Mr::new(&pd, 4096), "MR 2", out)?;
+    let (own, peer, _ca2, _cb2) = ok(rc_pair_access(&pd, all), "pair 2", out)?;
+    let remote = ok(
+        mr.register(&own, &target, all, TIMEOUT_MS, &c),
+        "registration 2",
+        out,
+    )?;
+    let misaligned = RemoteBuf {
+        addr: remote.addr + 4,
+        ..remote
+    };
+    let short = RemoteBuf { len: 4, ..remote };
+    let add = AtomicOp::FetchAdd { remote, add: 5 };
+    for (op, what) in [
+        (
+            AtomicOp::FetchAdd {
+                remote: misaligned,
+                add: 1,
+            },
+            "misaligned remote address",
+        ),
+        (
+            AtomicOp::FetchAdd {
+                remote: short,
+                add: 1,
+            },
+            "remote buffer of 4 bytes",
+        ),
+    ] {
+        refused(peer.post_atomic(op, &old, 0, true), EINVAL, what, out)?;
+    }
+    refused(
+        peer.post_atomic(add, &old, 4, true),
+        EINVAL,
+        "misaligned local offset",
+        out,
+    )?;
+    refused(
+        peer.post_atomic(add, &old, 4092, true),
+        EINVAL,
+        "local offset past the buffer",
+        out,
+    )?;
+    let st = atomic(&peer, add, out)?;
+    let (got, now) = (value(&old, out)?, value(&target, out)?);
+    if st != WcStatus::Success || got != start || now != start + 5 {
+        let _ = write!(out, "fetch-and-add: {}, old {:#x}, target {:#x}; ", st, got, now);
+        return Err("a fetch-and-add did not return the old value or add");
+    }
+    let swap = AtomicOp::CmpSwap {
+        remote,
+        compare: start + 5,
+        swap: 42,
+    };
+    if atomic(&peer, swap, out)? != WcStatus::Success
+        || value(&old, out)? != start + 5
+        || value(&target, out)? != 42
+    {
+        return Err("a matching compare-and-swap did not swap");
+    }
+    if atomic(&peer, swap, out)? != WcStatus::Success
+        || value(&old, out)? != 42
+        || value(&target, out)? != 42
+    {
+        return Err("a compare-and-swap that did not match changed the target");
+    }
+    ok(mr.invalidate(&own, TIMEOUT_MS, &c), "LOCAL_INV 2", out)?;
+    let _ = write!(out, "fetch-and-add and compare-and-swap ok");
+    Ok(())
+}
+
+/// Counts the SRQ limit events it is given.
+struct LimitEvents(AtomicU32);
+
+impl EventSink for LimitEvents {
+    fn event(&self, ev: &Event) {
+        if ev.kind() == EventKind::SrqLimitReached {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Connects `a` and `b`, two RC QPs of one device, to each other.
+fn connect_pair(
+    dev: &Device,
+    a: Qp<kverbs::qp::Reset>,
+    b: Qp<kverbs::qp::Reset>,
+) -> Result<(Qp<Rts>, Qp<Rts>)> {
+    let (sgid_index, dgid) = first_gid(dev).ok_or(ENODEV)?;
+    let init = InitAttr {
+        pkey_index: 0,
+        access: Access::LOCAL_WRITE,
+    };
+    let (a, b) = (a.to_init(&init)?, b.to_init(&init)?);
+    let (qa, qb) = (a.qp_num(), b.qp_num());
+    let rts = |q: Qp<kverbs::qp::Init>, dest: u32| {
+        q.to_rtr(&RtrAttr {
+            path_mtu: Mtu::MTU_1024,
+            dest_qp_num: dest,
+            rq_psn: 0,
+            max_dest_rd_atomic: 1,
+            min_rnr_timer: 0x12,
+            av: av(dgid, sgid_index),
+        })?
+        .to_rts(&RtsAttr {
+            timeout: 0x12,
+            retry_cnt: 6,
+            rnr_retry: 7,
+            sq_psn: 0,
+            max_rd_atomic: 1,
+        })
+    };
+    Ok((rts(a, qb)?, rts(b, qa)?))
+}
+
+/// A shared receive queue serves two QPs: SENDs on both land in its
+/// receives, in the order posted, and each completion names the QP it came
+/// in on; the armed limit raises its event once fewer receives remain; a
+/// QP of the SRQ refuses receives of its own, a QP of another PD or an
+/// out-of-range limit is refused. The SRQ handle is dropped before its QPs,
+/// which keep it alive (KASAN and kmemleak watch the teardown).
+fn srq_shared_by_two_qps(env: &Env, out: &mut Text) -> Result<(), &'static str> {
+    let dev = &env.a;
+    let c = Cancel::new();
+    let pd = ok(Pd::new(dev), "PD", out)?;
+    let scq = ok(cq(dev), "send CQ", out)?;
+    let rcq = ok(cq(dev), "SRQ CQ", out)?;
+    let sink = ok(
+        Arc::new(LimitEvents(AtomicU32::new(0)), GFP_KERNEL).map_err(Error::from),
+        "sink",
+        out,
+    )?;
+    let srq = ok(
+        Srq::new_with_events(&pd, &rcq, 8, 1, sink.clone()),
+        "SRQ",
+        out,
+    )?;
+    refused(srq.arm_limit(0), EINVAL, "limit 0", out)?;
+    refused(srq.arm_limit(8), EINVAL, "limit max_wr", out)?;
+    let other_pd = ok(Pd::new(dev), "PD 2", out)?;
+    refused(
+        Qp::new_rc_srq(&other_pd, port(dev), &scq, &srq, caps(4), None),
+        EINVAL,
+        "QP of another PD",
+        out,
+    )?;
+    let mk = |srq: Option<&Srq>| match srq {
+        Some(srq) => Qp::new_rc_srq(&pd, port(dev), &scq, srq, caps(4), None),
+        None => Qp::new_rc(&pd, port(dev), &scq, &scq, caps(4)),
+    };
+    let (s1, r1) = ok(
+        mk(None).and_then(|a| connect_pair(dev, a, mk(Some(&srq))?)),
+        "pair 1",
+        out,
+    )?;
+    let (s2, r2) = ok(
+        mk(None).and_then(|a| connect_pair(dev, a, mk(Some(&srq))?)),
+        "pair 2",
+        out,
+    )?;
+    let rbuf = ok(buf(dev), "receive buffer", out)?;
+    let sbuf = ok(buf(dev), "send buffer", out)?;
+    refused(
+        r1.post_recv(&rbuf, 0, 64),
+        EINVAL,
+        "receive on a QP of an SRQ",
+        out,
+    )?;
+    let mut ids = KVec::new();
+    for i in 0..8 {
+        let id = ok(srq.post_recv(&rbuf, i * 64, 64), "SRQ receive", out)?;
+        ok(ids.push(id, GFP_KERNEL).map_err(Error::from), "ids", out)?;
+    }
+    refused(
+        srq.post_recv(&rbuf, 512, 64),
+        ENOSPC,
+        "a ninth receive",
+        out,
+    )?;
+    ok(srq.arm_limit(4), "arm limit 4", out)?;
+    // Three SENDs on pair 1, two on pair 2, each tagged.
+    for (i, qp) in [&s1, &s1, &s2, &s1, &s2].into_iter().enumerate() {
+        ok(sbuf.write(i * 64, &[i as u8 + 1; 64]), "tag", out)?;
+        let id = ok(
+            qp.post_send(SendOp::Send, &sbuf, i * 64, 64, true),
+            "SEND",
+            out,
+        )?;
+        let st = ok(qp.wait(id, TIMEOUT_MS, &c), "SEND completion", out)?.status;
+        if st != kverbs::wc::WcStatus::Success {
+            let _ = write!(out, "SEND {}: {}; ", i, st);
+            return Err("a SEND to a QP of the SRQ failed");
+        }
+    }
+    let (mut on1, mut on2) = (0, 0);
+    for (i, id) in ids.iter().take(5).enumerate() {
+        let wc = ok(srq.wait(*id, TIMEOUT_MS, &c), "SRQ completion", out)?;
+        let mut tag = [0u8];
+        ok(rbuf.read(i * 64, &mut tag), "read", out)?;
+        if wc.result().is_err() || wc.byte_len != 64 || tag[0] != i as u8 + 1 {
+            let _ = write!(
+                out,
+                "receive {}: {} {} bytes tag {}; ",
+                i, wc.status, wc.byte_len, tag[0]
+            );
+            return Err("an SRQ receive did not get its SEND, in order");
+        }
+        if wc.qp_num == r1.qp_num() {
+            on1 += 1;
+        } else if wc.qp_num == r2.qp_num() {
+            on2 += 1;
+        } else {
+            let _ = write!(out, "receive {}: qp_num {:#x}; ", i, wc.qp_num);
+            return Err("an SRQ completion named neither QP");
+        }
+    }
+    let _ = write!(
+        out,
+        "QP {:#x}: {} receives, QP {:#x}: {}; ",
+        r1.qp_num(),
+        on1,
+        r2.qp_num(),
+        on2
+    );
+    if (on1, on2) != (3, 2) {
+        return Err("the receives were not counted on the QPs that got them");
+    }
+    for _ in 0..50 {
+        if sink.0.load(Ordering::Relaxed) > 0 {
+            break;
+        }
+        kverbs::msleep(20);
+    }
+    let limit = sink.0.load(Ordering::Relaxed);
+    let _ = write!(out, "limit events: {}", limit);
+    if limit != 1 {
+        return Err("the armed SRQ limit did not raise exactly one event");
+    }
+    // The handle goes first; the QPs keep the SRQ until they are destroyed.
+    drop(srq);
+    drop((r1, r2, s1, s2));
+    Ok(())
+}
+
 /// What `mr_not_locked_across_registration_wait` shares with its thread.
 struct Registering {
     qp: Qp<Rts>,
@@ -1233,6 +1536,11 @@ const CASES: &[(&str, Case)] = &[
         "stale_rkey_refused_after_invalidate",
         stale_rkey_refused_after_invalidate,
     ),
+    (
+        "atomic_needs_remote_atomic_access_and_alignment",
+        atomic_needs_remote_atomic_access_and_alignment,
+    ),
+    ("srq_shared_by_two_qps", srq_shared_by_two_qps),
 ];
 
 /// `selftest`: the control file.
@@ -1315,10 +1623,10 @@ impl Store for Runner {
                         let _ = writeln!(rep, "# {}", core::str::from_utf8(&why.0).unwrap_or("?"));
                     }
                 }
-                Err(_) => {
+                Err(what) => {
                     let why = core::str::from_utf8(&why.0).unwrap_or("?");
-                    pr_err!("{}: {}\n", name, why);
-                    let _ = writeln!(rep, "not ok {} {} # {}", n + 1, name, why);
+                    pr_err!("{}: {}: {}\n", name, what, why);
+                    let _ = writeln!(rep, "not ok {} {} # {}: {}", n + 1, name, what, why);
                 }
             }
         }
