@@ -13,6 +13,8 @@
 
 #[path = "kverbs_example/bench.rs"]
 mod bench;
+#[path = "kverbs_example/events.rs"]
+mod events;
 #[path = "kverbs_example/mcast.rs"]
 mod mcast;
 #[path = "kverbs_example/rc.rs"]
@@ -21,6 +23,8 @@ mod rc;
 mod rping;
 #[path = "kverbs_example/selftest.rs"]
 mod selftest;
+#[path = "kverbs_example/srq.rs"]
+mod srq;
 
 use core::fmt::Write;
 use kernel::{c_str, new_mutex, prelude::*, str::CString, sync::Arc, sync::Mutex, types::ARef};
@@ -28,6 +32,7 @@ use kverbs::{
     client::{Client, Registration},
     debugfs::{Dir, File},
     device::{Device, LinkLayer},
+    event::DeviceEvents,
     sysfs::{Attribute, KernelDir},
     Show,
 };
@@ -174,7 +179,10 @@ struct PerDevice {
     rc: File<rc::Control<rc::Rc>>,
     mcast: File<rc::Control<mcast::Mcast>>,
     bench: File<rc::Control<bench::Bench>>,
+    srq: File<rc::Control<srq::SrqExample>>,
     _stats: File<rc::StatsFile>,
+    _events_file: File<events::EventsFile>,
+    _events: DeviceEvents,
     _info: File<Info>,
     _dir: Dir,
     name: CString,
@@ -217,14 +225,24 @@ impl Client for Example {
             c_str!("bench"),
             rc::Control::new(dev, stats.clone(), bench::Bench)?,
         )?;
+        let log = events::EventLog::new(dev)?;
+        let srq = dir.control_file(
+            c_str!("srq"),
+            rc::Control::new(dev, stats.clone(), srq::SrqExample { log: log.clone() })?,
+        )?;
         let stats = dir.file(c_str!("stats"), rc::StatsFile(stats))?;
+        let device_events = DeviceEvents::register(dev, log.clone())?;
+        let events_file = dir.file(c_str!("events"), events::EventsFile(log))?;
         let entry = CString::try_from_fmt(kernel::fmt!("{}", dev.name()))?;
         let data = KBox::new(
             PerDevice {
                 rc,
                 mcast,
                 bench,
+                srq,
                 _stats: stats,
+                _events_file: events_file,
+                _events: device_events,
                 _info: info,
                 _dir: dir,
                 name,
@@ -263,6 +281,7 @@ impl Client for Example {
         data.rc.data().cancel();
         data.mcast.data().cancel();
         data.bench.data().cancel();
+        data.srq.data().cancel();
         selftest::remove_device(&self.selftest_devices, dev);
         drop(data);
         pr_info!("{}: removed\n", dev.name());

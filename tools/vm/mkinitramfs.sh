@@ -34,6 +34,9 @@ provider=(/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav*.so)
 mkdir -p "$root/usr/local/bin"
 gcc -O2 -Wall -o "$root/usr/local/bin/rc_peer" "$top/tools/rc_peer/rc_peer.c" -libverbs
 tools+=(/usr/local/bin/rc_peer)
+# And of the SRQ example, on librdmacm.
+gcc -O2 -Wall -o "$root/usr/local/bin/srq_peer" "$top/tools/srq_peer/srq_peer.c" -libverbs -lrdmacm
+tools+=(/usr/local/bin/srq_peer)
 # The hardening tests' helpers: fault injection per operation, the fuzzer.
 for h in kv_fail_nth kv_fuzz kv_as_user; do
 	gcc -O2 -Wall -o "$root/usr/local/bin/$h" "$top/tools/testing/selftests/kverbs/$h.c"
