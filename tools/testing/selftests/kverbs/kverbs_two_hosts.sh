@@ -69,10 +69,10 @@ gid_index_of() {
 
 # kernel_client_here SIZE: our kernel client against the peer's kernel server.
 kernel_to_kernel_client_here() {
-	local size=$1 r=0 out
-	peer "bash -c \"printf 'role=server,size=$size,validate,timeout_ms=20000' >$RC\" >/dev/null 2>&1 &" >/dev/null
+	local size=$1 opts=${2:-} r=0 out
+	peer "bash -c \"printf 'role=server,size=$size,validate,timeout_ms=20000$opts' >$RC\" >/dev/null 2>&1 &" >/dev/null
 	for _ in $(seq 50); do
-		printf '%s' "role=client,addr=$THERE,size=$size,validate" >"$RC" 2>/tmp/run.err && break
+		printf '%s' "role=client,addr=$THERE,size=$size,validate$opts" >"$RC" 2>/tmp/run.err && break
 		grep -q "Connection refused" /tmp/run.err || break
 		sleep 0.2
 	done
@@ -90,6 +90,12 @@ kernel_to_kernel_client_here() {
 	echo "$out" | grep -q "^result: ok" || r=1
 	echo "$out" | grep -qx "Contents of server buffer: 'RDMA write operation'" || r=1
 	echo "$out" | grep -q "^validate: ok" || r=1
+	case $opts in
+	*atomics=*)
+		grep -q "^atomics: ok: ${opts##*atomics=} fetch-and-adds and 2 compare-and-swaps" "$RC" || r=1
+		echo "$out" | grep -q "^atomics: ok: the server's 8 bytes hold 'kverbs!!'" || r=1
+		;;
+	esac
 	return $r
 }
 
@@ -315,6 +321,174 @@ dead_peer_process_killed() {
 	return $r
 }
 
+# bench_client_here OPTS: our write_bw client in the background (pid in
+# $DEAD_PID, errors in /tmp/dead.err), retried while the peer's server is
+# not listening yet.
+bench_client_here() {
+	(
+		for _ in $(seq 50); do
+			printf '%s' "role=client,addr=$THERE,$1" >"$BENCH" 2>/tmp/dead.err && exit 0
+			grep -q "Connection refused" /tmp/dead.err || exit 1
+			sleep 0.2
+		done
+	) &
+	DEAD_PID=$!
+}
+
+# dead_peer_wait T0 BOUND WANT: our run (DEAD_PID) must fail within BOUND
+# seconds of T0 with an error matching WANT; then the module unloads.
+dead_peer_wait() {
+	local t0=$1 bound=$2 want=$3 r=0 took
+	wait "$DEAD_PID" && { kv_msg "the run went on to the end"; r=1; }
+	took=$(secs_since "$t0")
+	kv_msg "the run ended $took s after the peer went: $(cat /tmp/dead.err)"
+	awk -v t="$took" -v b="$bound" 'BEGIN { exit !(t < b) }' || r=1
+	grep -Eq "$want" /tmp/dead.err || r=1
+	if ! { kv_unload && kv_load; }; then
+		kv_msg "the module did not unload"
+		r=1
+	fi
+	return $r
+}
+
+# The peer's device goes away under its write_bw client while our server
+# measures nothing and waits for the client's last handshake: the peer's
+# run ends (ECANCELED) and closes the TCP connection, ours ends with
+# ECONNRESET at once.
+dead_peer_device_gone_server_here() {
+	local r=0 t0
+	bash -c "printf '%s' 'role=server,$DEAD_OPTS' >$BENCH" 2>/tmp/dead.err &
+	DEAD_PID=$!
+	kv_wait grep -q "^status: running" "$BENCH" || r=1
+	sleep 1
+	peer "bash -c \"printf '%s' 'role=client,addr=$HERE,$DEAD_OPTS' >$BENCH\" >/dev/null 2>&1 &" >/dev/null
+	sleep 4
+	peer "grep -q '^status: running' $BENCH" || { kv_msg "the peer's client is not running"; r=1; }
+	t0=$(cut -d' ' -f1 /proc/uptime)
+	peer "rdma link del rxe_eth" >/dev/null || { kv_msg "rdma link del on the peer failed"; r=1; }
+	dead_peer_wait "$t0" 10 "Connection reset by peer" || r=1
+	peer "rdma link add rxe_eth type rxe netdev eth0" >/dev/null || r=1
+	return $r
+}
+
+# The peer's server process is killed while our client measures: the
+# peer's kernel ends its run and destroys its QP; our writes are no longer
+# acknowledged and our QP gives up after its retries (as above, within 10 s).
+dead_peer_process_killed_client_here() {
+	local r=0 t0
+	peer "bash -c \"printf '%s' 'role=server,$DEAD_OPTS' >$BENCH\" >/dev/null 2>&1 & echo \$! >/tmp/dead.pid" >/dev/null
+	bench_client_here "$DEAD_OPTS"
+	kv_wait grep -q "^status: running" "$BENCH" || r=1
+	sleep 4
+	t0=$(cut -d' ' -f1 /proc/uptime)
+	peer "kill -9 \$(cat /tmp/dead.pid)" >/dev/null || r=1
+	dead_peer_wait "$t0" 10 "Input/output error|Connection reset by peer" || r=1
+	return $r
+}
+
+# Over rdma_cm: rping on the peer against the RC example's rping roles
+# here (iters=1000000: a run that does not end by itself).
+CM_DEAD_OPTS="iters=1000000,size=64,timeout_ms=60000"
+
+# rping's server is killed: its rdma_cm ID is destroyed with the process,
+# the DISCONNECTED event (or a flushed receive) ends our client with
+# ECONNRESET ("the server went away") at once.
+dead_peer_rping_server_killed_cm_client_here() {
+	local r=0 t0
+	peer "rping -s -a $THERE >/dev/null 2>&1 & echo \$! >/tmp/dead.pid" >/dev/null
+	(
+		for _ in $(seq 50); do
+			printf '%s' "role=cm_client,addr=$THERE,$CM_DEAD_OPTS" >"$RC" 2>/tmp/dead.err && exit 0
+			grep -q "Connection refused" /tmp/dead.err || exit 1
+			sleep 0.2
+		done
+	) &
+	DEAD_PID=$!
+	kv_wait grep -q "^status: running" "$RC" || r=1
+	sleep 4
+	t0=$(cut -d' ' -f1 /proc/uptime)
+	peer "kill -9 \$(cat /tmp/dead.pid)" >/dev/null || r=1
+	dead_peer_wait "$t0" 10 "Connection reset by peer|Input/output error" || r=1
+	kv_diag <"$RC"
+	return $r
+}
+
+# rping's client is killed: for rping's server that is how a run ends, so
+# our cm_server ends at once, with success, reporting the pings it served.
+dead_peer_rping_client_killed_cm_server_here() {
+	local r=0 t0 took
+	bash -c "printf '%s' 'role=cm_server,addr=$HERE,$CM_DEAD_OPTS' >$RC" 2>/tmp/dead.err &
+	DEAD_PID=$!
+	kv_wait grep -q "^status: running" "$RC" || r=1
+	sleep 1
+	peer "rping -c -a $HERE -C 1000000 >/dev/null 2>&1 & echo \$! >/tmp/dead.pid" >/dev/null
+	sleep 5
+	t0=$(cut -d' ' -f1 /proc/uptime)
+	peer "kill -9 \$(cat /tmp/dead.pid)" >/dev/null || r=1
+	wait "$DEAD_PID" || { kv_msg "the server failed: $(cat /tmp/dead.err)"; r=1; }
+	took=$(secs_since "$t0")
+	kv_diag <"$RC"
+	kv_msg "the run ended $took s after the peer was killed"
+	awk -v t="$took" 'BEGIN { exit !(t < 10) }' || r=1
+	grep -Eq "^rdma_cm: the client disconnected after [1-9][0-9]* ping" "$RC" || r=1
+	if ! { kv_unload && kv_load; }; then
+		kv_msg "the module did not unload"
+		r=1
+	fi
+	return $r
+}
+
+# The peer's rxe device goes away under its kernel's rping server (rping
+# itself would hold the device: rxe cannot take it from a process, so
+# rdma link del waits for it): our client's requests are no longer
+# answered; it ends with an errno (EIO after the QP's retries, or
+# ECONNRESET if the disconnect gets through).
+dead_peer_device_gone_cm_client_here() {
+	local r=0 t0
+	peer "bash -c \"printf '%s' 'role=cm_server,addr=$THERE,$CM_DEAD_OPTS' >$RC\" >/dev/null 2>&1 &" >/dev/null
+	(
+		for _ in $(seq 50); do
+			printf '%s' "role=cm_client,addr=$THERE,$CM_DEAD_OPTS" >"$RC" 2>/tmp/dead.err && exit 0
+			grep -q "Connection refused" /tmp/dead.err || exit 1
+			sleep 0.2
+		done
+	) &
+	DEAD_PID=$!
+	kv_wait grep -q "^status: running" "$RC" || r=1
+	sleep 4
+	t0=$(cut -d' ' -f1 /proc/uptime)
+	peer "rdma link del rxe_eth" >/dev/null || { kv_msg "rdma link del on the peer failed"; r=1; }
+	dead_peer_wait "$t0" 20 "Connection reset by peer|Input/output error" || r=1
+	kv_diag <"$RC"
+	peer "rdma link add rxe_eth type rxe netdev eth0" >/dev/null || r=1
+	return $r
+}
+
+# The SRQ example kernel to kernel: the server there (its 4 QPs share one
+# SRQ), the client here.
+SRQ=$KV_DEBUGFS/rxe_eth/srq
+srq_across() {
+	local r=0 out
+	peer "bash -c \"printf 'role=server,addr=$THERE,qps=4,max_wr=16,count=200,size=8192,timeout_ms=30000' >$SRQ\" >/dev/null 2>&1 &" >/dev/null
+	for _ in $(seq 50); do
+		printf '%s' "role=client,addr=$THERE,qps=4,max_wr=16,count=200,size=8192,timeout_ms=30000" >"$SRQ" 2>/tmp/run.err && break
+		grep -q "Connection refused" /tmp/run.err || break
+		sleep 0.2
+	done
+	kv_diag <"$SRQ"
+	grep -q "^srq: ok: 200 SENDs of 8192 bytes over 4 QPs in 13 rounds, each acknowledged" "$SRQ" ||
+		{ kv_msg "client: $(cat /tmp/run.err)"; r=1; }
+	for _ in $(seq 20); do
+		out=$(peer "cat $SRQ")
+		echo "$out" | grep -q "^result:" && break
+		sleep 0.5
+	done
+	echo "$out" | kv_diag
+	echo "$out" | grep -q "^srq: ok: 200 messages of 8192 bytes from 4 QPs through one SRQ" || r=1
+	[ "$(echo "$out" | grep -c "^qp 0x[0-9a-f]*: 50 receives")" = 4 ] || r=1
+	return $r
+}
+
 peer_log_clean() {
 	local out
 	out=$(peer "dmesg | sed -n '/kverbs-selftest: begin two_hosts/,\$p' | grep -E '$KV_SPLAT'")
@@ -328,13 +502,15 @@ peer_kmemleak_clean() {
 	[ -z "$out" ] || { echo "$out" | head -n 60 | kv_diag; return 1; }
 }
 
-kv_begin 21
+kv_begin 28
 kv_case setup_rxe_on_eth0_and_reach_the_peer_vm setup
 kv_case rc_two_hosts_kernel_to_kernel_client_here_21 kernel_to_kernel_client_here 21
 kv_case rc_two_hosts_kernel_to_kernel_server_here_21 kernel_to_kernel_server_here 21
 kv_case rc_two_hosts_kernel_to_kernel_client_here_65536 kernel_to_kernel_client_here 65536
 kv_case rc_two_hosts_kernel_to_kernel_server_here_65536 kernel_to_kernel_server_here 65536
 kv_case rc_two_hosts_userspace_client_kernel_server userspace_here_kernel_there
+kv_case srq_two_hosts_kernel_client_here_kernel_server_there srq_across
+kv_case rc_two_hosts_atomics_fetch_add_cmp_swap_client_here kernel_to_kernel_client_here 4096 ",atomics=100"
 kv_case mcast_two_hosts_sender_here_two_receivers_there mcast_across sender 239.2.0.1
 kv_case mcast_two_hosts_receivers_in_both_vms mcast_across both 239.2.0.2
 kv_case mcast_two_hosts_ipv6_group mcast_across sender ff0e::2:1
@@ -347,6 +523,11 @@ kv_case bench_two_hosts_read_lat_client_here bench_across here "test=read_lat,si
 kv_case bench_two_hosts_other_test_refused_eproto bench_mismatch_refused
 kv_case dead_peer_device_gone_client_here_ends_eio dead_peer_device_gone
 kv_case dead_peer_process_killed_server_here_ends_at_once dead_peer_process_killed
+kv_case dead_peer_device_gone_server_here_ends_econnreset dead_peer_device_gone_server_here
+kv_case dead_peer_process_killed_client_here_ends_after_retries dead_peer_process_killed_client_here
+kv_case dead_peer_rping_server_killed_cm_client_here_ends_econnreset dead_peer_rping_server_killed_cm_client_here
+kv_case dead_peer_rping_client_killed_cm_server_here_ends_at_once dead_peer_rping_client_killed_cm_server_here
+kv_case dead_peer_device_gone_cm_client_here_ends_with_errno dead_peer_device_gone_cm_client_here
 kv_case peer_vm_kernel_log_clean peer_log_clean
 kv_case peer_vm_kmemleak_clean peer_kmemleak_clean
 kv_end
