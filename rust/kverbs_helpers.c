@@ -148,6 +148,24 @@ void kverbs_wake_up(struct wait_queue_head *wq)
 	wake_up(wq);
 }
 
+void kverbs_spin_lock_init(spinlock_t *lock)
+{
+	spin_lock_init(lock);
+}
+
+unsigned long kverbs_spin_lock_irqsave(spinlock_t *lock)
+{
+	unsigned long flags;
+
+	spin_lock_irqsave(lock, flags);
+	return flags;
+}
+
+void kverbs_spin_unlock_irqrestore(spinlock_t *lock, unsigned long flags)
+{
+	spin_unlock_irqrestore(lock, flags);
+}
+
 long kverbs_wait_u32(struct wait_queue_head *wq, const u32 *v, u32 want,
 		     unsigned int timeout_ms)
 {

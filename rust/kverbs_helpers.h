@@ -7,6 +7,7 @@
 #define KVERBS_HELPERS_H
 
 #include <linux/types.h>
+#include <linux/spinlock_types.h>
 
 struct attribute;
 struct scatterlist;
@@ -20,6 +21,14 @@ void kverbs_init_waitqueue_head(struct wait_queue_head *wq);
 
 /* wake_up(). */
 void kverbs_wake_up(struct wait_queue_head *wq);
+
+/*
+ * spin_lock_init(), spin_lock_irqsave(), spin_unlock_irqrestore(): a lock
+ * that may be taken in any context (the kernel crate of 6.12 has none).
+ */
+void kverbs_spin_lock_init(spinlock_t *lock);
+unsigned long kverbs_spin_lock_irqsave(spinlock_t *lock);
+void kverbs_spin_unlock_irqrestore(spinlock_t *lock, unsigned long flags);
 
 /*
  * wait_event_interruptible_timeout(*wq, READ_ONCE(*v) == want, ms): > 0 once

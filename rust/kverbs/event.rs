@@ -6,7 +6,7 @@
 //! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
 
 use crate::{bindings, device::Device, device::PortNum};
-use core::ffi::c_void;
+use core::{cell::UnsafeCell, ffi::c_void};
 use kernel::{
     prelude::*,
     sync::Arc,
@@ -268,5 +268,77 @@ impl PinnedDrop for Registration {
         // SAFETY: Registered at creation (type invariant); this waits for
         // a callback in progress (the core's rwsem), after which none comes.
         unsafe { bindings::ib_unregister_event_handler(self.handler.get()) };
+    }
+}
+
+/// The newest `N` events with their time (`ktime_get_ns`), and how many
+/// came in all: a ring filled from any context -- QP events come from the
+/// driver's completion paths, softirq or hard interrupt -- under a
+/// spinlock taken with interrupts off, without allocating.
+///
+/// # Invariants
+///
+/// `lock` is an initialised `spinlock_t`; `ring` is only accessed with it
+/// held.
+#[pin_data]
+pub struct EventRing<const N: usize> {
+    #[pin]
+    lock: Opaque<bindings::spinlock_t>,
+    ring: UnsafeCell<([Option<(u64, Event)>; N], u64)>,
+}
+
+// SAFETY: The ring is only accessed under the lock.
+unsafe impl<const N: usize> Send for EventRing<N> {}
+// SAFETY: As above.
+unsafe impl<const N: usize> Sync for EventRing<N> {}
+
+impl<const N: usize> EventRing<N> {
+    /// An empty ring.
+    pub fn new() -> impl PinInit<Self> {
+        pin_init!(EventRing {
+            // SAFETY: `slot` is valid for writes and pinned.
+            lock <- Opaque::ffi_init(|slot: *mut bindings::spinlock_t| unsafe {
+                bindings::kverbs_spin_lock_init(slot)
+            }),
+            ring: UnsafeCell::new(([None; N], 0)),
+        })
+    }
+
+    /// Runs `f` on the ring with the lock held, interrupts off.
+    fn with<R>(&self, f: impl FnOnce(&mut ([Option<(u64, Event)>; N], u64)) -> R) -> R {
+        // SAFETY: The lock is initialised (type invariant).
+        let flags = unsafe { bindings::kverbs_spin_lock_irqsave(self.lock.get()) };
+        // SAFETY: The lock is held: this is the only access to `ring`.
+        let r = f(unsafe { &mut *self.ring.get() });
+        // SAFETY: Taken above with these flags.
+        unsafe { bindings::kverbs_spin_unlock_irqrestore(self.lock.get(), flags) };
+        r
+    }
+
+    /// Adds `ev`, at time `t`; the oldest goes if the ring is full.
+    pub fn push(&self, t: u64, ev: Event) {
+        if N == 0 {
+            return;
+        }
+        self.with(|(entries, total)| {
+            entries[(*total % N as u64) as usize] = Some((t, ev));
+            *total += 1;
+        });
+    }
+
+    /// The events kept, oldest first, and how many came in all.
+    pub fn snapshot(&self) -> (KVec<(u64, Event)>, u64) {
+        let (entries, total) = self.with(|r| (r.0, r.1));
+        let kept = total.min(N as u64);
+        let mut v = KVec::new();
+        // Best effort: on allocation failure fewer events are shown.
+        if v.reserve(kept as usize, GFP_KERNEL).is_ok() {
+            for i in total - kept..total {
+                if let Some(e) = entries[(i % N as u64) as usize] {
+                    let _ = v.push(e, GFP_KERNEL);
+                }
+            }
+        }
+        (v, total)
     }
 }

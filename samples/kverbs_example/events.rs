@@ -5,27 +5,21 @@
 //! with it, in a bounded ring.
 
 use core::fmt::Write;
-use kernel::{new_spinlock, prelude::*, str::CString, sync::Arc, sync::SpinLock};
+use kernel::{prelude::*, str::CString, sync::Arc};
 use kverbs::{
-    event::{Element, Event, EventSink},
+    event::{Element, Event, EventRing, EventSink},
     Show,
 };
 
 /// Events kept; older ones are dropped (and counted).
 const RING: usize = 64;
 
-struct Ring {
-    entries: [Option<(u64, Event)>; RING],
-    /// Events ever received; the newest is at `(total - 1) % RING`.
-    total: u64,
-}
-
 /// The ring of one device. Filled from any context (QP events come from
-/// the driver's completion paths): a spinlock, no allocation.
+/// the driver's completion paths): an interrupt-safe lock, no allocation.
 #[pin_data]
 pub(crate) struct EventLog {
     #[pin]
-    ring: SpinLock<Ring>,
+    ring: EventRing<RING>,
     dev: CString,
 }
 
@@ -34,10 +28,7 @@ impl EventLog {
         let dev = CString::try_from_fmt(kernel::fmt!("{}", dev.name()))?;
         Arc::pin_init(
             pin_init!(EventLog {
-                ring <- new_spinlock!(Ring {
-                    entries: [None; RING],
-                    total: 0,
-                }),
+                ring <- EventRing::new(),
                 dev,
             }),
             GFP_KERNEL,
@@ -63,13 +54,7 @@ impl core::fmt::Display for Of {
 
 impl EventSink for EventLog {
     fn event(&self, ev: &Event) {
-        let t = kverbs::now_ns();
-        {
-            let mut r = self.ring.lock();
-            let at = (r.total % RING as u64) as usize;
-            r.entries[at] = Some((t, *ev));
-            r.total += 1;
-        }
+        self.ring.push(kverbs::now_ns(), *ev);
         pr_info!(
             "{}: event: {}: {}\n",
             self.dev.to_str().unwrap_or("?"),
@@ -84,24 +69,18 @@ pub(crate) struct EventsFile(pub(crate) Arc<EventLog>);
 
 impl Show for EventsFile {
     fn show(&self, out: &mut dyn Write) -> Result {
-        // Copied out of the lock: formatting is not done under it.
-        let (entries, total) = {
-            let r = self.0.ring.lock();
-            (r.entries, r.total)
-        };
+        let (events, total) = self.0.ring.snapshot();
         let kept = total.min(RING as u64);
         writeln!(out, "events: {} ({} dropped)", total, total - kept)?;
-        for i in total - kept..total {
-            if let Some((t, ev)) = entries[(i % RING as u64) as usize] {
-                writeln!(
-                    out,
-                    "{:>5}.{:06} {}: {}",
-                    t / 1_000_000_000,
-                    t % 1_000_000_000 / 1000,
-                    Of(ev.element),
-                    ev.name()
-                )?;
-            }
+        for (t, ev) in events.iter() {
+            writeln!(
+                out,
+                "{:>5}.{:06} {}: {}",
+                t / 1_000_000_000,
+                t % 1_000_000_000 / 1000,
+                Of(ev.element),
+                ev.name()
+            )?;
         }
         Ok(())
     }
