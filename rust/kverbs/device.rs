@@ -439,6 +439,11 @@ impl DeviceAttr {
     pub fn max_qp_init_rd_atom(&self) -> i32 {
         self.0.max_qp_init_rd_atom
     }
+    /// Whether the device migrates RC QPs to an alternate path on its own
+    /// (`IB_DEVICE_AUTO_PATH_MIG`).
+    pub fn auto_path_mig(&self) -> bool {
+        self.0.device_cap_flags & bindings::IB_DEVICE_AUTO_PATH_MIG as u64 != 0
+    }
     /// Atomic operation support (`enum ib_atomic_cap`: NONE, HCA, GLOB).
     pub fn atomic_cap(&self) -> u32 {
         self.0.atomic_cap

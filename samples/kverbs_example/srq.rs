@@ -315,7 +315,8 @@ impl SrqExample {
                 max_recv_wr: 0,
                 ..Default::default()
             };
-            let qp = Qp::new_cm_srq(&id, &pd, &scq, &srq, caps)?;
+            // Its events (last WQE reached when it goes) go to `events`.
+            let qp = Qp::new_cm_srq(&id, &pd, &scq, &srq, caps, Some(sink.clone()))?;
             let qp = id.accept(qp, t, cancel)?;
             let _ = writeln!(
                 rep,
@@ -464,7 +465,7 @@ fn client(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut 
             );
         })?;
         on_device(dev, &id, rep)?;
-        let qp = Qp::new_cm_srq(&id, &pd, &scq, &gsrq, caps)?;
+        let qp = Qp::new_cm_srq(&id, &pd, &scq, &gsrq, caps, None)?;
         let qp = id.connect(qp, t, cancel).inspect_err(|e| {
             let _ = writeln!(
                 rep,

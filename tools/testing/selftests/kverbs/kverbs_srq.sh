@@ -71,6 +71,22 @@ limit_event() {
 	return $r
 }
 
+# Each server QP, when it goes (ERR at the end of the run), stops taking
+# from the SRQ: rxe raises IB_EVENT_QP_LAST_WQE_REACHED on it (each time
+# its responder flushes, so once or more), which the QP's event handler
+# puts in events, with its QP number.
+last_wqe_events() {
+	local qpns q r=0
+	kernel_server "qps=4,max_wr=16,count=40,size=512" "-q 4 -w 16 -c 40 -s 512" 10 || r=1
+	qpns=$(sed -n 's/^rdma_cm: connection [0-9] accepted: qp \(0x[0-9a-f]*\)$/\1/p' "$SRQ")
+	for q in $qpns; do
+		kv_wait grep -q "qp $q: last WQE reached" "$EV" || { kv_msg "no event for qp $q"; r=1; }
+	done
+	[ "$(echo "$qpns" | wc -w)" = 4 ] || r=1
+	kv_diag <"$EV"
+	return $r
+}
+
 bad() {
 	kv_write_fails "$SRQ" "$1" "$2" "$3"
 }
@@ -94,12 +110,13 @@ link_del_cancels_waiting_server() {
 	return $r
 }
 
-kv_begin 12
+kv_begin 13
 kv_case setup_rxe_dummy_and_load setup
 kv_case srq_kernel_server_userspace_client_4_qps_4096 kernel_server "qps=4,max_wr=16,count=100,size=4096" "-q 4 -w 16 -c 100 -s 4096" 25
 kv_case srq_kernel_server_userspace_client_defaults_100000 kernel_server "count=100" "" 25
 kv_case srq_userspace_server_kernel_client_4_qps_4096 kernel_client
 kv_case srq_limit_event_each_round_when_armed limit_event
+kv_case srq_server_qps_raise_last_wqe_reached_events last_wqe_events
 kv_case bad_input_srq_unknown_key bad "role=server,colour=blue" "Invalid argument" "srq: unknown key 'colour'"
 kv_case bad_input_srq_client_without_addr bad "role=client" "Invalid argument" "srq: role=client needs addr="
 kv_case bad_input_srq_buffer_over_16mib bad "role=server,max_wr=64,size=1048576" "Numerical result out of range" "srq: max_wr x size"
