@@ -11,6 +11,8 @@
 
 #![deny(unsafe_code)]
 
+#[path = "kverbs_example/apm.rs"]
+mod apm;
 #[path = "kverbs_example/bench.rs"]
 mod bench;
 #[path = "kverbs_example/events.rs"]
@@ -180,6 +182,7 @@ struct PerDevice {
     mcast: File<rc::Control<mcast::Mcast>>,
     bench: File<rc::Control<bench::Bench>>,
     srq: File<rc::Control<srq::SrqExample>>,
+    apm: File<rc::Control<apm::ApmExample>>,
     _stats: File<rc::StatsFile>,
     _events_file: File<events::EventsFile>,
     _events: DeviceEvents,
@@ -230,6 +233,10 @@ impl Client for Example {
             c_str!("srq"),
             rc::Control::new(dev, stats.clone(), srq::SrqExample { log: log.clone() })?,
         )?;
+        let apm = dir.control_file(
+            c_str!("apm"),
+            rc::Control::new(dev, stats.clone(), apm::ApmExample { log: log.clone() })?,
+        )?;
         let stats = dir.file(c_str!("stats"), rc::StatsFile(stats))?;
         let device_events = DeviceEvents::register(dev, log.clone())?;
         let events_file = dir.file(c_str!("events"), events::EventsFile(log))?;
@@ -240,6 +247,7 @@ impl Client for Example {
                 mcast,
                 bench,
                 srq,
+                apm,
                 _stats: stats,
                 _events_file: events_file,
                 _events: device_events,
@@ -282,6 +290,7 @@ impl Client for Example {
         data.mcast.data().cancel();
         data.bench.data().cancel();
         data.srq.data().cancel();
+        data.apm.data().cancel();
         selftest::remove_device(&self.selftest_devices, dev);
         drop(data);
         pr_info!("{}: removed\n", dev.name());

@@ -1141,7 +1141,11 @@ fn atomic_needs_remote_atomic_access_and_alignment(
     let st = atomic(&peer, add, out)?;
     let (got, now) = (value(&old, out)?, value(&target, out)?);
     if st != WcStatus::Success || got != start || now != start + 5 {
-        let _ = write!(out, "fetch-and-add: {}, old {:#x}, target {:#x}; ", st, got, now);
+        let _ = write!(
+            out,
+            "fetch-and-add: {}, old {:#x}, target {:#x}; ",
+            st, got, now
+        );
         return Err("a fetch-and-add did not return the old value or add");
     }
     let swap = AtomicOp::CmpSwap {
@@ -1163,6 +1167,58 @@ fn atomic_needs_remote_atomic_access_and_alignment(
     }
     ok(mr.invalidate(&own, TIMEOUT_MS, &c), "LOCAL_INV 2", out)?;
     let _ = write!(out, "fetch-and-add and compare-and-swap ok");
+    Ok(())
+}
+
+/// An alternate path is loaded only where paths migrate (the device says
+/// so and the port is InfiniBand): elsewhere (rxe: RoCE, though it
+/// advertises migration) loading one (the QP's own path, as apm.c does)
+/// and migrating are refused with EOPNOTSUPP before the verbs are called,
+/// and the QP is untouched (a SEND still goes through); where they do,
+/// the path is loaded and the QP's state is REARM or ARMED.
+fn alt_path_needs_auto_path_mig(env: &Env, out: &mut Text) -> Result<(), &'static str> {
+    use kverbs::qp::{AltPath, MigState};
+    let dev = &env.a;
+    let c = Cancel::new();
+    let pd = ok(Pd::new(dev), "PD", out)?;
+    let (a, b, _ca, _cb) = ok(rc_pair(&pd), "pair", out)?;
+    let alt = AltPath {
+        av: ok(a.path(), "path", out)?,
+        port: a.port(),
+        pkey_index: 0,
+        timeout: 0x12,
+    };
+    if kverbs::qp::path_mig_supported(dev, a.port()).is_err() {
+        refused(
+            a.load_alt_path(&alt),
+            kverbs::errno::eopnotsupp(),
+            "load_alt_path",
+            out,
+        )?;
+        refused(a.migrate(), kverbs::errno::eopnotsupp(), "migrate", out)?;
+        let rbuf = ok(buf(dev), "receive buffer", out)?;
+        let sbuf = ok(buf(dev), "send buffer", out)?;
+        let r = ok(b.post_recv(&rbuf, 0, 64), "receive", out)?;
+        let sid = ok(a.post_send(SendOp::Send, &sbuf, 0, 64, true), "SEND", out)?;
+        ok(a.wait(sid, TIMEOUT_MS, &c), "SEND completion", out)?;
+        let wc = ok(b.wait(r, TIMEOUT_MS, &c), "receive completion", out)?;
+        if wc.result().is_err() {
+            return Err("the QP was touched by the refused path load");
+        }
+        let _ = write!(
+            out,
+            "AUTO_PATH_MIG {}, {}: refused, the QP still works",
+            dev.attrs().auto_path_mig(),
+            dev.link_layer(a.port()).name()
+        );
+        return Ok(());
+    }
+    ok(a.load_alt_path(&alt), "load_alt_path", out)?;
+    let st = ok(a.mig_state(), "mig_state", out)?;
+    let _ = write!(out, "alternate path loaded: {:?}", st);
+    if st == MigState::Migrated {
+        return Err("a loaded alternate path is neither REARM nor ARMED");
+    }
     Ok(())
 }
 
@@ -1541,6 +1597,7 @@ const CASES: &[(&str, Case)] = &[
         atomic_needs_remote_atomic_access_and_alignment,
     ),
     ("srq_shared_by_two_qps", srq_shared_by_two_qps),
+    ("alt_path_needs_auto_path_mig", alt_path_needs_auto_path_mig),
 ];
 
 /// `selftest`: the control file.

@@ -57,6 +57,25 @@ echo "\$ echo role=both,group=239.1.1.1,qps=2,count=10 > .../rxe_dummy/mcast"
 echo role=both,group=239.1.1.1,qps=2,count=10 >/sys/kernel/debug/kverbs_example/rxe_dummy/mcast
 run cat /sys/kernel/debug/kverbs_example/rxe_dummy/mcast
 
+step "Atomics: 10 fetch-and-adds and 2 compare-and-swaps in the RC example"
+echo "\$ echo role=loopback,size=64,atomics=10,validate > .../rxe_lo/rc"
+echo role=loopback,size=64,atomics=10,validate >/sys/kernel/debug/kverbs_example/rxe_lo/rc
+run grep -E "^atomics|^result" /sys/kernel/debug/kverbs_example/rxe_lo/rc
+
+step "SRQ (the manual's srq.c): kernel server, 4 QPs on one SRQ; tools/srq_peer as client"
+echo "\$ echo role=server,addr=169.254.1.1,qps=4,max_wr=16,count=100,size=4096,srq_limit=4 > .../rxe_dummy/srq &"
+echo role=server,addr=169.254.1.1,qps=4,max_wr=16,count=100,size=4096,srq_limit=4 >/sys/kernel/debug/kverbs_example/rxe_dummy/srq &
+sleep 1
+run srq_peer -q 4 -w 16 -c 100 -s 4096 169.254.1.1
+wait
+run cat /sys/kernel/debug/kverbs_example/rxe_dummy/srq
+run cat /sys/kernel/debug/kverbs_example/rxe_dummy/events
+
+step "Path migration (apm.c): rxe cannot, and says so"
+echo "\$ echo role=server > .../rxe_dummy/apm"
+echo role=server >/sys/kernel/debug/kverbs_example/rxe_dummy/apm
+run cat /sys/kernel/debug/kverbs_example/rxe_dummy/apm
+
 step "Device removal and module unload"
 run rdma link delete rxe_dummy
 run ls /sys/kernel/debug/kverbs_example
