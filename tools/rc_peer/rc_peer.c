@@ -14,7 +14,14 @@
  *     "RDMA write operation" into it; sync 'W'; the server shows its buffer.
  *
  * Usage: rc_peer [-p port] [-d ib_dev] [-i ib_port] [-g gid_idx] [-s size]
- *                [-v] [-x read|write] [-b short|qpn|big] [server_name]
+ *                [-v] [-x read|write] [-b short|qpn|big] [-a n] [server_name]
+ *
+ * -a n does the kverbs RC example's atomics=<n> (both sides must be told):
+ * after the last sync the client does n fetch-and-adds (of 1, 2, ...) and
+ * two compare-and-swaps (one storing "kverbs!!", one that must not match)
+ * on the server's first 8 bytes, checking each old value; sync 'A'; the
+ * server (whose buffer and QP allow remote atomics only then) checks its
+ * 8 bytes.
  *
  * -x probes the remote-access scope, against the kernel's "linger": after
  * the last sync, sync 'I' (the kernel has invalidated its rkey), then an
@@ -68,7 +75,8 @@ static struct {
 	int validate;
 	const char *probe;
 	const char *bad;
-} config = { NULL, NULL, 19875, 1, -1, 21, 0, NULL, NULL };
+	int atomics;
+} config = { NULL, NULL, 19875, 1, -1, 21, 0, NULL, NULL, 0 };
 
 static void die(const char *what)
 {
@@ -243,7 +251,7 @@ int main(int argc, char *argv[])
 {
 	int c;
 
-	while ((c = getopt(argc, argv, "p:d:i:g:s:vx:b:")) != -1) {
+	while ((c = getopt(argc, argv, "p:d:i:g:s:vx:b:a:")) != -1) {
 		switch (c) {
 		case 'p': config.tcp_port = atoi(optarg); break;
 		case 'd': config.dev_name = optarg; break;
@@ -253,6 +261,7 @@ int main(int argc, char *argv[])
 		case 'v': config.validate = 1; break;
 		case 'x': config.probe = optarg; break;
 		case 'b': config.bad = optarg; break;
+		case 'a': config.atomics = atoi(optarg); break;
 		default:
 			goto usage;
 		}
@@ -298,8 +307,11 @@ usage:
 		die("resources_create");
 	if (!config.server_name)
 		fill(buf, MSG_SEND);
-	struct ibv_mr *mr = ibv_reg_mr(pd, buf, config.size, IBV_ACCESS_LOCAL_WRITE |
-				       IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE);
+	int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE |
+		     (config.atomics ? IBV_ACCESS_REMOTE_ATOMIC : 0);
+	struct ibv_mr *mr = ibv_reg_mr(pd, buf, config.size, access);
+	uint64_t *old = calloc(1, 8);
+	struct ibv_mr *old_mr = old ? ibv_reg_mr(pd, old, 8, IBV_ACCESS_LOCAL_WRITE) : NULL;
 	struct ibv_qp_init_attr qia = {
 		.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC, .sq_sig_all = 1,
 		.cap = { .max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1 },
@@ -343,8 +355,7 @@ usage:
 
 	struct ibv_qp_attr a = {
 		.qp_state = IBV_QPS_INIT, .port_num = config.ib_port, .pkey_index = 0,
-		.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ |
-				   IBV_ACCESS_REMOTE_WRITE,
+		.qp_access_flags = access,
 	};
 
 	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
@@ -437,6 +448,53 @@ usage:
 	if (!config.server_name) {
 		show("Contents of server buffer: ", buf);
 		bad_data |= check(buf, MSG_WRITE, "RDMA WRITE");
+	}
+	if (config.atomics) {
+		uint64_t want;
+
+		memcpy(&want, MSG_WRITE, 8);
+		if (config.server_name) {
+			for (int i = 0; i < config.atomics + 2; i++) {
+				struct ibv_sge sge = { (uintptr_t)old, 8, old_mr->lkey };
+				struct ibv_send_wr wr = { .sg_list = &sge, .num_sge = 1,
+							  .send_flags = IBV_SEND_SIGNALED }, *bad;
+				uint64_t expect = want;
+
+				wr.wr.atomic.remote_addr = remote.addr;
+				wr.wr.atomic.rkey = remote.rkey;
+				if (i < config.atomics) {
+					wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+					wr.wr.atomic.compare_add = i + 1;
+					want += i + 1;
+				} else if (i == config.atomics) {
+					wr.opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
+					wr.wr.atomic.compare_add = want;
+					memcpy(&wr.wr.atomic.swap, "kverbs!!", 8);
+					memcpy(&want, "kverbs!!", 8);
+				} else {
+					wr.opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
+					wr.wr.atomic.compare_add = want ^ 1;
+					wr.wr.atomic.swap = 0;
+				}
+				if (ibv_post_send(qp, &wr, &bad))
+					die("ibv_post_send (atomic)");
+				poll_completion(cq, "atomic");
+				if (*old != expect) {
+					fprintf(stderr, "rc_peer: atomic %d: old value 0x%llx, expected 0x%llx\n",
+						i, (unsigned long long)*old, (unsigned long long)expect);
+					bad_data = 1;
+				}
+			}
+			printf("atomics: %d fetch-and-adds and 2 compare-and-swaps%s\n", config.atomics,
+			       bad_data ? ", some old values wrong" : " returned the expected old values");
+		}
+		sync_char(fd, 'A');
+		if (!config.server_name) {
+			int ok = !memcmp(buf, "kverbs!!", 8);
+
+			printf("atomics: the server's 8 bytes %s\n", ok ? "hold 'kverbs!!'" : "are wrong");
+			bad_data |= !ok;
+		}
 	}
 	if (config.probe) {
 		int write = !strcmp(config.probe, "write");

@@ -153,6 +153,41 @@ stale_rkey_peer_server() {
 	return $r
 }
 
+# Atomics with the userspace peer: rc_peer -a as the client doing them on
+# the kernel server's buffer, and as the server whose buffer the kernel
+# client does them on; every old value checked by the side doing them,
+# the final 8 bytes by the server.
+atomics_peer_client() {
+	local out r=0
+	kernel_run "role=server,size=4096,gid_idx=$GID,validate,atomics=50"
+	out=$(peer_client -s 4096 -v -a 50) || r=1
+	echo "$out" | kv_diag
+	wait $RUN_PID || { kv_msg "kernel server failed: $(cat /tmp/run.err)"; r=1; }
+	kv_diag <"$RC"
+	echo "$out" | grep -qx "atomics: 50 fetch-and-adds and 2 compare-and-swaps returned the expected old values" || r=1
+	grep -q "^atomics: ok: the server's 8 bytes hold 'kverbs!!'" "$RC" || r=1
+	grep -q "^result: ok" "$RC" || r=1
+	return $r
+}
+
+atomics_peer_server() {
+	local r=0
+	rc_peer -d rxe_lo -g $GID -s 4096 -v -a 50 >/tmp/peer.out 2>&1 &
+	local peer=$!
+	for _ in $(seq 50); do
+		printf '%s' "role=client,addr=127.0.0.1,size=4096,gid_idx=$GID,validate,atomics=50" >"$RC" 2>/tmp/run.err && break
+		grep -q "Connection refused" /tmp/run.err || break
+		sleep 0.2
+	done
+	wait $peer || { kv_msg "rc_peer server failed"; r=1; }
+	kv_diag </tmp/peer.out
+	kv_diag <"$RC"
+	grep -q "^atomics: ok: 50 fetch-and-adds and 2 compare-and-swaps returned the expected old values" "$RC" || r=1
+	grep -qx "atomics: the server's 8 bytes hold 'kverbs!!'" /tmp/peer.out || r=1
+	grep -q "^result: ok" "$RC" || r=1
+	return $r
+}
+
 linger_without_peer() {
 	local err
 	err=$( (printf 'role=loopback,linger' >"$RC") 2>&1) && return 1
@@ -223,7 +258,7 @@ peer_oversized_send() {
 	return $r
 }
 
-kv_begin 19
+kv_begin 21
 kv_case setup_rxe_lo_and_load setup
 kv_case rc_kernel_server_userspace_client_21 kernel_server_userspace_client 21
 kv_case rc_userspace_server_kernel_client_21 userspace_server_kernel_client 21
@@ -238,6 +273,8 @@ kv_case rkey_scope_stale_read_by_userspace_client_refused stale_rkey_peer_client
 kv_case rkey_scope_stale_write_by_userspace_client_refused stale_rkey_peer_client write
 kv_case rkey_scope_stale_write_by_userspace_server_refused stale_rkey_peer_server
 kv_case bad_input_rc_linger_without_peer_refused linger_without_peer
+kv_case rc_atomics_kernel_server_userspace_client atomics_peer_client
+kv_case rc_atomics_userspace_server_kernel_client atomics_peer_server
 kv_case malicious_peer_short_connection_record_ends_etimedout peer_short_record
 kv_case malicious_peer_wrong_qpn_ends_eio_after_retries peer_wrong_qpn
 kv_case malicious_peer_oversized_write_refused_buffer_unchanged peer_oversized_write
