@@ -64,16 +64,18 @@ pub(crate) enum Test {
     WriteLat,
     ReadLat,
     SendLat,
+    AtomicLat,
 }
 
 impl Test {
-    const ALL: [(Test, &'static str); 6] = [
+    const ALL: [(Test, &'static str); 7] = [
         (Test::WriteBw, "write_bw"),
         (Test::ReadBw, "read_bw"),
         (Test::SendBw, "send_bw"),
         (Test::WriteLat, "write_lat"),
         (Test::ReadLat, "read_lat"),
         (Test::SendLat, "send_lat"),
+        (Test::AtomicLat, "atomic_lat"),
     ];
 
     fn name(self) -> &'static str {
@@ -100,6 +102,7 @@ impl Test {
             Test::WriteLat => "RDMA_Write Latency Test",
             Test::ReadLat => "RDMA_Read Latency Test",
             Test::SendLat => "Send Latency Test",
+            Test::AtomicLat => "Atomic FETCH_AND_ADD Latency Test",
         }
     }
 }
@@ -247,11 +250,22 @@ fn parse<'a>(dev: &Device, input: &'a [u8]) -> Result<Config> {
     }
     cfg.test = test.ok_or_else(|| {
         pr_warn!(
-            "{}: bench: test= is missing (write_bw, read_bw, send_bw, write_lat, read_lat or send_lat)\n",
+            "{}: bench: test= is missing (write_bw, read_bw, send_bw, write_lat, read_lat, send_lat or atomic_lat)\n",
             dev.name()
         );
         EINVAL
     })?;
+    if cfg.test == Test::AtomicLat {
+        // perftest's ib_atomic_lat: 8 bytes, whatever the size.
+        if cfg.size.is_some_and(|s| s != 8) {
+            pr_warn!(
+                "{}: bench: atomic_lat works on 8 bytes (size=8)\n",
+                dev.name()
+            );
+            return Err(EINVAL);
+        }
+        cfg.size = Some(8);
+    }
     let bw = cfg.test.is_bw();
     // perftest's defaults: 5000 iterations for bandwidth, 1000 for latency;
     // latency tests keep one request outstanding.
@@ -364,7 +378,7 @@ fn header(dev: &Device, cfg: &Config, mtu: Mtu, role: &str, rep: &mut Report) {
         let _ = writeln!(rep, " CQ Moderation   : {}", cfg.cq_mod);
     }
     let _ = writeln!(rep, " Mtu             : {}[B]", mtu.bytes());
-    if cfg.test != Test::ReadBw && cfg.test != Test::ReadLat {
+    if !matches!(cfg.test, Test::ReadBw | Test::ReadLat | Test::AtomicLat) {
         let _ = writeln!(rep, " Max inline data : {}[B]", cfg.inline);
     }
     let _ = writeln!(rep, " Link type       : {:?}", dev.link_layer(port));

@@ -15,7 +15,7 @@
 set -u
 
 ROUNDS=3
-TESTS="write_bw read_bw send_bw write_lat read_lat send_lat"
+TESTS="write_bw read_bw send_bw write_lat read_lat send_lat atomic_lat"
 BW_SIZES="2 64 1024 4096 65536 1048576 8388608"
 LAT_SIZES="2 64 1024 4096 65536"
 QPS_LIST="1 2 4 8"
@@ -112,7 +112,8 @@ for test in $TESTS; do
 	*_bw) impls="perftest kverbs kverbs_softirq" ;;
 	*) impls="perftest kverbs" ;;
 	esac
-	case $test in *_lat) sizes=$LAT_SIZES ;; *) sizes=$BW_SIZES ;; esac
+	# ib_atomic_lat's fetch-and-add works on 8 bytes.
+	case $test in atomic_lat) sizes=8 ;; *_lat) sizes=$LAT_SIZES ;; *) sizes=$BW_SIZES ;; esac
 	for size in $sizes; do
 		for round in $(seq 1 "$ROUNDS"); do
 			for impl in $impls; do

@@ -26,7 +26,7 @@ cp /bin/busybox "$root/bin/busybox"
 tools=(/bin/bash /usr/bin/rdma /sbin/ip /usr/bin/ibv_devinfo /usr/bin/ibv_devices)
 for opt in /usr/bin/rping /usr/bin/mckey /usr/bin/ucmatose /usr/bin/ibv_rc_pingpong \
 	/usr/bin/ib_write_bw /usr/bin/ib_write_lat /usr/bin/ib_read_bw /usr/bin/ib_send_bw \
-	/usr/bin/ib_read_lat /usr/bin/ib_send_lat; do
+	/usr/bin/ib_read_lat /usr/bin/ib_send_lat /usr/bin/ib_atomic_lat; do
 	[ -x "$opt" ] && tools+=("$opt")
 done
 provider=(/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav*.so)

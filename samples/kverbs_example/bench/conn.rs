@@ -23,9 +23,14 @@ use kverbs::{
 /// perftest's receive queue depth of the send tests.
 pub(super) const RX_DEPTH: u32 = 512;
 
-/// What the peer may do with a side's `rbuf`, and what its QP allows.
-fn access() -> Access {
-    Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE
+/// What the peer may do with a side's `rbuf`, and what its QP allows:
+/// remote atomics only for atomic_lat.
+fn access(cfg: &Config) -> Access {
+    let access = Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE;
+    match cfg.test {
+        super::Test::AtomicLat => access | Access::REMOTE_ATOMIC,
+        _ => access,
+    }
 }
 
 /// One local QP with its buffers.
@@ -106,7 +111,7 @@ impl Params {
         let cq = Cq::new(dev, caps.cq_entries(), cfg.poll)?;
         let qp = Qp::new_rc(pd, self.port, &cq, &cq, caps)?.to_init(&InitAttr {
             pkey_index: 0,
-            access: access(),
+            access: access(cfg),
         })?;
         let mr = Mr::new(pd, max)?;
         let remote = mr.map(&rbuf)?;
@@ -149,7 +154,7 @@ impl Params {
                 sq_psn: 0,
                 max_rd_atomic: self.init_depth,
             })?;
-        s.mr.post_registration(&qp, access(), cfg.timeout_ms, cancel)?;
+        s.mr.post_registration(&qp, access(cfg), cfg.timeout_ms, cancel)?;
         Ok(Side {
             qp,
             rbuf: s.rbuf,

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The latency tests (write_lat, read_lat, send_lat): perftest's
-//! ping-pongs and report.
+//! The latency tests (write_lat, read_lat, send_lat, atomic_lat):
+//! perftest's ping-pongs and report.
 
 use super::{
     conn::{Pair, Side},
@@ -12,7 +12,7 @@ use core::fmt::Write;
 use kernel::{prelude::*, sync::Arc};
 use kverbs::{
     dma::DmaBuf,
-    qp::{Cancel, RemoteBuf, SendOp},
+    qp::{AtomicOp, Cancel, RemoteBuf, SendOp},
     stream::{RecvStream, Segment, SendStream},
 };
 
@@ -94,6 +94,7 @@ pub(super) fn loopback(
             }
         }
         Test::ReadLat => read_loop(cfg, c, s.remote, size, cancel, tposted)?,
+        Test::AtomicLat => atomic_loop(cfg, c, s.remote, cancel, tposted)?,
         _ => {
             let mut cs = stream(cfg, c, SendOp::Send, size)?;
             let mut ss = stream(cfg, s, SendOp::Send, size)?;
@@ -140,6 +141,37 @@ fn read_loop(
     Ok(())
 }
 
+/// atomic_lat: one fetch-and-add (of 1) on the peer's first 8 bytes at a
+/// time, as ib_atomic_lat; the old values must count up.
+fn atomic_loop(
+    cfg: &Config,
+    me: &Side,
+    remote: RemoteBuf,
+    cancel: &Cancel,
+    tposted: &mut [u64],
+) -> Result {
+    let op = AtomicOp::FetchAdd { remote, add: 1 };
+    let mut old = [0u8; 8];
+    let mut prev = None;
+    for ts in tposted.iter_mut().take(cfg.iters as usize) {
+        *ts = kverbs::now_ns();
+        let id = me.qp.post_atomic(op, &me.sbuf, 0, true)?;
+        me.qp.wait(id, cfg.timeout_ms, cancel)?.result()?;
+        me.sbuf.read(0, &mut old)?;
+        let v = u64::from_ne_bytes(old);
+        if prev.is_some_and(|p: u64| v != p.wrapping_add(1)) {
+            pr_err!(
+                "bench: atomic_lat: fetch-and-add returned {:#x} after {:#x}\n",
+                v,
+                prev.unwrap_or(0)
+            );
+            return Err(EIO);
+        }
+        prev = Some(v);
+    }
+    Ok(())
+}
+
 /// One side of the ping-pong with a peer host: the client starts each
 /// round trip and measures, the server answers. `ready` is called when
 /// this side can take the peer's first message.
@@ -179,6 +211,12 @@ pub(super) fn two_hosts(
             ready(rep)?;
             if client {
                 read_loop(cfg, me, remote, size, cancel, tposted)?;
+            }
+        }
+        Test::AtomicLat => {
+            ready(rep)?;
+            if client {
+                atomic_loop(cfg, me, remote, cancel, tposted)?;
             }
         }
         _ => {
@@ -221,7 +259,11 @@ pub(super) fn two_hosts(
 /// perftest's latency row: the deltas between consecutive posts, sorted,
 /// the two largest dropped; halved for the ping-pongs.
 fn report(cfg: &Config, tposted: &[u64], size: usize, rep: &mut Report) -> Result {
-    let rtt: u64 = if cfg.test == Test::ReadLat { 1 } else { 2 };
+    let rtt: u64 = if matches!(cfg.test, Test::ReadLat | Test::AtomicLat) {
+        1
+    } else {
+        2
+    };
     let mut delta = KVec::with_capacity(tposted.len() - 1, GFP_KERNEL)?;
     for w in tposted.windows(2) {
         delta.push(w[1].saturating_sub(w[0]), GFP_KERNEL)?;

@@ -135,7 +135,7 @@ bad() {
 	bench write_bw 64 100
 }
 
-kv_begin 35
+kv_begin 37
 kv_case setup_rxe_lo_and_load setup
 for t in write_bw read_bw send_bw; do
 	kv_case "bench_loopback_${t}_64" bench $t 64 1000
@@ -145,6 +145,7 @@ for t in write_lat read_lat send_lat; do
 	kv_case "bench_loopback_${t}_8" bench $t 8 300
 	kv_case "bench_loopback_${t}_4096" bench $t 4096 200
 done
+kv_case bench_loopback_atomic_lat_8 bench atomic_lat 8 300
 kv_case bench_loopback_write_lat_8_not_inline bench write_lat 8 300 ",inline=0"
 kv_case bench_loopback_send_lat_236_inline inline_header send_lat 236 200
 kv_case bench_loopback_write_bw_4_qps bench write_bw 4096 300 ",qps=4"
@@ -158,6 +159,7 @@ for t in read_bw send_bw read_lat send_lat; do
 	kv_case "bench_loopback_${t}_8388608" bench $t 8388608 5
 done
 kv_case bad_input_bench_unknown_test bad "test=atomic_bw" "Invalid argument" "unknown test 'atomic_bw'"
+kv_case bad_input_bench_atomic_lat_size_64 bad "test=atomic_lat,size=64" "Invalid argument" "atomic_lat works on 8 bytes"
 kv_case bad_input_bench_missing_test bad "size=64" "Invalid argument" "test= is missing"
 kv_case bad_input_bench_size_over_8mib bad "test=write_bw,size=8388609" "out of range" "size=8388609 is out of range"
 kv_case bad_input_bench_buffers_over_128mib bad "test=write_bw,size=8388608,qps=5" "out of range" \
