@@ -33,6 +33,7 @@ fi
 RC=$KV_DEBUGFS/rxe_lo/rc
 BENCH=$KV_DEBUGFS/rxe_lo/bench
 MC=$KV_DEBUGFS/rxe_dummy/mcast
+SRQ=$KV_DEBUGFS/rxe_dummy/srq
 FAILSLAB=/sys/kernel/debug/failslab
 SUMMARY=/tmp/kverbs_hardening.summary
 
@@ -220,7 +221,7 @@ peer_stop() {
 	[ -n "$PEER_PID" ] && wait "$PEER_PID" 2>/dev/null
 	PEER_PID=
 	# The retry loops' peers themselves.
-	killall rc_peer rping 2>/dev/null
+	killall rc_peer rping srq_peer 2>/dev/null
 	return 0
 }
 # write_alone FILE STRING: a write from a process of its own. This shell
@@ -261,6 +262,24 @@ cm_ok() {
 }
 cm_normal() {
 	rping_client && write_alone "$RCD" "$CM_SERVER" && cm_ok && peer_stop
+}
+# The SRQ example's server (2 QPs on one SRQ) against srq_peer.
+SRQ_SERVER="role=server,addr=169.254.1.1,qps=2,max_wr=8,count=20,size=256,timeout_ms=3000"
+srq_peer_client() {
+	(for _ in $(seq 15); do
+		srq_peer -q 2 -w 8 -c 20 -s 256 169.254.1.1 >/dev/null 2>&1 && exit 0
+		sleep 0.2
+	done) &
+	PEER_PID=$!
+}
+srq_ok() {
+	grep -q "^result: ok" "$SRQ" && grep -q "^srq: ok: 20 messages" "$SRQ"
+}
+srq_normal() {
+	srq_peer_client && write_alone "$SRQ" "$SRQ_SERVER" && srq_ok && peer_stop
+}
+sweep_srq_server() {
+	sweep srq_server_srq_peer_client srq_peer_client srq_ok peer_stop srq_normal write "$SRQ" "$SRQ_SERVER"
 }
 sweep_rc_server() {
 	sweep rc_server_rc_peer_client rc_peer_client rc_ok peer_stop rc_server_normal write "$RC" "$RC_SERVER"
@@ -344,6 +363,7 @@ fuzz() {
 	done
 	case $name in
 	rc) rc_normal ;;
+	srq) srq_normal ;;
 	mcast) mcast_normal ;;
 	bench) bench_normal ;;
 	esac || { kv_msg "the valid run after fuzzing $name failed"; return 1; }
@@ -361,6 +381,11 @@ fuzz_mcast() {
 	fuzz mcast "$MC" 200 role,group,count,size,qps,timeout_ms \
 		"role=both,group=239.1.1.1,qps=2,count=2" "attach 239.3.0.1" "detach 239.3.0.1" \
 		"role=receiver,group=ff0e::1:2,count=1,timeout_ms=200" "role=sender,group=239.1.1.2,count=2"
+}
+fuzz_srq() {
+	fuzz srq "$SRQ" 200 role,addr,port,qps,max_wr,count,size,srq_limit,timeout_ms \
+		"role=server,addr=169.254.1.1,qps=1,max_wr=4,count=4,size=64,timeout_ms=200" \
+		"role=client,addr=169.254.1.1,qps=2,max_wr=8,count=8,size=256,timeout_ms=200"
 }
 fuzz_bench() {
 	fuzz bench "$BENCH" 200 test,size,sizes,iters,tx_depth,cq_mod,qps,bidir,mtu,poll,inline,role,addr,port,timeout_ms \
@@ -506,12 +531,13 @@ summary() {
 
 # Injected allocation failures make the page and vmalloc allocators warn.
 KV_ALLOC_WARNINGS_OK=1
-kv_begin 19
+kv_begin 21
 kv_case setup_rxe_lo_rxe_dummy_and_load setup
 kv_case sweep_alloc_failure_rc_loopback sweep_rc_loopback
 kv_case sweep_alloc_failure_rc_server_userspace_client sweep_rc_server
 kv_case sweep_alloc_failure_rc_client_userspace_server sweep_rc_client
 kv_case sweep_alloc_failure_rc_cm_server_rping_client sweep_rc_cm_server
+kv_case sweep_alloc_failure_srq_server_srq_peer_client sweep_srq_server
 kv_case sweep_alloc_failure_mcast_both sweep_mcast_both
 kv_case sweep_alloc_failure_mcast_attach sweep_mcast_attach
 kv_case sweep_alloc_failure_mcast_detach sweep_mcast_detach
@@ -521,6 +547,7 @@ kv_case sweep_alloc_failure_device_add sweep_device_add
 kv_case fuzz_rc_control_input fuzz_rc
 kv_case fuzz_mcast_control_input fuzz_mcast
 kv_case fuzz_bench_control_input fuzz_bench
+kv_case fuzz_srq_control_input fuzz_srq
 kv_case removal_under_traffic_two_devices removal_under_traffic
 kv_case concurrent_writers_one_runs_others_ebusy concurrent_writers
 kv_case control_files_refuse_non_root_writer root_only
