@@ -182,14 +182,27 @@ fn rc_pair(pd: &Pd) -> Result<(Qp<Rts>, Qp<Rts>, Cq, Cq)> {
 /// [`rc_pair`] with the QPs' remote `access`.
 fn rc_pair_access(pd: &Pd, access: Access) -> Result<(Qp<Rts>, Qp<Rts>, Cq, Cq)> {
     let dev = pd.device();
-    let (sgid_index, dgid) = first_gid(dev).ok_or(ENODEV)?;
     let (ca, cb) = (cq(dev)?, cq(dev)?);
+    let a = Qp::new_rc(pd, port(dev), &ca, &ca, caps(4))?;
+    let b = Qp::new_rc(pd, port(dev), &cb, &cb, caps(4))?;
+    let (a, b) = connect_pair(dev, a, b, access)?;
+    Ok((a, b, ca, cb))
+}
+
+/// Connects `a` and `b`, two RC QPs of one device, to each other, with
+/// the remote `access` they allow.
+fn connect_pair(
+    dev: &Device,
+    a: Qp<kverbs::qp::Reset>,
+    b: Qp<kverbs::qp::Reset>,
+    access: Access,
+) -> Result<(Qp<Rts>, Qp<Rts>)> {
+    let (sgid_index, dgid) = first_gid(dev).ok_or(ENODEV)?;
     let init = InitAttr {
         pkey_index: 0,
         access,
     };
-    let a = Qp::new_rc(pd, port(dev), &ca, &ca, caps(4))?.to_init(&init)?;
-    let b = Qp::new_rc(pd, port(dev), &cb, &cb, caps(4))?.to_init(&init)?;
+    let (a, b) = (a.to_init(&init)?, b.to_init(&init)?);
     let (qa, qb) = (a.qp_num(), b.qp_num());
     let rts = |q: Qp<kverbs::qp::Init>, dest: u32| {
         q.to_rtr(&RtrAttr {
@@ -208,7 +221,7 @@ fn rc_pair_access(pd: &Pd, access: Access) -> Result<(Qp<Rts>, Qp<Rts>, Cq, Cq)>
             max_rd_atomic: 1,
         })
     };
-    Ok((rts(a, qb)?, rts(b, qa)?, ca, cb))
+    Ok((rts(a, qb)?, rts(b, qa)?))
 }
 
 /// A UD QP of `pd` in RTS.
@@ -1233,39 +1246,6 @@ impl EventSink for LimitEvents {
     }
 }
 
-/// Connects `a` and `b`, two RC QPs of one device, to each other.
-fn connect_pair(
-    dev: &Device,
-    a: Qp<kverbs::qp::Reset>,
-    b: Qp<kverbs::qp::Reset>,
-) -> Result<(Qp<Rts>, Qp<Rts>)> {
-    let (sgid_index, dgid) = first_gid(dev).ok_or(ENODEV)?;
-    let init = InitAttr {
-        pkey_index: 0,
-        access: Access::LOCAL_WRITE,
-    };
-    let (a, b) = (a.to_init(&init)?, b.to_init(&init)?);
-    let (qa, qb) = (a.qp_num(), b.qp_num());
-    let rts = |q: Qp<kverbs::qp::Init>, dest: u32| {
-        q.to_rtr(&RtrAttr {
-            path_mtu: Mtu::MTU_1024,
-            dest_qp_num: dest,
-            rq_psn: 0,
-            max_dest_rd_atomic: 1,
-            min_rnr_timer: 0x12,
-            av: av(dgid, sgid_index),
-        })?
-        .to_rts(&RtsAttr {
-            timeout: 0x12,
-            retry_cnt: 6,
-            rnr_retry: 7,
-            sq_psn: 0,
-            max_rd_atomic: 1,
-        })
-    };
-    Ok((rts(a, qb)?, rts(b, qa)?))
-}
-
 /// A shared receive queue serves two QPs: SENDs on both land in its
 /// receives, in the order posted, and each completion names the QP it came
 /// in on; the armed limit raises its event once fewer receives remain; a
@@ -1302,12 +1282,12 @@ fn srq_shared_by_two_qps(env: &Env, out: &mut Text) -> Result<(), &'static str> 
         None => Qp::new_rc(&pd, port(dev), &scq, &scq, caps(4)),
     };
     let (s1, r1) = ok(
-        mk(None).and_then(|a| connect_pair(dev, a, mk(Some(&srq))?)),
+        mk(None).and_then(|a| connect_pair(dev, a, mk(Some(&srq))?, Access::LOCAL_WRITE)),
         "pair 1",
         out,
     )?;
     let (s2, r2) = ok(
-        mk(None).and_then(|a| connect_pair(dev, a, mk(Some(&srq))?)),
+        mk(None).and_then(|a| connect_pair(dev, a, mk(Some(&srq))?, Access::LOCAL_WRITE)),
         "pair 2",
         out,
     )?;
