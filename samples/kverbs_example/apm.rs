@@ -188,10 +188,7 @@ impl ApmExample {
             id.resolve(cfg.addr.ok_or(EINVAL)?, cfg.port, t, cancel)?;
             (None, id)
         };
-        if !id.device().ok_or(ENODEV)?.same_as(dev) {
-            let _ = writeln!(rep, "rdma_cm: the connection is not on {}", dev.name());
-            return Err(EINVAL);
-        }
+        crate::rping::cm_on_device(dev, "apm", &id, rep)?;
         let pd = Pd::new(dev)?;
         let cq = Cq::new(dev, 16, PollCtx::Softirq)?;
         let sink = Arc::new(

@@ -175,21 +175,7 @@ pub(crate) fn run(
         })?;
         (None, id)
     };
-    let cm_dev = id.device().ok_or(ENODEV)?;
-    if !cm_dev.same_as(dev) {
-        let _ = writeln!(
-            rep,
-            "rdma_cm: the connection is on {}, not on {}",
-            cm_dev.name(),
-            dev.name()
-        );
-        pr_warn!(
-            "{}: rc: the rdma_cm connection is on {}, not on this device\n",
-            dev.name(),
-            cm_dev.name()
-        );
-        return Err(EINVAL);
-    }
+    cm_on_device(dev, "rc", &id, rep)?;
 
     // Resources: the QP is created on the ID, which moves it to INIT.
     let pd = Pd::new(dev)?;
@@ -367,5 +353,28 @@ pub(crate) fn run(
     sink_mr.invalidate(&qp, t, cancel)?;
     let _ = id.disconnect();
     let _ = writeln!(rep, "rdma_cm: disconnected");
+    Ok(())
+}
+
+/// Checks that the connection of `id` (resolved, or a request) is on
+/// `dev`, the device of the control file `file`: `EINVAL`, reported and
+/// logged, if the connection manager put it on another one.
+pub(crate) fn cm_on_device(dev: &Device, file: &str, id: &CmId, rep: &mut Report) -> Result {
+    let cm_dev = id.device().ok_or(ENODEV)?;
+    if !cm_dev.same_as(dev) {
+        let _ = writeln!(
+            rep,
+            "rdma_cm: the connection is on {}, not on {}",
+            cm_dev.name(),
+            dev.name()
+        );
+        pr_warn!(
+            "{}: {}: the rdma_cm connection is on {}, not on this device\n",
+            dev.name(),
+            file,
+            cm_dev.name()
+        );
+        return Err(EINVAL);
+    }
     Ok(())
 }

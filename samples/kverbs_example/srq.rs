@@ -197,26 +197,6 @@ impl Example for SrqExample {
     }
 }
 
-/// Checks that the connection of `id` is on `dev`.
-fn on_device(dev: &Device, id: &CmId, rep: &mut Report) -> Result {
-    let cm_dev = id.device().ok_or(ENODEV)?;
-    if !cm_dev.same_as(dev) {
-        let _ = writeln!(
-            rep,
-            "rdma_cm: the connection is on {}, not on {}",
-            cm_dev.name(),
-            dev.name()
-        );
-        pr_warn!(
-            "{}: srq: the rdma_cm connection is on {}, not on this device\n",
-            dev.name(),
-            cm_dev.name()
-        );
-        return Err(EINVAL);
-    }
-    Ok(())
-}
-
 /// The SGEs the largest of `n` messages of `size` bytes in `buf` takes.
 fn sges(buf: &DmaBuf, n: u32, size: usize) -> u32 {
     (0..n as usize)
@@ -309,7 +289,7 @@ impl SrqExample {
                     e.to_errno()
                 );
             })?;
-            on_device(dev, &id, rep)?;
+            crate::rping::cm_on_device(dev, "srq", &id, rep)?;
             let caps = QpCaps {
                 max_send_wr: per_qp,
                 max_recv_wr: 0,
@@ -464,7 +444,7 @@ fn client(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut 
                 e.to_errno()
             );
         })?;
-        on_device(dev, &id, rep)?;
+        crate::rping::cm_on_device(dev, "srq", &id, rep)?;
         let qp = Qp::new_cm_srq(&id, &pd, &scq, &gsrq, caps, None)?;
         let qp = id.connect(qp, t, cancel).inspect_err(|e| {
             let _ = writeln!(
