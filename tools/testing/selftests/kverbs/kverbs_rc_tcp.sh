@@ -53,19 +53,30 @@ kernel_server_userspace_client() {
 	return $r
 }
 
-userspace_server_kernel_client() {
-	local size=$1 r=0
-	rc_peer -d rxe_lo -g $GID -s "$size" -v >/tmp/peer.out 2>&1 &
+# peer_server_kernel_client OPTS PEER_ARGS...: rc_peer as the server with
+# PEER_ARGS (its output in /tmp/peer.out), the kernel as its client with
+# OPTS, retried while rc_peer does not listen yet (errors in
+# /tmp/run.err); fails if rc_peer did.
+peer_server_kernel_client() {
+	local opts=$1 r=0
+	shift
+	rc_peer -d rxe_lo -g $GID "$@" >/tmp/peer.out 2>&1 &
 	local peer=$!
 	for _ in $(seq 50); do
-		printf '%s' "role=client,addr=127.0.0.1,size=$size,gid_idx=$GID,validate" >"$RC" 2>/tmp/run.err && break
+		printf '%s' "role=client,addr=127.0.0.1,gid_idx=$GID,$opts" >"$RC" 2>/tmp/run.err && break
 		grep -q "Connection refused" /tmp/run.err || break
 		sleep 0.2
 	done
-	grep -q "^result: ok" "$RC" || { kv_msg "kernel client: $(cat /tmp/run.err)"; r=1; }
 	wait $peer || { kv_msg "rc_peer server failed"; r=1; }
 	kv_diag </tmp/peer.out
 	kv_diag <"$RC"
+	return $r
+}
+
+userspace_server_kernel_client() {
+	local size=$1 r=0
+	peer_server_kernel_client "size=$size,validate" -s "$size" -v || r=1
+	grep -q "^result: ok" "$RC" || { kv_msg "kernel client: $(cat /tmp/run.err)"; r=1; }
 	grep -qx "Message is: 'SEND operation      '" "$RC" || r=1
 	grep -qx "Contents of server's buffer: 'RDMA read operation '" "$RC" || r=1
 	grep -q "^validate: ok" "$RC" || r=1
@@ -137,16 +148,7 @@ stale_rkey_peer_client() {
 
 stale_rkey_peer_server() {
 	local r=0
-	rc_peer -d rxe_lo -g $GID -s 4096 -v -x write >/tmp/peer.out 2>&1 &
-	local peer=$!
-	for _ in $(seq 50); do
-		printf '%s' "role=client,addr=127.0.0.1,size=4096,gid_idx=$GID,validate,linger" >"$RC" 2>/tmp/run.err && break
-		grep -q "Connection refused" /tmp/run.err || break
-		sleep 0.2
-	done
-	wait $peer || { kv_msg "rc_peer server failed"; r=1; }
-	kv_diag </tmp/peer.out
-	kv_diag <"$RC"
+	peer_server_kernel_client "size=4096,validate,linger" -s 4096 -v -x write || r=1
 	grep -qx "RDMA WRITE with the stale rkey: remote access error" /tmp/peer.out || r=1
 	grep -q "^linger: ok: the peer probed rkey .*, the buffer is unchanged" "$RC" || r=1
 	grep -q "^result: ok" "$RC" || r=1
@@ -172,16 +174,7 @@ atomics_peer_client() {
 
 atomics_peer_server() {
 	local r=0
-	rc_peer -d rxe_lo -g $GID -s 4096 -v -a 50 >/tmp/peer.out 2>&1 &
-	local peer=$!
-	for _ in $(seq 50); do
-		printf '%s' "role=client,addr=127.0.0.1,size=4096,gid_idx=$GID,validate,atomics=50" >"$RC" 2>/tmp/run.err && break
-		grep -q "Connection refused" /tmp/run.err || break
-		sleep 0.2
-	done
-	wait $peer || { kv_msg "rc_peer server failed"; r=1; }
-	kv_diag </tmp/peer.out
-	kv_diag <"$RC"
+	peer_server_kernel_client "size=4096,validate,atomics=50" -s 4096 -v -a 50 || r=1
 	grep -q "^atomics: ok: 50 fetch-and-adds and 2 compare-and-swaps returned the expected old values" "$RC" || r=1
 	grep -qx "atomics: the server's 8 bytes hold 'kverbs!!'" /tmp/peer.out || r=1
 	grep -q "^result: ok" "$RC" || r=1
@@ -242,17 +235,8 @@ peer_oversized_write() {
 # in error (rxe says "local QP operation error"), the run ends with EIO.
 peer_oversized_send() {
 	local r=0
-	rc_peer -d rxe_lo -g $GID -s 8192 -b big >/tmp/peer.out 2>&1 &
-	local peer=$!
-	for _ in $(seq 50); do
-		printf '%s' "role=client,addr=127.0.0.1,size=4096,gid_idx=$GID,validate" >"$RC" 2>/tmp/run.err && break
-		grep -q "Connection refused" /tmp/run.err || break
-		sleep 0.2
-	done
+	peer_server_kernel_client "size=4096,validate" -s 8192 -b big || r=1
 	grep -q "Input/output error" /tmp/run.err || { kv_msg "kernel client: $(cat /tmp/run.err)"; r=1; }
-	wait $peer || { kv_msg "rc_peer server failed"; r=1; }
-	kv_diag </tmp/peer.out
-	kv_diag <"$RC"
 	grep -q "^oversized SEND: " /tmp/peer.out || r=1
 	grep -q "^RECV: completion with error: " "$RC" || r=1
 	return $r

@@ -266,14 +266,8 @@ DEAD_OPTS="test=write_bw,size=65536,iters=100000,timeout_ms=60000"
 dead_peer_device_gone() {
 	local r=0 t0 pid
 	peer "bash -c \"printf '%s' 'role=server,$DEAD_OPTS' >$BENCH\" >/dev/null 2>&1 &" >/dev/null
-	(
-		for _ in $(seq 50); do
-			printf '%s' "role=client,addr=$THERE,$DEAD_OPTS" >"$BENCH" 2>/tmp/dead.err && exit 0
-			grep -q "Connection refused" /tmp/dead.err || exit 1
-			sleep 0.2
-		done
-	) &
-	pid=$!
+	bench_client_here "$DEAD_OPTS"
+	pid=$DEAD_PID
 	kv_wait grep -q "^status: running" "$BENCH" || r=1
 	sleep 4
 	t0=$(cut -d' ' -f1 /proc/uptime)
@@ -390,12 +384,9 @@ dead_peer_process_killed_client_here() {
 # here (iters=1000000: a run that does not end by itself).
 CM_DEAD_OPTS="iters=1000000,size=64,timeout_ms=60000"
 
-# rping's server is killed: its rdma_cm ID is destroyed with the process,
-# the DISCONNECTED event (or a flushed receive) ends our client with
-# ECONNRESET ("the server went away") at once.
-dead_peer_rping_server_killed_cm_client_here() {
-	local r=0 t0
-	peer "rping -s -a $THERE >/dev/null 2>&1 & echo \$! >/tmp/dead.pid" >/dev/null
+# cm_client_here: our rping client (role=cm_client) in the background,
+# as bench_client_here.
+cm_client_here() {
 	(
 		for _ in $(seq 50); do
 			printf '%s' "role=cm_client,addr=$THERE,$CM_DEAD_OPTS" >"$RC" 2>/tmp/dead.err && exit 0
@@ -404,6 +395,15 @@ dead_peer_rping_server_killed_cm_client_here() {
 		done
 	) &
 	DEAD_PID=$!
+}
+
+# rping's server is killed: its rdma_cm ID is destroyed with the process,
+# the DISCONNECTED event (or a flushed receive) ends our client with
+# ECONNRESET ("the server went away") at once.
+dead_peer_rping_server_killed_cm_client_here() {
+	local r=0 t0
+	peer "rping -s -a $THERE >/dev/null 2>&1 & echo \$! >/tmp/dead.pid" >/dev/null
+	cm_client_here
 	kv_wait grep -q "^status: running" "$RC" || r=1
 	sleep 4
 	t0=$(cut -d' ' -f1 /proc/uptime)
@@ -446,14 +446,7 @@ dead_peer_rping_client_killed_cm_server_here() {
 dead_peer_device_gone_cm_client_here() {
 	local r=0 t0
 	peer "bash -c \"printf '%s' 'role=cm_server,addr=$THERE,$CM_DEAD_OPTS' >$RC\" >/dev/null 2>&1 &" >/dev/null
-	(
-		for _ in $(seq 50); do
-			printf '%s' "role=cm_client,addr=$THERE,$CM_DEAD_OPTS" >"$RC" 2>/tmp/dead.err && exit 0
-			grep -q "Connection refused" /tmp/dead.err || exit 1
-			sleep 0.2
-		done
-	) &
-	DEAD_PID=$!
+	cm_client_here
 	kv_wait grep -q "^status: running" "$RC" || r=1
 	sleep 4
 	t0=$(cut -d' ' -f1 /proc/uptime)
