@@ -1173,9 +1173,7 @@ impl Qp<Rts, Rc> {
         // memory mapped for this device that the slot keeps alive.
         unsafe { self.post(Queue::Send, &mut wr.wr, signaled, res) }
     }
-}
 
-impl Qp<Rts, Rc> {
     /// Posts an atomic operation; the old value lands in the 8 bytes of
     /// `buf` at `offset`.
     ///
