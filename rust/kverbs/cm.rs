@@ -431,7 +431,11 @@ impl CmId {
         bindings::rdma_conn_param {
             responder_resources: 1,
             initiator_depth: 1,
-            retry_count: 7,
+            // Not 7: rxe never counts 7 down ("retry forever"), so a
+            // request to a peer that is gone would stay outstanding until
+            // the caller's timeout. 6 retries end it with "transport
+            // retry counter exceeded" (as the benchmark's QPs do).
+            retry_count: 6,
             rnr_retry_count: 7,
             ..Default::default()
         }
