@@ -147,15 +147,21 @@ fn first_gid(dev: &Device) -> Option<(u32, Gid)> {
 /// An RC QP of `pd` connected to itself, in RTS.
 fn rc_self(pd: &Pd, cq: &Cq) -> Result<Qp<Rts>> {
     let dev = pd.device();
-    let (sgid_index, dgid) = first_gid(dev).ok_or(ENODEV)?;
     let qp = Qp::new_rc(pd, port(dev), cq, cq, caps(4))?.to_init(&InitAttr {
         pkey_index: 0,
         access: Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE,
     })?;
     let qpn = qp.qp_num();
-    qp.to_rtr(&RtrAttr {
+    to_rts(dev, qp, qpn)
+}
+
+/// An RC QP of `dev` in INIT to RTS, connected to the QP `dest` of the
+/// same device.
+fn to_rts(dev: &Device, q: Qp<kverbs::qp::Init>, dest: u32) -> Result<Qp<Rts>> {
+    let (sgid_index, dgid) = first_gid(dev).ok_or(ENODEV)?;
+    q.to_rtr(&RtrAttr {
         path_mtu: Mtu::MTU_1024,
-        dest_qp_num: qpn,
+        dest_qp_num: dest,
         rq_psn: 0,
         max_dest_rd_atomic: 1,
         min_rnr_timer: 0x12,
@@ -197,31 +203,13 @@ fn connect_pair(
     b: Qp<kverbs::qp::Reset>,
     access: Access,
 ) -> Result<(Qp<Rts>, Qp<Rts>)> {
-    let (sgid_index, dgid) = first_gid(dev).ok_or(ENODEV)?;
     let init = InitAttr {
         pkey_index: 0,
         access,
     };
     let (a, b) = (a.to_init(&init)?, b.to_init(&init)?);
     let (qa, qb) = (a.qp_num(), b.qp_num());
-    let rts = |q: Qp<kverbs::qp::Init>, dest: u32| {
-        q.to_rtr(&RtrAttr {
-            path_mtu: Mtu::MTU_1024,
-            dest_qp_num: dest,
-            rq_psn: 0,
-            max_dest_rd_atomic: 1,
-            min_rnr_timer: 0x12,
-            av: av(dgid, sgid_index),
-        })?
-        .to_rts(&RtsAttr {
-            timeout: 0x12,
-            retry_cnt: 6,
-            rnr_retry: 7,
-            sq_psn: 0,
-            max_rd_atomic: 1,
-        })
-    };
-    Ok((rts(a, qb)?, rts(b, qa)?))
+    Ok((to_rts(dev, a, qb)?, to_rts(dev, b, qa)?))
 }
 
 /// A UD QP of `pd` in RTS.

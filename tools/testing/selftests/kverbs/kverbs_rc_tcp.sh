@@ -37,16 +37,30 @@ peer_client() {
 	return 1
 }
 
-kernel_server_userspace_client() {
-	local size=$1 out r=0
-	kernel_run "role=server,size=$size,gid_idx=$GID,validate"
-	out=$(peer_client -s "$size" -v) || r=1
-	echo "$out" | kv_diag
-	wait $RUN_PID || { kv_msg "kernel server failed: $(cat /tmp/run.err)"; r=1; }
+# kernel_server_peer_client OPTS PEER_ARGS...: the kernel as the server
+# with OPTS, rc_peer as its client with PEER_ARGS; rc_peer's output in
+# /tmp/peer.out and its status in PEER_RC, the kernel's status in
+# KERNEL_RC (its errors in /tmp/run.err).
+kernel_server_peer_client() {
+	local opts=$1
+	shift
+	kernel_run "role=server,gid_idx=$GID,$opts"
+	peer_client "$@" >/tmp/peer.out
+	PEER_RC=$?
+	kv_diag </tmp/peer.out
+	wait $RUN_PID
+	KERNEL_RC=$?
 	kv_diag <"$RC"
-	echo "$out" | grep -qx "Message is: 'SEND operation      '" || r=1
-	echo "$out" | grep -qx "Contents of server's buffer: 'RDMA read operation '" || r=1
-	echo "$out" | grep -qx "test result is 0" || r=1
+}
+
+kernel_server_userspace_client() {
+	local size=$1 r=0
+	kernel_server_peer_client "size=$size,validate" -s "$size" -v
+	[ $PEER_RC = 0 ] || r=1
+	[ $KERNEL_RC = 0 ] || { kv_msg "kernel server failed: $(cat /tmp/run.err)"; r=1; }
+	grep -qx "Message is: 'SEND operation      '" /tmp/peer.out || r=1
+	grep -qx "Contents of server's buffer: 'RDMA read operation '" /tmp/peer.out || r=1
+	grep -qx "test result is 0" /tmp/peer.out || r=1
 	grep -qx "Contents of server buffer: 'RDMA write operation'" "$RC" || r=1
 	grep -q "^validate: ok" "$RC" || r=1
 	grep -q "^result: ok" "$RC" || r=1
@@ -134,13 +148,11 @@ peer_closes_early() {
 # or WRITE with them. Both must end in a remote access error with the QP,
 # registration and buffer still alive, and the buffer must not change.
 stale_rkey_peer_client() {
-	local probe=$1 out r=0
-	kernel_run "role=server,size=4096,gid_idx=$GID,validate,linger"
-	out=$(peer_client -s 4096 -v -x "$probe") || r=1
-	echo "$out" | kv_diag
-	wait $RUN_PID || { kv_msg "kernel server failed: $(cat /tmp/run.err)"; r=1; }
-	kv_diag <"$RC"
-	echo "$out" | grep -qix "RDMA $probe with the stale rkey: remote access error" || r=1
+	local probe=$1 r=0
+	kernel_server_peer_client "size=4096,validate,linger" -s 4096 -v -x "$probe"
+	[ $PEER_RC = 0 ] || r=1
+	[ $KERNEL_RC = 0 ] || { kv_msg "kernel server failed: $(cat /tmp/run.err)"; r=1; }
+	grep -qix "RDMA $probe with the stale rkey: remote access error" /tmp/peer.out || r=1
 	grep -q "^linger: ok: the peer probed rkey .*, the buffer is unchanged" "$RC" || r=1
 	grep -q "^result: ok" "$RC" || r=1
 	return $r
@@ -160,13 +172,11 @@ stale_rkey_peer_server() {
 # client does them on; every old value checked by the side doing them,
 # the final 8 bytes by the server.
 atomics_peer_client() {
-	local out r=0
-	kernel_run "role=server,size=4096,gid_idx=$GID,validate,atomics=50"
-	out=$(peer_client -s 4096 -v -a 50) || r=1
-	echo "$out" | kv_diag
-	wait $RUN_PID || { kv_msg "kernel server failed: $(cat /tmp/run.err)"; r=1; }
-	kv_diag <"$RC"
-	echo "$out" | grep -qx "atomics: 50 fetch-and-adds and 2 compare-and-swaps returned the expected old values" || r=1
+	local r=0
+	kernel_server_peer_client "size=4096,validate,atomics=50" -s 4096 -v -a 50
+	[ $PEER_RC = 0 ] || r=1
+	[ $KERNEL_RC = 0 ] || { kv_msg "kernel server failed: $(cat /tmp/run.err)"; r=1; }
+	grep -qx "atomics: 50 fetch-and-adds and 2 compare-and-swaps returned the expected old values" /tmp/peer.out || r=1
 	grep -q "^atomics: ok: the server's 8 bytes hold 'kverbs!!'" "$RC" || r=1
 	grep -q "^result: ok" "$RC" || r=1
 	return $r
@@ -190,11 +200,10 @@ linger_without_peer() {
 # A misbehaving peer: whatever it sends, the kernel ends with an errno
 # and touches nothing outside its buffers (KASAN watches rxe's copies).
 peer_short_record() {
-	local out r=0
-	kernel_run "role=server,gid_idx=$GID,timeout_ms=2000"
-	out=$(peer_client -b short) || r=1
-	echo "$out" | kv_diag
-	wait $RUN_PID && { kv_msg "the server succeeded"; r=1; }
+	local r=0
+	kernel_server_peer_client "timeout_ms=2000" -b short
+	[ $PEER_RC = 0 ] || r=1
+	[ $KERNEL_RC != 0 ] || { kv_msg "the server succeeded"; r=1; }
 	kv_msg "$(cat /tmp/run.err)"
 	grep -q "Connection timed out" /tmp/run.err || r=1
 	grep -q "no connection data from the peer" "$RC" || r=1
@@ -205,12 +214,10 @@ peer_short_record() {
 # retries (timeout 0x12 = 1.07 s, retry_cnt 6: about 7.5 s) the SEND
 # completes with "transport retry counter exceeded".
 peer_wrong_qpn() {
-	local out r=0
-	kernel_run "role=server,size=4096,gid_idx=$GID,timeout_ms=20000"
-	out=$(peer_client -b qpn) || r=1
-	echo "$out" | kv_diag
-	wait $RUN_PID && { kv_msg "the server succeeded"; r=1; }
-	kv_diag <"$RC"
+	local r=0
+	kernel_server_peer_client "size=4096,timeout_ms=20000" -b qpn
+	[ $PEER_RC = 0 ] || r=1
+	[ $KERNEL_RC != 0 ] || { kv_msg "the server succeeded"; r=1; }
 	grep -q "Input/output error" /tmp/run.err || { kv_msg "$(cat /tmp/run.err)"; r=1; }
 	grep -qi "SEND.*retry" "$RC" || r=1
 	return $r
@@ -219,13 +226,11 @@ peer_wrong_qpn() {
 # The peer's RDMA WRITE of 8192 bytes into our 4096: refused whole (a
 # remote access error for the peer); our buffer still holds what it held.
 peer_oversized_write() {
-	local out r=0
-	kernel_run "role=server,size=4096,gid_idx=$GID,validate"
-	out=$(peer_client -s 8192 -b big) || r=1
-	echo "$out" | kv_diag
-	wait $RUN_PID && { kv_msg "the server succeeded"; r=1; }
-	kv_diag <"$RC"
-	echo "$out" | grep -qx "oversized RDMA WRITE: remote access error" || r=1
+	local r=0
+	kernel_server_peer_client "size=4096,validate" -s 8192 -b big
+	[ $PEER_RC = 0 ] || r=1
+	[ $KERNEL_RC != 0 ] || { kv_msg "the server succeeded"; r=1; }
+	grep -qx "oversized RDMA WRITE: remote access error" /tmp/peer.out || r=1
 	grep -qx "Contents of server buffer: 'RDMA read operation '" "$RC" || r=1
 	grep -q "RDMA WRITE: validation failed at byte 5:" "$RC" || r=1
 	return $r
