@@ -374,6 +374,9 @@ impl Show for StatsFile {
     }
 }
 
+/// Room for "result: error <errno> (<us> us)\n", the last line of a report.
+const RESULT_LINE: usize = 64;
+
 /// The report of a run, kept for readers of `rc`.
 pub(crate) struct Report(KVec<u8>, bool);
 
@@ -389,6 +392,14 @@ impl Report {
     /// Whether a write found no memory: the text lacks something.
     pub(crate) fn lost(&self) -> bool {
         self.1
+    }
+
+    /// Makes room for `n` more bytes; false, and the text marked as
+    /// lacking, if there is no memory.
+    pub(crate) fn reserve(&mut self, n: usize) -> bool {
+        let ok = self.0.reserve(n, GFP_KERNEL).is_ok();
+        self.1 |= !ok;
+        ok
     }
 }
 
@@ -493,6 +504,10 @@ impl<E: Example> Store for Control<E> {
         let mut result = self
             .example
             .run(dev, &cfg, &self.cancel, &self.stats, &mut rep);
+        // Room for the result line first: a success must not lose it
+        // (found by the allocation-failure sweep of srq, whose report
+        // grew past its allocation exactly there).
+        rep.reserve(RESULT_LINE);
         if result.is_ok() && rep.lost() {
             // The run went well but its report lacks lines, which are its
             // result here: it cannot be called a success (found by the
