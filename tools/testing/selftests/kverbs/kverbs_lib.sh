@@ -108,9 +108,14 @@ kv_cleanup() {
 	return 0
 }
 
-# The kernel log since the marker of test case $1.
+# The kernel log since the last marker of test case $1: programs may have
+# cases of the same name (setup_rxe_lo_rxe_dummy_and_load), and an earlier
+# program's log is not this case's.
 kv_log_since() {
-	dmesg | sed -n "/kverbs-selftest: begin $1\$/,\$p"
+	dmesg | awk -v m="kverbs-selftest: begin $1" '
+		{ line[NR] = $0 }
+		$0 ~ (m "$") { from = NR }
+		END { if (from) for (i = from; i <= NR; i++) print line[i] }'
 }
 
 # kv_logged PATTERN: the kernel logged PATTERN during the current case.
