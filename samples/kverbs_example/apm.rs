@@ -179,8 +179,7 @@ impl ApmExample {
         let t = cfg.timeout_ms;
         let events = CmEvents::new()?;
         let (_listener, id) = if cfg.server {
-            let listener = CmId::new(&events)?;
-            listener.listen(cfg.addr.unwrap_or(Ipv4::ANY), cfg.port)?;
+            let listener = crate::rping::cm_listen(dev, "apm", &events, cfg.addr, cfg.port, rep)?;
             let id = listener.get_request(t, cancel)?;
             (Some(listener), id)
         } else {

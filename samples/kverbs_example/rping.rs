@@ -130,18 +130,7 @@ pub(crate) fn run(
     // The connection: a listener and the ID of its request, or a resolved
     // ID. The listener lives until the end of the run.
     let (_listener, id) = if server {
-        let listener = CmId::new(&events)?;
-        let addr = cfg.addr.unwrap_or(Ipv4::ANY);
-        listener.listen(addr, cfg.port).inspect_err(|e| {
-            pr_warn!(
-                "{}: rc: rdma_cm cannot listen on {}:{}: error {}\n",
-                dev.name(),
-                addr,
-                cfg.port,
-                e.to_errno()
-            );
-        })?;
-        let _ = writeln!(rep, "rdma_cm: listening on {}:{}", addr, cfg.port);
+        let listener = cm_listen(dev, "rc", &events, cfg.addr, cfg.port, rep)?;
         let id = listener.get_request(t, cancel).inspect_err(|e| {
             let _ = writeln!(
                 rep,
@@ -354,6 +343,33 @@ pub(crate) fn run(
     let _ = id.disconnect();
     let _ = writeln!(rep, "rdma_cm: disconnected");
     Ok(())
+}
+
+/// A listener on `addr` (any if `None`) and `port` for the control file
+/// `file`, its events to `events`; a failure is logged, a success
+/// reported.
+pub(crate) fn cm_listen(
+    dev: &Device,
+    file: &str,
+    events: &CmEvents,
+    addr: Option<Ipv4>,
+    port: u16,
+    rep: &mut Report,
+) -> Result<CmId> {
+    let listener = CmId::new(events)?;
+    let addr = addr.unwrap_or(Ipv4::ANY);
+    listener.listen(addr, port).inspect_err(|e| {
+        pr_warn!(
+            "{}: {}: rdma_cm cannot listen on {}:{}: error {}\n",
+            dev.name(),
+            file,
+            addr,
+            port,
+            e.to_errno()
+        );
+    })?;
+    let _ = writeln!(rep, "rdma_cm: listening on {}:{}", addr, port);
+    Ok(listener)
 }
 
 /// Checks that the connection of `id` (resolved, or a request) is on

@@ -230,18 +230,7 @@ impl SrqExample {
         let t = cfg.timeout_ms;
         let (size, max_wr) = (cfg.size, cfg.max_wr);
         let events = CmEvents::with_requests(cfg.qps)?;
-        let listener = CmId::new(&events)?;
-        let addr = cfg.addr.unwrap_or(Ipv4::ANY);
-        listener.listen(addr, cfg.port).inspect_err(|e| {
-            pr_warn!(
-                "{}: srq: rdma_cm cannot listen on {}:{}: error {}\n",
-                dev.name(),
-                addr,
-                cfg.port,
-                e.to_errno()
-            );
-        })?;
-        let _ = writeln!(rep, "rdma_cm: listening on {}:{}", addr, cfg.port);
+        let listener = crate::rping::cm_listen(dev, "srq", &events, cfg.addr, cfg.port, rep)?;
 
         // The SRQ, its CQ and its receives, before the first connection.
         let pd = Pd::new(dev)?;
