@@ -4,8 +4,9 @@
 # Hardening: allocation-failure sweeps, fuzzed control input, device
 # removal under traffic and concurrent writers, on rxe over lo and dummy0.
 #
-# - A sweep fails the Nth fault-injection point (failslab, per task:
-#   /proc/thread-self/fail-nth through kv_fail_nth) of one operation for
+# - A sweep fails the Nth fault-injection point (failslab and
+#   fail_page_alloc, per task: /proc/thread-self/fail-nth through
+#   kv_fail_nth) of one operation for
 #   N = 1, 1 + STRIDE, ... until the operation runs through without
 #   reaching point N. Every armed run must end with an errno, or succeed
 #   with a right result; a normal run after it must pass.
@@ -35,15 +36,23 @@ BENCH=$KV_DEBUGFS/rxe_lo/bench
 MC=$KV_DEBUGFS/rxe_dummy/mcast
 SRQ=$KV_DEBUGFS/rxe_dummy/srq
 FAILSLAB=/sys/kernel/debug/failslab
+FAILPAGE=/sys/kernel/debug/fail_page_alloc
 SUMMARY=/tmp/kverbs_hardening.summary
 
 setup() {
 	kv_dummy_up && ip link set dummy0 multicast on &&
 		kv_rxe_add rxe_lo lo && kv_rxe_add rxe_dummy dummy0 && kv_load || return 1
 	# fail-nth fails any slab allocation of the task, sleeping ones too,
-	# silently (a stack dump would read as a kernel report).
+	# silently (a stack dump would read as a kernel report); and any page
+	# allocation of the kernel's (user pages, __GFP_HIGHMEM, stay
+	# ignored: a fault in kv_fail_nth itself is not the operation's), of
+	# every order.
 	echo N >"$FAILSLAB/ignore-gfp-wait" &&
-		echo 0 >"$FAILSLAB/verbose" || return 1
+		echo 0 >"$FAILSLAB/verbose" &&
+		echo N >"$FAILPAGE/ignore-gfp-wait" &&
+		echo Y >"$FAILPAGE/ignore-gfp-highmem" &&
+		echo 0 >"$FAILPAGE/min-order" &&
+		echo 0 >"$FAILPAGE/verbose" || return 1
 	quiet_drain_fault
 	: >"$SUMMARY"
 	kv_msg "mode: $([ $FULL = 1 ] && echo stress || echo check), seed $SEED"
@@ -316,9 +325,10 @@ sweep_module_load() {
 # Only the points under the module's code (its add callback and the verbs
 # it calls): rxe's own registration has some 14,000 more. failslab's stack
 # filter (FAULT_INJECTION_STACKTRACE_FILTER) takes the module's address
-# range; fail-nth counts only what it lets through.
+# range (fail_page_alloc's the same); fail-nth counts only what they
+# let through.
 filter_module() {
-	local base size
+	local base size f
 	base=$(awk -v m="$KV_MOD" '$1 == m { print $6 }' /proc/modules)
 	size=$(cat "/sys/module/$KV_MOD/coresize")
 	if [ -z "$base" ] || [ $((base)) = 0 ]; then
@@ -326,12 +336,17 @@ filter_module() {
 		return 1
 	fi
 	# Kernel addresses overflow bash's signed arithmetic; %u prints them.
-	printf '%u' $((base)) >"$FAILSLAB/require-start" &&
-		printf '%u' $((base + size)) >"$FAILSLAB/require-end"
+	for f in "$FAILSLAB" "$FAILPAGE"; do
+		printf '%u' $((base)) >"$f/require-start" &&
+			printf '%u' $((base + size)) >"$f/require-end" || return 1
+	done
 }
 filter_none() {
-	echo 0 >"$FAILSLAB/require-start"
-	echo 18446744073709551615 >"$FAILSLAB/require-end"
+	local f
+	for f in "$FAILSLAB" "$FAILPAGE"; do
+		echo 0 >"$f/require-start"
+		echo 18446744073709551615 >"$f/require-end"
+	done
 }
 sweep_device_add() {
 	local r=0
@@ -341,17 +356,56 @@ sweep_device_add() {
 	return $r
 }
 
-# fuzz NAME FILE COUNT KEYS VALID...: COUNT generated strings to FILE,
+# The fuzzers (kv_fuzz, one per control file) run at once, each in the
+# background with its output in $FUZZ_DIR: their runs overlap as a user's
+# would, and the waits of the accepted strings (a server waiting for its
+# peer, a run until the 1 s alarm) overlap too. A write that runs longer
+# than 1 s is interrupted by SIGALRM: the control files end a run on a
+# signal, with EINTR.
+FUZZ_DIR=/tmp/kv_fuzz
+# fuzz_start NAME FILE KEYS VALID...: one fuzzer, in the background.
+fuzz_start() {
+	local name=$1 file=$2 count=200
+	shift 2
+	[ $FULL = 1 ] && count=10000
+	(
+		KV_FUZZ_ALARM=1 kv_fuzz "$SEED" "$count" "$file" "$@" >"$FUZZ_DIR/$name.out" 2>&1
+		echo $? >"$FUZZ_DIR/$name.rc"
+	) &
+}
+fuzz_all() {
+	local name r=0
+	rm -rf "$FUZZ_DIR" && mkdir -p "$FUZZ_DIR" || return 1
+	fuzz_start rc "$RC" role,size,iters,mtu,poll,gid_idx,addr,port,timeout_ms,validate,imm,atomics,linger \
+		"role=loopback,size=64,validate" "role=loopback,iters=3,size=4096,mtu=1024,poll=direct" \
+		"role=server,port=19999,timeout_ms=200" "role=client,addr=127.0.0.1,port=19999,timeout_ms=200" \
+		"role=loopback,size=64,atomics=2" "role=cm_client,addr=127.0.0.1,timeout_ms=200"
+	fuzz_start mcast "$MC" role,group,count,size,qps,timeout_ms \
+		"role=both,group=239.1.1.1,qps=2,count=2" "attach 239.3.0.1" "detach 239.3.0.1" \
+		"role=receiver,group=ff0e::1:2,count=1,timeout_ms=200" "role=sender,group=239.1.1.2,count=2"
+	fuzz_start bench "$BENCH" test,size,sizes,iters,tx_depth,cq_mod,qps,bidir,mtu,poll,inline,role,addr,port,timeout_ms \
+		"test=write_bw,size=64,iters=50" "test=read_lat,size=8,iters=20" \
+		"test=send_bw,size=1024,iters=20,qps=2,bidir" "test=write_bw,role=server,port=18600,timeout_ms=200"
+	fuzz_start srq "$SRQ" role,addr,port,qps,max_wr,count,size,srq_limit,timeout_ms \
+		"role=server,addr=169.254.1.1,qps=1,max_wr=4,count=4,size=64,timeout_ms=200" \
+		"role=client,addr=169.254.1.1,qps=2,max_wr=8,count=8,size=256,timeout_ms=200"
+	wait
+	for name in rc mcast bench srq; do
+		[ -f "$FUZZ_DIR/$name.rc" ] || { kv_msg "the $name fuzzer did not finish"; r=1; }
+	done
+	return $r
+}
+
+# fuzz_result NAME: what NAME's fuzzer found (only success or an errno),
 # then a valid run (NORMAL, the function named after NAME).
-fuzz() {
-	local name=$1 file=$2 count=$3 out
-	shift 3
-	local alarm=1
-	[ $FULL = 1 ] && count=10000 alarm=3
-	out=$(KV_FUZZ_ALARM=$alarm kv_fuzz "$SEED" "$count" "$file" "$@") || { kv_msg "$out"; return 1; }
+fuzz_result() {
+	local name=$1 out
+	out=$(cat "$FUZZ_DIR/$name.out") || return 1
 	kv_msg "$out"
-	echo "$out" | awk -v n="$name" -v c="$count" '{
+	[ "$(cat "$FUZZ_DIR/$name.rc")" = 0 ] || return 1
+	echo "$out" | awk -v n="$name" '{
 		for (i = 2; i <= NF; i++) {
+			if ($i == "strings") c = $(i - 1)
 			if ($i == "accepted,") a = $(i - 1)
 			if ($i == "refused") r = $(i - 1)
 		}
@@ -370,27 +424,6 @@ fuzz() {
 	if [ $FULL = 1 ]; then
 		kv_kmemleak_check || return 1
 	fi
-}
-
-fuzz_rc() {
-	fuzz rc "$RC" 200 role,size,iters,mtu,poll,gid_idx,addr,port,timeout_ms,validate,imm \
-		"role=loopback,size=64,validate" "role=loopback,iters=3,size=4096,mtu=1024,poll=direct" \
-		"role=server,port=19999,timeout_ms=200" "role=client,addr=127.0.0.1,port=19999,timeout_ms=200"
-}
-fuzz_mcast() {
-	fuzz mcast "$MC" 200 role,group,count,size,qps,timeout_ms \
-		"role=both,group=239.1.1.1,qps=2,count=2" "attach 239.3.0.1" "detach 239.3.0.1" \
-		"role=receiver,group=ff0e::1:2,count=1,timeout_ms=200" "role=sender,group=239.1.1.2,count=2"
-}
-fuzz_srq() {
-	fuzz srq "$SRQ" 200 role,addr,port,qps,max_wr,count,size,srq_limit,timeout_ms \
-		"role=server,addr=169.254.1.1,qps=1,max_wr=4,count=4,size=64,timeout_ms=200" \
-		"role=client,addr=169.254.1.1,qps=2,max_wr=8,count=8,size=256,timeout_ms=200"
-}
-fuzz_bench() {
-	fuzz bench "$BENCH" 200 test,size,sizes,iters,tx_depth,cq_mod,qps,bidir,mtu,poll,inline,role,addr,port,timeout_ms \
-		"test=write_bw,size=64,iters=50" "test=read_lat,size=8,iters=20" \
-		"test=send_bw,size=1024,iters=20,qps=2,bidir" "test=write_bw,role=server,port=18600,timeout_ms=200"
 }
 
 # removal_loop I: a run that does not end on one device (the victim) and
@@ -531,7 +564,7 @@ summary() {
 
 # Injected allocation failures make the page and vmalloc allocators warn.
 KV_ALLOC_WARNINGS_OK=1
-kv_begin 21
+kv_begin 22
 kv_case setup_rxe_lo_rxe_dummy_and_load setup
 kv_case sweep_alloc_failure_rc_loopback sweep_rc_loopback
 kv_case sweep_alloc_failure_rc_server_userspace_client sweep_rc_server
@@ -544,10 +577,11 @@ kv_case sweep_alloc_failure_mcast_detach sweep_mcast_detach
 kv_case sweep_alloc_failure_bench_write_bw sweep_bench
 kv_case sweep_alloc_failure_module_load sweep_module_load
 kv_case sweep_alloc_failure_device_add sweep_device_add
-kv_case fuzz_rc_control_input fuzz_rc
-kv_case fuzz_mcast_control_input fuzz_mcast
-kv_case fuzz_bench_control_input fuzz_bench
-kv_case fuzz_srq_control_input fuzz_srq
+kv_case fuzz_four_control_files_at_once fuzz_all
+kv_case fuzz_rc_control_input fuzz_result rc
+kv_case fuzz_mcast_control_input fuzz_result mcast
+kv_case fuzz_bench_control_input fuzz_result bench
+kv_case fuzz_srq_control_input fuzz_result srq
 kv_case removal_under_traffic_two_devices removal_under_traffic
 kv_case concurrent_writers_one_runs_others_ebusy concurrent_writers
 kv_case control_files_refuse_non_root_writer root_only
