@@ -130,12 +130,8 @@ impl Device {
         Some(ifindex)
     }
 
-    /// Whether the network device under `port`, if any, does multicast
-    /// (`IFF_MULTICAST`): without it the IP stack routes no multicast
-    /// through it (`lo` has it off by default).
-    pub fn netdev_multicast(&self, port: PortNum) -> Option<bool> {
-        /// `IFF_MULTICAST` of include/uapi/linux/if.h.
-        const IFF_MULTICAST: u32 = 1 << 12;
+    /// The flags (`IFF_*`) of the network device under `port`, if any.
+    fn netdev_flags(&self, port: PortNum) -> Option<u32> {
         if !self.ports().contains(&port) {
             return None;
         }
@@ -150,7 +146,28 @@ impl Device {
         let flags = unsafe { core::ptr::read_volatile(&raw const (*ndev).flags) };
         // SAFETY: We hold this reference.
         unsafe { bindings::dev_put(ndev) };
-        Some(flags & IFF_MULTICAST != 0)
+        Some(flags)
+    }
+
+    /// Whether the network device under `port`, if any, does multicast
+    /// (`IFF_MULTICAST`): without it the IP stack routes no multicast
+    /// through it (`lo` has it off by default).
+    pub fn netdev_multicast(&self, port: PortNum) -> Option<bool> {
+        /// `IFF_MULTICAST` of include/uapi/linux/if.h.
+        const IFF_MULTICAST: u32 = 1 << 12;
+        self.netdev_flags(port).map(|f| f & IFF_MULTICAST != 0)
+    }
+
+    /// Whether the network device under `port`, if any, is a loopback
+    /// device (`IFF_LOOPBACK`, `lo`). The RDMA core's address resolution
+    /// never resolves to one (`rdma_set_src_addr_rcu()` in
+    /// drivers/infiniband/core/addr.c translates a route through `lo` to
+    /// the netdev owning the address), so rdma_cm cannot connect on such
+    /// a port.
+    pub fn netdev_loopback(&self, port: PortNum) -> Option<bool> {
+        /// `IFF_LOOPBACK` of include/uapi/linux/if.h.
+        const IFF_LOOPBACK: u32 = 1 << 3;
+        self.netdev_flags(port).map(|f| f & IFF_LOOPBACK != 0)
     }
 
     /// The name of the network device under `port` (RoCE, iWARP), if any.

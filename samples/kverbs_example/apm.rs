@@ -176,6 +176,7 @@ impl ApmExample {
         stats: &Stats,
         rep: &mut Report,
     ) -> Result {
+        crate::rping::cm_device_check(dev, "apm", rep)?;
         let t = cfg.timeout_ms;
         let events = CmEvents::new()?;
         let (_listener, id) = if cfg.server {

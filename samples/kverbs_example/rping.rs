@@ -122,6 +122,7 @@ pub(crate) fn run(
     stats: &Stats,
     rep: &mut Report,
 ) -> Result {
+    cm_device_check(dev, "rc", rep)?;
     let server = cfg.role == Role::CmServer;
     let t = cfg.timeout_ms;
     let size = cfg.size;
@@ -370,6 +371,33 @@ pub(crate) fn cm_listen(
     })?;
     let _ = writeln!(rep, "rdma_cm: listening on {}:{}", addr, port);
     Ok(listener)
+}
+
+/// `ENODEV`, reported and logged, if a port of `dev` sits on a loopback
+/// netdev (rxe over `lo`): the RDMA core resolves no address to such a
+/// port, so no rdma_cm connection can be made on it, by either side (a
+/// client there fails to resolve; a listener there waits for a request
+/// that cannot come).
+pub(crate) fn cm_device_check(dev: &Device, file: &str, rep: &mut Report) -> Result {
+    for port in dev.ports() {
+        if dev.netdev_loopback(port) == Some(true) {
+            let netdev = dev.netdev_name(port);
+            let name = netdev.as_ref().map(|n| n.as_str()).unwrap_or("?");
+            let _ = writeln!(
+                rep,
+                "rdma_cm: no connection over {}, a loopback netdev",
+                name
+            );
+            pr_warn!(
+                "{}: {}: rdma_cm cannot connect over {}, a loopback netdev: the RDMA core resolves no address to it; use rxe on another netdev\n",
+                dev.name(),
+                file,
+                name
+            );
+            return Err(ENODEV);
+        }
+    }
+    Ok(())
 }
 
 /// Checks that the connection of `id` (resolved, or a request) is on

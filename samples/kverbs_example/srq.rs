@@ -190,6 +190,7 @@ impl Example for SrqExample {
             cfg.srq_limit,
             cfg.timeout_ms
         );
+        crate::rping::cm_device_check(dev, "srq", rep)?;
         match cfg.role {
             Role::Server => self.server(dev, cfg, cancel, stats, rep),
             Role::Client => client(dev, cfg, cancel, stats, rep),
