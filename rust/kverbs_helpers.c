@@ -8,6 +8,8 @@
 #include <linux/math64.h>
 #include <linux/fault-inject.h>
 #include <linux/kmemleak.h>
+#include <linux/irq_poll.h>
+#include <linux/rcupdate.h>
 #include <linux/igmp.h>
 #include <net/ipv6.h>
 #include <net/ipv6_stubs.h>
@@ -190,6 +192,28 @@ bool kverbs_signal_pending(void)
 void kverbs_cond_resched(void)
 {
 	cond_resched();
+}
+
+/*
+ * ib_poll_handler() (drivers/infiniband/core/cq.c, 6.12) ends its poll with
+ * irq_poll_complete(), which clears IRQ_POLL_F_SCHED, and only then re-arms
+ * the CQ with ib_req_notify_cq(cq). ib_free_cq()'s irq_poll_disable() waits
+ * for IRQ_POLL_F_SCHED only, so it can return in between, and the CQ is
+ * freed under the handler's re-arm (seen: KASAN slab-use-after-free in
+ * ib_poll_handler, then a jump through the freed CQ's device pointer, when
+ * a run freed its CQ right after the completion that ended its wait).
+ *
+ * Take IRQ_POLL_F_SCHED first, so that no new poll starts; wait for an RCU
+ * grace period, which a handler still in its tail (softirq context, a
+ * read-side critical section) ends before; and give the bit back for
+ * ib_free_cq(). Called when the CQ has no QP any more, so nothing schedules
+ * a poll in between.
+ */
+void kverbs_cq_quiesce_softirq(struct ib_cq *cq)
+{
+	irq_poll_disable(&cq->iop);
+	synchronize_rcu();
+	irq_poll_enable(&cq->iop);
 }
 
 unsigned long kverbs_msleep_interruptible(unsigned int ms)

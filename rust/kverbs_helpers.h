@@ -58,6 +58,13 @@ bool kverbs_signal_pending(void);
 /* cond_resched(). */
 void kverbs_cond_resched(void);
 
+struct ib_cq;
+/*
+ * Waits out a softirq poll of @cq (IB_POLL_SOFTIRQ) still running, before
+ * ib_free_cq(); see kverbs_helpers.c.
+ */
+void kverbs_cq_quiesce_softirq(struct ib_cq *cq);
+
 /* msleep_interruptible(). */
 unsigned long kverbs_msleep_interruptible(unsigned int ms);
 

@@ -243,6 +243,13 @@ pub(crate) unsafe fn wake_waiters(cq: *mut bindings::ib_cq) {
 
 impl Drop for CqInner {
     fn drop(&mut self) {
+        if self.ctx == PollCtx::Softirq {
+            // `ib_free_cq` alone can free the CQ under the tail of a
+            // softirq poll that re-arms it (see the helper).
+            // SAFETY: By the type invariant the CQ is live and polled in
+            // softirq context; no QP uses it any more.
+            unsafe { bindings::kverbs_cq_quiesce_softirq(self.cq.as_ptr()) };
+        }
         // SAFETY: By the type invariant the CQ is live; this is the last
         // reference, so every QP using it has been destroyed. The wait queue
         // is freed after this (fields drop after `drop`).

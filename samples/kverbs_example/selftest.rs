@@ -541,6 +541,32 @@ fn wait_refuses_released_unsignalled_send(env: &Env, out: &mut Text) -> Result<(
     Ok(())
 }
 
+/// The pattern that freed a CQ under its softirq poll (ib_poll_handler's
+/// re-arm after irq_poll_complete, found by `make stress`): the completion
+/// that ends a wait is the last the CQ sees, and the CQ is freed at once,
+/// while the poll that delivered it may still be running. 200 times.
+fn softirq_cq_freed_right_after_its_last_completion(
+    env: &Env,
+    out: &mut Text,
+) -> Result<(), &'static str> {
+    let pd = ok(Pd::new(&env.a), "PD", out)?;
+    let a = ok(buf(&env.a), "buffer", out)?;
+    let c = Cancel::new();
+    for _ in 0..200 {
+        let cq = ok(cq(&env.a), "CQ", out)?;
+        let qp = ok(rc_self(&pd, &cq), "QP", out)?;
+        let r = ok(qp.post_recv(&a, 1024, 64), "receive", out)?;
+        let s = ok(qp.post_send(SendOp::Send, &a, 0, 64, true), "SEND", out)?;
+        ok(qp.wait(s, TIMEOUT_MS, &c), "SEND completion", out)?;
+        ok(qp.wait(r, TIMEOUT_MS, &c), "receive completion", out)?;
+        // The QP's drain ends on its markers' completions; the CQ goes
+        // right after.
+        drop(qp);
+        drop(cq);
+    }
+    Ok(())
+}
+
 fn seg(b: &Arc<DmaBuf>, len: usize) -> Segment {
     Segment {
         buf: b.clone(),
@@ -1551,6 +1577,10 @@ const CASES: &[(&str, Case)] = &[
     (
         "stream_dropped_with_requests_outstanding",
         stream_dropped_with_requests_outstanding,
+    ),
+    (
+        "softirq_cq_freed_right_after_its_last_completion",
+        softirq_cq_freed_right_after_its_last_completion,
     ),
     (
         "chunked_buffer_takes_an_sge_per_chunk",
