@@ -84,6 +84,7 @@ cp "$top/tools/bench/guest-bench.sh" "$root/kverbs/bench.sh"
 # the time they need.
 if [ -n "${KVERBS_STRESS:-}" ]; then
 	echo "$KVERBS_STRESS" >"$root/kverbs/stress"
+	[ -n "${KVERBS_STRESS_ONLY:-}" ] && echo "$KVERBS_STRESS_ONLY" >"$root/kverbs/stress_only"
 	sed -i 's/^timeout=.*/timeout=14400/' "$root/kselftest/kverbs/settings"
 fi
 chmod +x "$root/init" "$root"/kselftest/kverbs/*.sh "$root/kverbs/demo.sh" "$root/kverbs/peer-cmd.sh" \

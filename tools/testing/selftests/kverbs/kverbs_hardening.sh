@@ -31,6 +31,10 @@ if [ -f /kverbs/stress ]; then
 	FULL=1
 	SEED=$(cat /kverbs/stress)
 fi
+# make stress ONLY=REGEX: only the cases whose names match (the others
+# are skipped, saying so); setup and the summary always run.
+ONLY=
+[ -f /kverbs/stress_only ] && ONLY=$(cat /kverbs/stress_only)
 RC=$KV_DEBUGFS/rxe_lo/rc
 BENCH=$KV_DEBUGFS/rxe_lo/bench
 MC=$KV_DEBUGFS/rxe_dummy/mcast
@@ -562,28 +566,37 @@ summary() {
 	[ "$leaks" = 0 ] && [ "$splats" = 0 ]
 }
 
+# part NAME FUNC...: kv_case NAME FUNC..., unless ONLY leaves NAME out.
+part() {
+	if [ -n "$ONLY" ] && ! echo "$1" | grep -qE -- "$ONLY"; then
+		ktap_test_skip "$1 (not in ONLY=$ONLY)"
+		return 0
+	fi
+	kv_case "$@"
+}
+
 # Injected allocation failures make the page and vmalloc allocators warn.
 KV_ALLOC_WARNINGS_OK=1
 kv_begin 22
 kv_case setup_rxe_lo_rxe_dummy_and_load setup
-kv_case sweep_alloc_failure_rc_loopback sweep_rc_loopback
-kv_case sweep_alloc_failure_rc_server_userspace_client sweep_rc_server
-kv_case sweep_alloc_failure_rc_client_userspace_server sweep_rc_client
-kv_case sweep_alloc_failure_rc_cm_server_rping_client sweep_rc_cm_server
-kv_case sweep_alloc_failure_srq_server_srq_peer_client sweep_srq_server
-kv_case sweep_alloc_failure_mcast_both sweep_mcast_both
-kv_case sweep_alloc_failure_mcast_attach sweep_mcast_attach
-kv_case sweep_alloc_failure_mcast_detach sweep_mcast_detach
-kv_case sweep_alloc_failure_bench_write_bw sweep_bench
-kv_case sweep_alloc_failure_module_load sweep_module_load
-kv_case sweep_alloc_failure_device_add sweep_device_add
-kv_case fuzz_four_control_files_at_once fuzz_all
-kv_case fuzz_rc_control_input fuzz_result rc
-kv_case fuzz_mcast_control_input fuzz_result mcast
-kv_case fuzz_bench_control_input fuzz_result bench
-kv_case fuzz_srq_control_input fuzz_result srq
-kv_case removal_under_traffic_two_devices removal_under_traffic
-kv_case concurrent_writers_one_runs_others_ebusy concurrent_writers
-kv_case control_files_refuse_non_root_writer root_only
+part sweep_alloc_failure_rc_loopback sweep_rc_loopback
+part sweep_alloc_failure_rc_server_userspace_client sweep_rc_server
+part sweep_alloc_failure_rc_client_userspace_server sweep_rc_client
+part sweep_alloc_failure_rc_cm_server_rping_client sweep_rc_cm_server
+part sweep_alloc_failure_srq_server_srq_peer_client sweep_srq_server
+part sweep_alloc_failure_mcast_both sweep_mcast_both
+part sweep_alloc_failure_mcast_attach sweep_mcast_attach
+part sweep_alloc_failure_mcast_detach sweep_mcast_detach
+part sweep_alloc_failure_bench_write_bw sweep_bench
+part sweep_alloc_failure_module_load sweep_module_load
+part sweep_alloc_failure_device_add sweep_device_add
+part fuzz_four_control_files_at_once fuzz_all
+part fuzz_rc_control_input fuzz_result rc
+part fuzz_mcast_control_input fuzz_result mcast
+part fuzz_bench_control_input fuzz_result bench
+part fuzz_srq_control_input fuzz_result srq
+part removal_under_traffic_two_devices removal_under_traffic
+part concurrent_writers_one_runs_others_ebusy concurrent_writers
+part control_files_refuse_non_root_writer root_only
 kv_case summary_table summary
 kv_end
