@@ -191,5 +191,7 @@ pub mod errno {
         econnrefused = ECONNREFUSED;
         /// `EPROTO`: the peer broke the protocol.
         eproto = EPROTO;
+        /// `ENETDOWN`: the network (a port, its netdev) is down.
+        enetdown = ENETDOWN;
     }
 }

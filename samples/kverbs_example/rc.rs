@@ -13,7 +13,7 @@ use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use kernel::{new_mutex, prelude::*, sync::Arc, sync::Mutex, types::ARef};
 use kverbs::{
     cq::{Cq, PollCtx},
-    device::{Device, GidType, Mtu},
+    device::{Device, GidType, Mtu, PortState},
     dma::DmaBuf,
     errno,
     mr::Mr,
@@ -504,6 +504,9 @@ impl<E: Example> Store for Control<E> {
         let mut result = self
             .example
             .run(dev, &cfg, &self.cancel, &self.stats, &mut rep);
+        if let Err(e) = result {
+            result = Err(port_down(dev, E::NAME, e, &mut rep));
+        }
         // Room for the result line first: a success must not lose it
         // (found by the allocation-failure sweep of srq, whose report
         // grew past its allocation exactly there).
@@ -541,6 +544,38 @@ impl<E: Example> Store for Control<E> {
         self.busy.store(false, Ordering::Release);
         result
     }
+}
+
+/// The error a failed run ends with: `ENETDOWN` instead of a failed or
+/// missing completion (`EIO`, `ETIMEDOUT`) when a port of `dev` is no
+/// longer active -- its netdev went down or away during the run (rxe sets
+/// the port down at once, and unregisters the device only later, when the
+/// run would end with `ECANCELED`) -- so the report names the cause, not
+/// a flushed work request.
+fn port_down(dev: &Device, name: &str, e: Error, rep: &mut Report) -> Error {
+    let (eio, etimedout) = (EIO.to_errno(), errno::etimedout().to_errno());
+    if e.to_errno() != eio && e.to_errno() != etimedout {
+        return e;
+    }
+    for port in dev.ports() {
+        let state = match dev.query_port(port) {
+            Ok(attr) if attr.state() == PortState::Active => continue,
+            Ok(attr) => attr.state().name(),
+            // rxe: the netdev is gone.
+            Err(q) if q.to_errno() == ENODEV.to_errno() => "without a netdev",
+            Err(_) => continue,
+        };
+        let _ = writeln!(rep, "port {} is {}: the link went down", port, state);
+        pr_warn!(
+            "{}: {}: port {} is {}: the link went down during the run\n",
+            dev.name(),
+            name,
+            port,
+            state
+        );
+        return errno::enetdown();
+    }
+    e
 }
 
 /// The RC example.

@@ -159,6 +159,33 @@ link_del_while_sending() {
 	return $r
 }
 
+# The netdev set down while a sender is sending: rxe sets the port down
+# (the device stays), sends fail; the run ends with ENETDOWN naming the
+# port, not with a bare EIO (found by make stress's removal loops with the
+# netdev deleted); up again, a run passes.
+netdev_down_while_sending() {
+	local r=0 t0 took
+	bash -c "printf 'role=both,group=239.1.4.1,count=1000,timeout_ms=60000' >$MC" 2>/tmp/run.err &
+	local pid=$!
+	kv_wait grep -q "^status: running" "$MC" || r=1
+	t0=$(cut -d' ' -f1 /proc/uptime)
+	ip link set dummy0 down || r=1
+	wait $pid && { kv_msg "the run finished before the link went down"; r=1; }
+	took=$(awk -v a="$t0" -v b="$(cut -d' ' -f1 /proc/uptime)" 'BEGIN { print b - a }')
+	kv_msg "writer, $took s after the link went down: $(cat /tmp/run.err)"
+	grep -q "Network is down" /tmp/run.err || r=1
+	awk -v t="$took" 'BEGIN { exit !(t < 5) }' || r=1
+	grep -q "^port 1 is PORT_DOWN: the link went down" "$MC" || { kv_diag <"$MC"; r=1; }
+	kv_logged "rxe_dummy: mcast: port 1 is PORT_DOWN: the link went down during the run" || r=1
+	ip link set dummy0 up || r=1
+	kv_wait grep -q "PORT_ACTIVE" "$KV_DEBUGFS/rxe_dummy/info" || r=1
+	if ! { printf 'role=both,group=239.1.1.2,qps=2,count=2' >"$MC" && grep -q "^validate: ok" "$MC"; }; then
+		kv_msg "the run after the link came up failed"
+		r=1
+	fi
+	return $r
+}
+
 # On rxe over lo, whose multicast is off (IFF_MULTICAST): refused up front
 # with EOPNOTSUPP and the reason, by hand too (the send used to fail inside
 # rxe, "WR flushed" its only trace). With multicast on, an IPv4 group
@@ -189,7 +216,7 @@ bad() {
 	printf 'role=both,group=239.1.1.2,qps=2,count=2' >"$MC"
 }
 
-kv_begin 21
+kv_begin 22
 kv_case setup_rxe_dummy_and_load setup
 kv_case mcast_loopback_two_receivers loopback 2 100 10
 kv_case mcast_loopback_four_receivers_1024 loopback 4 1024 5
@@ -198,6 +225,7 @@ kv_case mcast_mckey_receives_kernel_sender mckey_receives_kernel_sender
 kv_case mcast_kernel_receives_mckey_sender kernel_receives_mckey
 kv_case mcast_rdma_link_del_and_rmmod_while_attached link_del_while_attached
 kv_case mcast_rdma_link_del_while_sending link_del_while_sending
+kv_case mcast_netdev_down_while_sending_enetdown netdev_down_while_sending
 kv_case mcast_attach_detach_by_hand_listed by_hand
 kv_case mcast_netdev_without_multicast_refused_then_works netdev_without_multicast
 kv_case bad_input_mcast_attach_twice attach_twice
