@@ -12,10 +12,11 @@
 #   with a right result; a normal run after it must pass.
 # - The fuzzer (kv_fuzz, seeded) writes generated strings to each control
 #   file: only success or an errno, then a valid run.
-# - Removal: long runs on rxe_lo and rxe_dummy at once; one device (or
-#   dummy0's netdev) goes away at a seeded random moment: its run ends with
-#   ECANCELED or EINTR within 5 s, the other one passes, the device comes
-#   back and a validated run passes.
+# - Removal: long runs (rc, mcast, bench) on rxe_lo and rxe_dummy at
+#   once; one device (or dummy0's netdev) goes away at a seeded random
+#   moment: its run ends with ECANCELED, EINTR or ENETDOWN within 5 s,
+#   the other one passes, the device comes back and a validated run
+#   passes.
 #
 # `make check` runs a reduced slice (about 8 points per sweep, 200 strings
 # per file, 3 removal loops); `make stress` (/kverbs/stress holds the seed) runs all
@@ -433,27 +434,34 @@ fuzz_result() {
 # removal_loop I: a run that does not end on one device (the victim) and
 # a bounded, validated one on the other; at a seeded random moment the
 # victim goes away (rdma link del; for rxe_dummy also dummy0 deleted, or
-# both). The victim's run ends with ECANCELED (or EINTR) within 5 s, the
-# other run passes; the victim comes back and a validated run passes.
+# both). The victim's run is rc loopback (rxe_lo) or mcast (rxe_dummy),
+# or bench in every other pair of loops (2, 3, 6, 7, ...). It ends with
+# ECANCELED (or EINTR; ENETDOWN when only the netdev went) within 5 s, the
+# other run passes; the victim comes back and a validated run of the same
+# kind passes.
 removal_loop() {
-	local i=$1 victim how delay r=0 t0 t1 vpid opid verr
+	local i=$1 victim how delay r=0 t0 t1 vpid opid verr vfile vrun bench
 	victim=$(( (SEED + i * 7919) % 2 ))
 	how=$(( (SEED + i * 104729) % 3 ))
 	delay=$(( (SEED * 31 + i * 17) % 10 ))
+	bench=$(( (i / 2) % 2 ))
 	if [ "$victim" = 0 ]; then
 		how=0	# lo cannot be deleted
-		(printf 'role=loopback,size=65536,iters=1000000,timeout_ms=20000' >"$RC") 2>/tmp/rm_victim.err &
-		vpid=$!
+		vfile=$RC vrun='role=loopback,size=65536,iters=1000000,timeout_ms=20000'
 		(printf 'role=both,group=239.1.1.1,qps=2,count=100' >"$MC") 2>/tmp/rm_other.err &
 		opid=$!
-		kv_wait grep -q "^status: running" "$RC" || { kv_msg "loop $i: the rc run did not start"; r=1; }
 	else
-		(printf 'role=both,group=239.1.4.1,qps=2,count=1000,timeout_ms=20000' >"$MC") 2>/tmp/rm_victim.err &
-		vpid=$!
+		vfile=$MC vrun='role=both,group=239.1.4.1,qps=2,count=1000,timeout_ms=20000'
 		(printf 'role=loopback,size=65536,iters=50,validate' >"$RC") 2>/tmp/rm_other.err &
 		opid=$!
-		kv_wait grep -q "^status: running" "$MC" || { kv_msg "loop $i: the mcast run did not start"; r=1; }
 	fi
+	if [ $bench = 1 ]; then
+		vfile=$KV_DEBUGFS/$(basename "$(dirname "$vfile")")/bench
+		vrun='test=write_bw,size=65536,iters=131072,timeout_ms=20000'
+	fi
+	(printf '%s' "$vrun" >"$vfile") 2>/tmp/rm_victim.err &
+	vpid=$!
+	kv_wait grep -q "^status: running" "$vfile" || { kv_msg "loop $i: the run on $vfile did not start"; r=1; }
 	sleep "0.$delay"
 	t0=$(cut -d' ' -f1 /proc/uptime)
 	case "$victim.$how" in
@@ -465,8 +473,12 @@ removal_loop() {
 	wait $vpid && { kv_msg "loop $i: the victim's run finished"; r=1; }
 	t1=$(cut -d' ' -f1 /proc/uptime)
 	verr=$(cat /tmp/rm_victim.err)
-	case $verr in
+	# With only its netdev deleted the port goes down at once and the
+	# device later: the run ends with ENETDOWN or ECANCELED, whichever
+	# comes first.
+	case "$how.$verr" in
 	*"Operation canceled"* | *Interrupted* | *"No such device"*) ;;
+	1.*"Network is down"*) ;;
 	*) kv_msg "loop $i: the victim's run ended with: $verr"; r=1 ;;
 	esac
 	if awk -v a="$t0" -v b="$t1" 'BEGIN { exit !(b - a >= 5) }'; then
@@ -481,12 +493,14 @@ removal_loop() {
 	[ -e /sys/class/infiniband/rxe_lo ] || kv_rxe_add rxe_lo lo || r=1
 	[ -e /sys/class/infiniband/rxe_dummy ] || kv_rxe_add rxe_dummy dummy0 || r=1
 	kv_wait test -d "$KV_DEBUGFS/rxe_lo" && kv_wait test -d "$KV_DEBUGFS/rxe_dummy" || r=1
-	if [ "$victim" = 0 ]; then
-		rc_normal || { kv_msg "loop $i: the rc run after failed"; r=1; }
-	else
-		mcast_normal || { kv_msg "loop $i: the mcast run after failed"; r=1; }
-	fi
-	[ $r = 0 ] || kv_msg "loop $i: victim $victim, how $how, after 0.$delay s"
+	case "$victim.$bench" in
+	0.0) rc_normal ;;
+	1.0) mcast_normal ;;
+	*) printf 'test=write_bw,size=4096,iters=100' >"$vfile" &&
+		grep -q "^result: ok" "$vfile" ;;
+	esac || { kv_msg "loop $i: the run on $vfile after failed"; r=1; }
+	[ $r = 0 ] || kv_msg "loop $i: victim $victim ($vfile), how $how, after 0.$delay s"
+	[ $r = 0 ] && echo "removed $(basename "$vfile") $how" >>"$SUMMARY"
 	return $r
 }
 
@@ -551,6 +565,12 @@ summary() {
 		$1 == "sweep" { printf "  sweep %-16s %5d points armed of %5d, %5d errno, %3d absorbed\n", $2, $3, $4, $5, $6 }
 		$1 == "fuzz" { printf "  fuzz  %-16s %5d strings, %5d accepted, %5d refused\n", $2, $3, $4, $5 }
 		$1 == "removal" { printf "  removal loops survived: %d\n", $3 }
+		$1 == "removed" { runs[$2]++; hows[$3]++; removed++ }
+		END {
+			if (removed)
+				printf "  runs removed under: rc %d, mcast %d, bench %d; by rdma link del %d, netdev del %d, both %d\n",
+					runs["rc"], runs["mcast"], runs["bench"], hows[0], hows[1], hows[2]
+		}
 	' "$SUMMARY" | kv_diag
 	sweeps=$(grep -c "^sweep" "$SUMMARY")
 	points=$(awk '$1 == "sweep" { s += $3 } END { print s + 0 }' "$SUMMARY")
