@@ -79,8 +79,10 @@ rc_ok() {
 mcast_ok() {
 	grep -q "^validate: ok" "$MC" && grep -q "^detach: ok" "$MC"
 }
+# bench_ok [FILE]: FILE (default $BENCH) shows bench_normal's run passed.
 bench_ok() {
-	grep -q "^result: ok" "$BENCH" && grep -qE "^ +4096 +100 " "$BENCH"
+	local f=${1:-$BENCH}
+	grep -q "^result: ok" "$f" && grep -qE "^ +4096 +100 " "$f"
 }
 attached() {
 	grep -q "^attached: 239.3.0.1 " "$MC"
@@ -110,7 +112,8 @@ mcast_normal() {
 	printf 'role=both,group=239.1.1.1,qps=2,count=3' >"$MC" && mcast_ok
 }
 bench_normal() {
-	printf 'test=write_bw,size=4096,iters=100' >"$BENCH" && bench_ok
+	local f=${1:-$BENCH}
+	printf 'test=write_bw,size=4096,iters=100' >"$f" && bench_ok "$f"
 }
 attach_normal() {
 	printf 'attach 239.3.0.1' >"$MC" && attached && printf 'detach 239.3.0.1' >"$MC"
@@ -496,8 +499,7 @@ removal_loop() {
 	case "$victim.$bench" in
 	0.0) rc_normal ;;
 	1.0) mcast_normal ;;
-	*) printf 'test=write_bw,size=4096,iters=100' >"$vfile" &&
-		grep -q "^result: ok" "$vfile" ;;
+	*) bench_normal "$vfile" ;;
 	esac || { kv_msg "loop $i: the run on $vfile after failed"; r=1; }
 	[ $r = 0 ] || kv_msg "loop $i: victim $victim ($vfile), how $how, after 0.$delay s"
 	[ $r = 0 ] && echo "removed $(basename "$vfile") $how" >>"$SUMMARY"

@@ -134,6 +134,12 @@ kv_write_fails() {
 	kv_logged "$4" || { kv_msg "no kernel log line '$4'"; return 1; }
 }
 
+# kv_secs_since T0: seconds (one decimal) since uptime T0, taken with
+# $(cut -d' ' -f1 /proc/uptime).
+kv_secs_since() {
+	awk -v a="$1" '{ printf "%.1f", $1 - a }' /proc/uptime
+}
+
 # kv_case NAME FUNC [ARGS...]: runs one test case; it passes if FUNC
 # succeeds and the kernel logged no report while it ran, is skipped if FUNC
 # returns $KSFT_SKIP (and says why) with a clean log.
@@ -149,7 +155,7 @@ kv_case() {
 	"$KSFT_SKIP") ok=skip ;;
 	*) ok=0 ;;
 	esac
-	kv_msg "$name: $(awk -v s="$start" '{ printf "%.1f", $1 - s }' /proc/uptime) s"
+	kv_msg "$name: $(kv_secs_since "$start") s"
 	splat=$(kv_log_since "$name" | kv_drop_alloc_warnings | grep -E "$KV_SPLAT")
 	if [ -n "$splat" ]; then
 		kv_msg "kernel report during $name:"

@@ -250,11 +250,6 @@ bench_mismatch_refused() {
 	return $r
 }
 
-# secs_since T0: seconds since uptime T0.
-secs_since() {
-	awk -v a="$1" '{ printf "%.1f", $1 - a }' /proc/uptime
-}
-
 DEAD_OPTS="test=write_bw,size=65536,iters=100000,timeout_ms=60000"
 
 # The peer's rxe device goes away in the middle of a long write_bw whose
@@ -274,7 +269,7 @@ dead_peer_device_gone() {
 	peer "rdma link del rxe_eth" >/dev/null || { kv_msg "rdma link del on the peer failed"; r=1; }
 	wait $pid && { kv_msg "the run went on to the end"; r=1; }
 	local took
-	took=$(secs_since "$t0")
+	took=$(kv_secs_since "$t0")
 	kv_msg "the run ended $took s after the peer's device went: $(cat /tmp/dead.err)"
 	awk -v t="$took" 'BEGIN { exit !(t < 10) }' || r=1
 	grep -q "Input/output error" /tmp/dead.err || r=1
@@ -304,7 +299,7 @@ dead_peer_process_killed() {
 	peer "kill -9 \$(cat /tmp/dead.pid)" >/dev/null || r=1
 	wait $pid && { kv_msg "the run went on to the end"; r=1; }
 	local took
-	took=$(secs_since "$t0")
+	took=$(kv_secs_since "$t0")
 	kv_msg "the run ended $took s after the peer was killed: $(cat /tmp/dead.err)"
 	awk -v t="$took" 'BEGIN { exit !(t < 10) }' || r=1
 	grep -q "Connection reset by peer" /tmp/dead.err || r=1
@@ -334,7 +329,7 @@ bench_client_here() {
 dead_peer_wait() {
 	local t0=$1 bound=$2 want=$3 r=0 took
 	wait "$DEAD_PID" && { kv_msg "the run went on to the end"; r=1; }
-	took=$(secs_since "$t0")
+	took=$(kv_secs_since "$t0")
 	kv_msg "the run ended $took s after the peer went: $(cat /tmp/dead.err)"
 	awk -v t="$took" -v b="$bound" 'BEGIN { exit !(t < b) }' || r=1
 	grep -Eq "$want" /tmp/dead.err || r=1
@@ -426,7 +421,7 @@ dead_peer_rping_client_killed_cm_server_here() {
 	t0=$(cut -d' ' -f1 /proc/uptime)
 	peer "kill -9 \$(cat /tmp/dead.pid)" >/dev/null || r=1
 	wait "$DEAD_PID" || { kv_msg "the server failed: $(cat /tmp/dead.err)"; r=1; }
-	took=$(secs_since "$t0")
+	took=$(kv_secs_since "$t0")
 	kv_diag <"$RC"
 	kv_msg "the run ended $took s after the peer was killed"
 	awk -v t="$took" 'BEGIN { exit !(t < 10) }' || r=1
