@@ -499,6 +499,22 @@ impl CmId {
             .is_some()
     }
 
+    /// Waits up to `timeout_ms` for the peer's disconnect and tells whether
+    /// it came (the event is consumed); an error event of this ID, the
+    /// timeout or `cancel` end the wait with `false`. For a work request
+    /// that failed with a remote or retry error: whether the peer went away.
+    pub fn wait_disconnected(&self, timeout_ms: u32, cancel: &Cancel) -> bool {
+        self.0
+            .events
+            .wait(
+                self.as_raw(),
+                bindings::RDMA_CM_EVENT_DISCONNECTED,
+                timeout_ms,
+                cancel,
+            )
+            .is_ok()
+    }
+
     /// Disconnects: the QP goes to ERR and the peer is told.
     pub fn disconnect(&self) -> Result {
         // SAFETY: The ID is live.

@@ -67,6 +67,11 @@ fn fill_ping(buf: &DmaBuf, size: usize, ping: u32, start: u8) -> Result {
     buf.write(0, &data)
 }
 
+/// How long a failed work request waits for the DISCONNECTED event that
+/// tells a peer that went away (its QP destroyed before its disconnect got
+/// out: our request then fails with a remote error) from a failure.
+const GONE_MS: u32 = 1000;
+
 /// Waits for the receive `id`; `None` if the connection went away first
 /// (a flushed receive, or the DISCONNECTED event), which ends a server.
 fn wait_recv(
@@ -85,6 +90,9 @@ fn wait_recv(
             Waited::Done(wc) if wc.result().is_ok() => return Ok(Some(wc.byte_len)),
             Waited::Done(wc) => {
                 let _ = writeln!(rep, "RECV: completion with error: {}", wc.status);
+                if cm.wait_disconnected(GONE_MS, cancel) {
+                    return Ok(None);
+                }
                 return Err(EIO);
             }
             Waited::Pending(pending) => {
@@ -112,6 +120,54 @@ fn send_info(
     let id = qp.post_send(SendOp::Send, send_buf, 0, INFO_LEN, true)?;
     complete(qp, id, "SEND", cfg, cancel, rep)?;
     Ok(())
+}
+
+/// The server's READ, WRITE or SEND `wr`: `Ok(false)` if the client went
+/// away under it, which ends a server as a disconnect between pings does.
+/// A client killed in the middle of a ping can take its QP down before its
+/// disconnect gets out: the request then fails with a remote error (the
+/// DISCONNECTED event follows within [`GONE_MS`]), or is never answered
+/// (the event comes while it is outstanding).
+fn server_complete(
+    qp: &Qp<Rts>,
+    cm: &CmId,
+    wr: WrId,
+    what: &str,
+    cfg: &Config,
+    cancel: &Cancel,
+    rep: &mut Report,
+) -> Result<bool> {
+    let end = kverbs::now_ns() + u64::from(cfg.timeout_ms) * 1_000_000;
+    let mut wr = wr;
+    loop {
+        match qp.wait_for(wr, 200, cancel)? {
+            Waited::Done(wc) if wc.result().is_ok() => return Ok(true),
+            Waited::Done(wc) => {
+                let _ = writeln!(
+                    rep,
+                    "{}: completion with error: {} (vendor error {:#x})",
+                    what, wc.status, wc.vendor_err
+                );
+                if cm.wait_disconnected(GONE_MS, cancel) {
+                    break;
+                }
+                return Err(EIO);
+            }
+            Waited::Pending(pending) => {
+                if cm.disconnected() {
+                    let _ = writeln!(rep, "{}: outstanding when the client disconnected", what);
+                    break;
+                }
+                if kverbs::now_ns() >= end {
+                    let _ = writeln!(rep, "{}: no completion in {} ms", what, cfg.timeout_ms);
+                    return Err(errno::etimedout());
+                }
+                wr = pending;
+            }
+        }
+    }
+    let _ = writeln!(rep, "rdma_cm: the client went away in the middle of a ping");
+    Ok(false)
 }
 
 /// rping's server or client, on the device whose `rc` file was written.
@@ -206,7 +262,9 @@ pub(crate) fn run(
             recv = qp.post_recv(&recv_buf, 0, INFO_LEN)?;
             src.len = src.len.min(size as u32);
             let rd = qp.post_send(SendOp::Read(src), &rdma_buf, 0, src.len as usize, true)?;
-            complete(&qp, rd, "RDMA READ", cfg, cancel, rep)?;
+            if !server_complete(&qp, &id, rd, "RDMA READ", cfg, cancel, rep)? {
+                break;
+            }
             add(&stats.read_msgs, 1);
             add(&stats.read_bytes, src.len.into());
             if cfg.validate {
@@ -218,7 +276,10 @@ pub(crate) fn run(
                 }
             }
             // Go ahead.
-            send_info(&qp, &send_buf, cfg, cancel, rep)?;
+            let go = qp.post_send(SendOp::Send, &send_buf, 0, INFO_LEN, true)?;
+            if !server_complete(&qp, &id, go, "SEND", cfg, cancel, rep)? {
+                break;
+            }
             // The client's sink buffer.
             let Some(len) = wait_recv(&qp, &id, recv, cfg, cancel, rep)? else {
                 break;
@@ -238,10 +299,15 @@ pub(crate) fn run(
                 .map_or(data.len(), |p| p + 1);
             sink.len = sink.len.min(n as u32);
             let wr = qp.post_send(SendOp::Write(sink), &rdma_buf, 0, sink.len as usize, true)?;
-            complete(&qp, wr, "RDMA WRITE", cfg, cancel, rep)?;
+            if !server_complete(&qp, &id, wr, "RDMA WRITE", cfg, cancel, rep)? {
+                break;
+            }
             add(&stats.write_msgs, 1);
             add(&stats.write_bytes, sink.len.into());
-            send_info(&qp, &send_buf, cfg, cancel, rep)?;
+            let go = qp.post_send(SendOp::Send, &send_buf, 0, INFO_LEN, true)?;
+            if !server_complete(&qp, &id, go, "SEND", cfg, cancel, rep)? {
+                break;
+            }
             add(&stats.send_msgs, 2);
             add(&stats.send_bytes, 2 * INFO_LEN as u64);
             pings += 1;
