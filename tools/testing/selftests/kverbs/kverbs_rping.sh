@@ -51,6 +51,54 @@ rping_server_kernel_client() {
 	return $r
 }
 
+# The RDMA WRITEs of every run on rxe_dummy so far: one a ping.
+writes() {
+	sed -n "s/^write_msgs: //p" "$KV_DEBUGFS/rxe_dummy/stats"
+}
+
+# writes_past N: more than N writes (pings) so far.
+writes_past() {
+	[ "$(writes)" -gt "$1" ]
+}
+
+# rping's client is killed -9 at a random moment of a ping, 20 times: for
+# rping's server that is how a run ends, wherever in the ping it lands.
+# If the client's QP goes before its disconnect gets out, the server's
+# READ, WRITE or SEND fails with a remote error or is still outstanding
+# when the disconnect comes; the run still ends with success, the pings
+# it served and the disconnect (seen once in CI between two VMs).
+kernel_server_rping_client_killed() {
+	local r=0 i pid rp before
+	for i in $(seq 20); do
+		bash -c "printf '%s' 'role=cm_server,addr=$ADDR,timeout_ms=20000' >$RC" 2>/tmp/run.err &
+		pid=$!
+		kv_wait grep -q "^status: running" "$RC"
+		before=$(writes)
+		rping -c -a $ADDR -C 1000000 >/dev/null 2>&1 &
+		rp=$!
+		kv_wait writes_past "$((before + 1))" || kv_msg "run $i: no ping served in 10 s"
+		sleep "0.$((RANDOM % 10))$((RANDOM % 10))"
+		kill -9 $rp
+		wait $rp 2>/dev/null
+		if ! wait $pid; then
+			kv_msg "run $i: the server failed: $(cat /tmp/run.err)"
+			kv_diag <"$RC"
+			r=1
+			continue
+		fi
+		grep -Eq "^rdma_cm: the client disconnected after [1-9][0-9]* ping" "$RC" || {
+			kv_msg "run $i: no disconnect after a ping"
+			kv_diag <"$RC"
+			r=1
+		}
+		if grep -q "^rdma_cm: the client went away in the middle" "$RC"; then
+			kv_msg "run $i: the client went away in the middle of a ping:"
+			grep -E "completion with error|outstanding when" "$RC" | kv_diag
+		fi
+	done
+	return $r
+}
+
 rc_fails() {
 	kv_write_fails "$RC" "$@"
 }
@@ -74,12 +122,13 @@ unreachable() {
 		"rdma_cm: no connection to 169.254.1.99:7174: error -110"
 }
 
-kv_begin 10
+kv_begin 11
 kv_case setup_rxe_dummy_and_load setup
 kv_case rc_cm_kernel_server_rping_client_64 kernel_server_rping_client 64
 kv_case rc_cm_rping_server_kernel_client_64 rping_server_kernel_client 64
 kv_case rc_cm_kernel_server_rping_client_4096 kernel_server_rping_client 4096
 kv_case rc_cm_rping_server_kernel_client_4096 rping_server_kernel_client 4096
+kv_case rc_cm_rping_client_killed_20x_kernel_server_ends_ok kernel_server_rping_client_killed
 kv_case bad_input_rc_cm_client_no_listener no_listener
 kv_case bad_input_rc_cm_server_no_client_times_out no_client
 kv_case bad_input_rc_cm_size_below_rping_minimum size_too_small
