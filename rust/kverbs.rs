@@ -193,5 +193,7 @@ pub mod errno {
         eproto = EPROTO;
         /// `ENETDOWN`: the network (a port, its netdev) is down.
         enetdown = ENETDOWN;
+        /// `ECONNRESET`: the peer went away.
+        econnreset = ECONNRESET;
     }
 }

@@ -210,7 +210,7 @@ impl TcpStream {
                 bindings::kernel_recvmsg(self.0.raw(), &mut msg, &mut vec, 1, rest.len(), 0)
             };
             match slice_result(ret)? {
-                Some(0) => return Err(Error::from_errno(-(kernel::bindings::ECONNRESET as i32))),
+                Some(0) => return Err(crate::errno::econnreset()),
                 Some(n) => got += n as usize,
                 None => deadline.check()?,
             }

@@ -11,7 +11,7 @@
 //! client checks that the sink now equals the start buffer. The server
 //! serves until the client disconnects.
 
-use crate::rc::{add, complete, Config, Report, Role, Stats};
+use crate::rc::{add, Config, Report, Role, Stats};
 use core::fmt::Write;
 use kernel::{prelude::*, sync::Arc};
 use kverbs::{
@@ -109,26 +109,45 @@ fn wait_recv(
     }
 }
 
-/// Sends the 16 bytes in `send_buf`.
+/// Sends the 16 bytes in `send_buf`: `Ok(false)` if the peer went away
+/// (see [`complete_or_gone`]).
 fn send_info(
     qp: &Qp<Rts>,
+    cm: &CmId,
     send_buf: &Arc<DmaBuf>,
     cfg: &Config,
     cancel: &Cancel,
     rep: &mut Report,
-) -> Result {
+) -> Result<bool> {
     let id = qp.post_send(SendOp::Send, send_buf, 0, INFO_LEN, true)?;
-    complete(qp, id, "SEND", cfg, cancel, rep)?;
-    Ok(())
+    complete_or_gone(qp, cm, id, "SEND", cfg, cancel, rep)
 }
 
 /// The server's READ, WRITE or SEND `wr`: `Ok(false)` if the client went
 /// away under it, which ends a server as a disconnect between pings does.
-/// A client killed in the middle of a ping can take its QP down before its
-/// disconnect gets out: the request then fails with a remote error (the
-/// DISCONNECTED event follows within [`GONE_MS`]), or is never answered
-/// (the event comes while it is outstanding).
 fn server_complete(
+    qp: &Qp<Rts>,
+    cm: &CmId,
+    wr: WrId,
+    what: &str,
+    cfg: &Config,
+    cancel: &Cancel,
+    rep: &mut Report,
+) -> Result<bool> {
+    let done = complete_or_gone(qp, cm, wr, what, cfg, cancel, rep)?;
+    if !done {
+        let _ = writeln!(rep, "rdma_cm: the client went away in the middle of a ping");
+    }
+    Ok(done)
+}
+
+/// Waits for the send request `wr`: `Ok(false)` if the peer went away
+/// under it. A peer killed in the middle of a ping can take its QP down
+/// before its disconnect gets out: the request then fails with a remote
+/// error (the DISCONNECTED event follows within [`GONE_MS`]), or is never
+/// answered (the event comes while it is outstanding; waiting for the
+/// retries would take 7 x 1.07 s).
+fn complete_or_gone(
     qp: &Qp<Rts>,
     cm: &CmId,
     wr: WrId,
@@ -155,7 +174,7 @@ fn server_complete(
             }
             Waited::Pending(pending) => {
                 if cm.disconnected() {
-                    let _ = writeln!(rep, "{}: outstanding when the client disconnected", what);
+                    let _ = writeln!(rep, "{}: outstanding when the peer disconnected", what);
                     break;
                 }
                 if kverbs::now_ns() >= end {
@@ -166,7 +185,6 @@ fn server_complete(
             }
         }
     }
-    let _ = writeln!(rep, "rdma_cm: the client went away in the middle of a ping");
     Ok(false)
 }
 
@@ -359,18 +377,20 @@ pub(crate) fn run(
         rdma_buf.write(0, &KVec::from_elem(0u8, size, GFP_KERNEL)?)?;
 
         send_buf.write(0, &info_bytes(&start_remote))?;
-        send_info(&qp, &send_buf, cfg, cancel, rep)?;
-        if wait_recv(&qp, &id, recv, cfg, cancel, rep)?.is_none() {
+        if !send_info(&qp, &id, &send_buf, cfg, cancel, rep)?
+            || wait_recv(&qp, &id, recv, cfg, cancel, rep)?.is_none()
+        {
             let _ = writeln!(rep, "ping {}: the server went away", ping);
-            return Err(Error::from_errno(-(kernel::bindings::ECONNRESET as i32)));
+            return Err(errno::econnreset());
         }
         recv = qp.post_recv(&recv_buf, 0, INFO_LEN)?;
 
         send_buf.write(0, &info_bytes(&sink_remote))?;
-        send_info(&qp, &send_buf, cfg, cancel, rep)?;
-        if wait_recv(&qp, &id, recv, cfg, cancel, rep)?.is_none() {
+        if !send_info(&qp, &id, &send_buf, cfg, cancel, rep)?
+            || wait_recv(&qp, &id, recv, cfg, cancel, rep)?.is_none()
+        {
             let _ = writeln!(rep, "ping {}: the server went away", ping);
-            return Err(Error::from_errno(-(kernel::bindings::ECONNRESET as i32)));
+            return Err(errno::econnreset());
         }
         recv = qp.post_recv(&recv_buf, 0, INFO_LEN)?;
         add(&stats.send_msgs, 2);
