@@ -443,7 +443,7 @@ fuzz_result() {
 # other run passes; the victim comes back and a validated run of the same
 # kind passes.
 removal_loop() {
-	local i=$1 victim how delay r=0 t0 t1 vpid opid verr vfile vrun bench
+	local i=$1 victim how delay r=0 t0 took vpid opid verr vfile vrun bench
 	victim=$(( (SEED + i * 7919) % 2 ))
 	how=$(( (SEED + i * 104729) % 3 ))
 	delay=$(( (SEED * 31 + i * 17) % 10 ))
@@ -474,7 +474,7 @@ removal_loop() {
 	1.2) kv_rxe_del rxe_dummy && ip link del dummy0 || r=1 ;;
 	esac
 	wait $vpid && { kv_msg "loop $i: the victim's run finished"; r=1; }
-	t1=$(cut -d' ' -f1 /proc/uptime)
+	took=$(kv_secs_since "$t0")
 	verr=$(cat /tmp/rm_victim.err)
 	# With only its netdev deleted the port goes down at once and the
 	# device later: the run ends with ENETDOWN or ECANCELED, whichever
@@ -484,8 +484,8 @@ removal_loop() {
 	1.*"Network is down"*) ;;
 	*) kv_msg "loop $i: the victim's run ended with: $verr"; r=1 ;;
 	esac
-	if awk -v a="$t0" -v b="$t1" 'BEGIN { exit !(b - a >= 5) }'; then
-		kv_msg "loop $i: the victim's run took $(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }') s to end"
+	if awk -v t="$took" 'BEGIN { exit !(t >= 5) }'; then
+		kv_msg "loop $i: the victim's run took $took s to end"
 		r=1
 	fi
 	wait $opid || { kv_msg "loop $i: the other run failed: $(cat /tmp/rm_other.err)"; r=1; }
