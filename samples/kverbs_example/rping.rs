@@ -123,24 +123,6 @@ fn send_info(
     complete_or_gone(qp, cm, id, "SEND", cfg, cancel, rep)
 }
 
-/// The server's READ, WRITE or SEND `wr`: `Ok(false)` if the client went
-/// away under it, which ends a server as a disconnect between pings does.
-fn server_complete(
-    qp: &Qp<Rts>,
-    cm: &CmId,
-    wr: WrId,
-    what: &str,
-    cfg: &Config,
-    cancel: &Cancel,
-    rep: &mut Report,
-) -> Result<bool> {
-    let done = complete_or_gone(qp, cm, wr, what, cfg, cancel, rep)?;
-    if !done {
-        let _ = writeln!(rep, "rdma_cm: the client went away in the middle of a ping");
-    }
-    Ok(done)
-}
-
 /// Waits for the send request `wr`: `Ok(false)` if the peer went away
 /// under it. A peer killed in the middle of a ping can take its QP down
 /// before its disconnect gets out: the request then fails with a remote
@@ -270,8 +252,12 @@ pub(crate) fn run(
         let qp = id.accept(qp, t, cancel)?;
         let _ = writeln!(rep, "rdma_cm: connection established (accepted)");
         let mut pings = 0u32;
-        // The client's start buffer, until the client disconnects.
-        while let Some(len) = wait_recv(&qp, &id, recv, cfg, cancel, rep)? {
+        // The client's start buffer, until the client disconnects; `true`
+        // if it went under a READ, WRITE or SEND of ours.
+        let mid_ping = loop {
+            let Some(len) = wait_recv(&qp, &id, recv, cfg, cancel, rep)? else {
+                break false;
+            };
             if len as usize != INFO_LEN {
                 let _ = writeln!(rep, "received bogus data, size {}", len);
                 return Err(EIO);
@@ -280,8 +266,8 @@ pub(crate) fn run(
             recv = qp.post_recv(&recv_buf, 0, INFO_LEN)?;
             src.len = src.len.min(size as u32);
             let rd = qp.post_send(SendOp::Read(src), &rdma_buf, 0, src.len as usize, true)?;
-            if !server_complete(&qp, &id, rd, "RDMA READ", cfg, cancel, rep)? {
-                break;
+            if !complete_or_gone(&qp, &id, rd, "RDMA READ", cfg, cancel, rep)? {
+                break true;
             }
             add(&stats.read_msgs, 1);
             add(&stats.read_bytes, src.len.into());
@@ -294,13 +280,12 @@ pub(crate) fn run(
                 }
             }
             // Go ahead.
-            let go = qp.post_send(SendOp::Send, &send_buf, 0, INFO_LEN, true)?;
-            if !server_complete(&qp, &id, go, "SEND", cfg, cancel, rep)? {
-                break;
+            if !send_info(&qp, &id, &send_buf, cfg, cancel, rep)? {
+                break true;
             }
             // The client's sink buffer.
             let Some(len) = wait_recv(&qp, &id, recv, cfg, cancel, rep)? else {
-                break;
+                break false;
             };
             if len as usize != INFO_LEN {
                 let _ = writeln!(rep, "received bogus data, size {}", len);
@@ -317,18 +302,20 @@ pub(crate) fn run(
                 .map_or(data.len(), |p| p + 1);
             sink.len = sink.len.min(n as u32);
             let wr = qp.post_send(SendOp::Write(sink), &rdma_buf, 0, sink.len as usize, true)?;
-            if !server_complete(&qp, &id, wr, "RDMA WRITE", cfg, cancel, rep)? {
-                break;
+            if !complete_or_gone(&qp, &id, wr, "RDMA WRITE", cfg, cancel, rep)? {
+                break true;
             }
             add(&stats.write_msgs, 1);
             add(&stats.write_bytes, sink.len.into());
-            let go = qp.post_send(SendOp::Send, &send_buf, 0, INFO_LEN, true)?;
-            if !server_complete(&qp, &id, go, "SEND", cfg, cancel, rep)? {
-                break;
+            if !send_info(&qp, &id, &send_buf, cfg, cancel, rep)? {
+                break true;
             }
             add(&stats.send_msgs, 2);
             add(&stats.send_bytes, 2 * INFO_LEN as u64);
             pings += 1;
+        };
+        if mid_ping {
+            let _ = writeln!(rep, "rdma_cm: the client went away in the middle of a ping");
         }
         let _ = writeln!(
             rep,
