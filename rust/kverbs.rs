@@ -74,6 +74,8 @@ pub mod device;
 pub mod dma;
 #[path = "kverbs/event.rs"]
 pub mod event;
+#[path = "kverbs/irq_lock.rs"]
+mod irq_lock;
 #[path = "kverbs/mcast.rs"]
 pub mod mcast;
 #[path = "kverbs/mr.rs"]
@@ -118,6 +120,12 @@ pub fn mul_div(a: u64, b: u64, c: u64) -> u64 {
     }
     // SAFETY: Plain arithmetic; `c` is not 0.
     unsafe { bindings::kverbs_mul_div(a, b, c) }
+}
+
+/// The calling task's `task_struct` address, as an identity only.
+pub(crate) fn current_task() -> usize {
+    // SAFETY: Reads `current`; callable from any context.
+    unsafe { bindings::kverbs_current() as usize }
 }
 
 /// Gives the CPU to another task if one should run (`cond_resched`): for

@@ -25,6 +25,7 @@
 #include <linux/sysfs.h>
 #include <linux/timekeeping.h>
 #include <linux/wait.h>
+#include <linux/workqueue.h>
 #include <linux/completion.h>
 #include <net/if_inet6.h>
 #include <rdma/ib_addr.h>
@@ -169,8 +170,11 @@ void kverbs_spin_unlock_irqrestore(spinlock_t *lock, unsigned long flags)
 }
 
 long kverbs_wait_u32(struct wait_queue_head *wq, const u32 *v, u32 want,
-		     unsigned int timeout_ms)
+		     unsigned int timeout_ms, bool interruptible)
 {
+	if (!interruptible)
+		return wait_event_timeout(*wq, READ_ONCE(*v) == want,
+					  msecs_to_jiffies(timeout_ms));
 	return wait_event_interruptible_timeout(*wq, READ_ONCE(*v) == want,
 						msecs_to_jiffies(timeout_ms));
 }
@@ -182,6 +186,22 @@ void kverbs_sg_set_dma(struct scatterlist *sgl, unsigned int n, unsigned int i,
 		sg_init_table(sgl, n);
 	sg_dma_address(&sgl[i]) = dma_addr;
 	sg_dma_len(&sgl[i]) = len;
+}
+
+bool kverbs_qp_wait_last_wqe(struct ib_qp *qp, unsigned int timeout_ms)
+{
+	return wait_for_completion_timeout(&qp->srq_completion,
+					   msecs_to_jiffies(timeout_ms)) > 0;
+}
+
+bool kverbs_cancel_work(struct work_struct *work)
+{
+	return cancel_work(work);
+}
+
+void *kverbs_current(void)
+{
+	return current;
 }
 
 bool kverbs_signal_pending(void)

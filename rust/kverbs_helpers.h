@@ -12,6 +12,8 @@
 struct attribute;
 struct scatterlist;
 struct wait_queue_head;
+struct work_struct;
+struct ib_qp;
 
 /* sysfs_attr_init(): gives a dynamically allocated attribute a lockdep key. */
 void kverbs_sysfs_attr_init(struct attribute *attr);
@@ -32,10 +34,12 @@ void kverbs_spin_unlock_irqrestore(spinlock_t *lock, unsigned long flags);
 
 /*
  * wait_event_interruptible_timeout(*wq, READ_ONCE(*v) == want, ms): > 0 once
- * *v == want, 0 on timeout, -ERESTARTSYS on a signal.
+ * *v == want, 0 on timeout, -ERESTARTSYS on a signal; with !interruptible,
+ * wait_event_timeout(), which a pending signal does not end (a drain in a
+ * task being killed would otherwise spin without sleeping).
  */
 long kverbs_wait_u32(struct wait_queue_head *wq, const u32 *v, u32 want,
-		     unsigned int timeout_ms);
+		     unsigned int timeout_ms, bool interruptible);
 
 /*
  * 0 if the IP stack routes a packet from the RoCE v2 source GID sgid to the
@@ -132,6 +136,19 @@ struct rdma_cm_id *kverbs_cm_create_id(int (*handler)(struct rdma_cm_id *,
 int kverbs_cm_bind_v4(struct rdma_cm_id *id, __be32 addr, u16 port);
 int kverbs_cm_resolve_addr_v4(struct rdma_cm_id *id, __be32 addr, u16 port,
 			      unsigned long timeout_ms);
+
+/* cancel_work(): takes a pending work item off its queue; true if it was. */
+bool kverbs_cancel_work(struct work_struct *work);
+
+/* current, as an identity. */
+void *kverbs_current(void);
+
+/*
+ * Waits up to timeout_ms (uninterruptibly) for the QP's
+ * IB_EVENT_QP_LAST_WQE_REACHED (qp->srq_completion, completed by the core's
+ * QP event handler); true if it came.
+ */
+bool kverbs_qp_wait_last_wqe(struct ib_qp *qp, unsigned int timeout_ms);
 
 /* Like kverbs_wait_u32(), until READ_ONCE(*v) != old. */
 /* a * b / c with a 128-bit product (mul_u64_u64_div_u64). */

@@ -72,6 +72,21 @@ pub(crate) fn ah_attr(
             av.traffic_class,
         );
     }
+    if attr.type_ == bindings::RDMA_AH_ATTR_TYPE_IB {
+        // Within a subnet, InfiniBand routes by LID: without one the path
+        // would go to LID 0, which is no port (multicast LIDs, from 0xc000,
+        // are a group's).
+        if av.dlid == 0 {
+            pr_err!(
+                "{}: port {}: an InfiniBand path needs the LID of the peer, router or multicast group\n",
+                dev.name(),
+                port
+            );
+            return Err(EINVAL);
+        }
+        // SAFETY: `attr` is a valid IB address attribute.
+        unsafe { bindings::rdma_ah_set_dlid(&mut attr, av.dlid.into()) };
+    }
     if attr.type_ != bindings::RDMA_AH_ATTR_TYPE_ROCE {
         return Ok((attr, None));
     }

@@ -15,6 +15,12 @@
 //! ([`Qp::new_cm`]) holds it, so the ID is destroyed (`rdma_destroy_id`)
 //! after its QP (`rdma_destroy_qp`). Every ID holds its queue, so no event
 //! can reach a freed queue.
+//!
+//! Events name their ID by a token of its own, never by its address: the
+//! connection manager frees a destroyed ID, and the next connection
+//! request's new ID may be allocated at the same address. Each ID's context
+//! is an [`IdCtx`] with its token; a connection request's new ID, which
+//! comes with its listener's context, gets one of its own in the handler.
 
 use crate::bindings;
 use crate::device::Device;
@@ -23,7 +29,7 @@ use crate::tcp::Ipv4;
 use crate::Deadline;
 use core::{
     ptr::NonNull,
-    sync::atomic::{AtomicBool, AtomicU32, Ordering},
+    sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering},
 };
 use kernel::{
     error::from_err_ptr,
@@ -34,12 +40,57 @@ use kernel::{
     types::Opaque,
 };
 
+/// The tokens of IDs: never reused.
+static NEXT_TOKEN: AtomicU64 = AtomicU64::new(1);
+
+/// The context of one ID (`rdma_cm_id.context`).
+///
+/// # Invariants
+///
+/// `events` points to the queue the ID's events go to, which lives as long
+/// as the ID: held by its [`CmIdInner`], or, for a connection request not
+/// taken yet, by the queue itself (which destroys the ID when it goes).
+struct IdCtx {
+    events: *const EventsInner,
+    token: u64,
+}
+
+impl IdCtx {
+    fn new(events: *const EventsInner) -> Result<NonNull<IdCtx>> {
+        let ctx = KBox::new(
+            IdCtx {
+                events,
+                token: NEXT_TOKEN.fetch_add(1, Ordering::Relaxed),
+            },
+            GFP_KERNEL,
+        )?;
+        // `into_raw` never gives a null pointer.
+        NonNull::new(KBox::into_raw(ctx)).ok_or(ENOMEM)
+    }
+
+    /// Frees a context made by [`IdCtx::new`].
+    ///
+    /// # Safety
+    ///
+    /// `ctx` is freed once, and no ID uses it any more (it was destroyed,
+    /// or never had it).
+    unsafe fn free(ctx: NonNull<IdCtx>) {
+        // SAFETY: By the caller's guarantee.
+        drop(unsafe { KBox::from_raw(ctx.as_ptr()) });
+    }
+}
+
 /// An event recorded by the handler.
 #[derive(Clone, Copy)]
 struct Event {
     id: *mut bindings::rdma_cm_id,
+    /// The token of the ID.
+    token: u64,
     kind: u32,
     status: i32,
+    /// A connection request's new ID's context, owned by this event until
+    /// the request is taken.
+    child: Option<NonNull<IdCtx>>,
 }
 
 /// The events of the IDs of one connection, oldest first; taken events are
@@ -56,8 +107,8 @@ pub(crate) struct EventsInner {
     list: Mutex<KVec<Event>>,
 }
 
-// SAFETY: The raw ID pointers are only compared and, for untaken connection
-// requests, destroyed; the rest is atomics and a mutex.
+// SAFETY: The raw ID pointers are only used to destroy untaken connection
+// requests (and their contexts); the rest is atomics and a mutex.
 unsafe impl Send for EventsInner {}
 // SAFETY: As above.
 unsafe impl Sync for EventsInner {}
@@ -75,6 +126,11 @@ impl PinnedDrop for EventsInner {
                 // SAFETY: The handler recorded this child ID and returned
                 // 0, so the ID is ours; it was never taken.
                 unsafe { bindings::rdma_destroy_id(e.id) };
+                if let Some(ctx) = e.child {
+                    // SAFETY: The request's context, owned by the event; its
+                    // ID is destroyed.
+                    unsafe { IdCtx::free(ctx) };
+                }
             }
         }
     }
@@ -91,8 +147,9 @@ impl CmEvents {
         Self::with_requests(1)
     }
 
-    /// A new, empty queue whose listener takes `n` connection requests
-    /// (a server of `n` connections) and refuses those after them.
+    /// A new, empty queue whose listener takes `n` connection requests at
+    /// a time (a server of `n` connections) and refuses those after them;
+    /// a request taken and then dropped makes room for another.
     pub fn with_requests(n: u32) -> Result<Self> {
         let inner = Arc::pin_init(
             pin_init!(EventsInner {
@@ -124,12 +181,12 @@ impl EventsInner {
         Some(remove(&mut list, i))
     }
 
-    /// Drops the events of `id`, which was just destroyed: none can come
-    /// any more, and an ID created later at the same address must not see
-    /// them.
-    fn forget_id(&self, id: *mut bindings::rdma_cm_id) {
+    /// Drops the events of the ID of `token`, which was just destroyed:
+    /// none can come any more. Connection requests carry their new ID's
+    /// token, never their listener's, so none is dropped here.
+    fn forget_id(&self, token: u64) {
         let mut list = self.list.lock();
-        while let Some(i) = list.iter().position(|e| e.id == id) {
+        while let Some(i) = list.iter().position(|e| e.token == token) {
             remove(&mut list, i);
         }
     }
@@ -140,14 +197,11 @@ impl EventsInner {
         unsafe { bindings::kverbs_wait_u32_ne(self.wq.get(), self.count.as_ptr(), seen, 100) };
     }
 
-    /// Waits for the event `want` of `id`; an error event of `id` fails.
-    fn wait(
-        &self,
-        id: *mut bindings::rdma_cm_id,
-        want: u32,
-        timeout_ms: u32,
-        cancel: &Cancel,
-    ) -> Result<Event> {
+    /// Waits for the event `want` of the ID of `token`; an error event of
+    /// that ID fails the wait. Other events are left for whoever waits for
+    /// them, and `DEVICE_REMOVAL` stays queued, so that every later wait of
+    /// the ID fails with `ENODEV` too.
+    fn wait(&self, token: u64, want: u32, timeout_ms: u32, cancel: &Cancel) -> Result<Event> {
         let deadline = Deadline::new(timeout_ms, cancel);
         loop {
             // Cancelled: no more events are taken, even one already there,
@@ -157,7 +211,21 @@ impl EventsInner {
                 return Err(crate::errno::ecanceled());
             }
             let seen = self.count.load(Ordering::Acquire);
-            while let Some(e) = self.take_where(|e| e.id == id) {
+            let found = {
+                let mut list = self.list.lock();
+                list.iter()
+                    .position(|e| e.token == token && (e.kind == want || event_error(e).is_some()))
+                    .map(|i| {
+                        if list[i].kind == bindings::RDMA_CM_EVENT_DEVICE_REMOVAL
+                            && want != bindings::RDMA_CM_EVENT_DEVICE_REMOVAL
+                        {
+                            list[i]
+                        } else {
+                            remove(&mut list, i)
+                        }
+                    })
+            };
+            if let Some(e) = found {
                 if e.kind == want {
                     return Ok(e);
                 }
@@ -224,33 +292,89 @@ fn event_error(e: &Event) -> Option<Error> {
 /// # Safety
 ///
 /// Called by the connection manager for an ID created by [`CmId::new`]
-/// (or a child of one), whose context is its live [`EventsInner`].
+/// (or a child of one), whose context is its live [`IdCtx`] -- for a
+/// connection request, its listener's.
 unsafe extern "C" fn handler(
     id: *mut bindings::rdma_cm_id,
     ev: *mut bindings::rdma_cm_event,
 ) -> c_int {
-    // SAFETY: The context is the queue the ID (or its listener) holds, and
-    // handlers stop before an ID is destroyed.
-    let events = unsafe { &*(*id).context.cast::<EventsInner>() };
+    // SAFETY: The context is the ID's (or, for a connection request, its
+    // listener's), live while the ID is; handlers stop before an ID is
+    // destroyed.
+    let ctx = unsafe { &*(*id).context.cast::<IdCtx>() };
+    // SAFETY: The queue outlives the IDs whose context names it (type
+    // invariant of `IdCtx`).
+    let events = unsafe { &*ctx.events };
     // SAFETY: `ev` is valid during the call.
     let (kind, status) = unsafe { ((*ev).event, (*ev).status) };
-    if kind == bindings::RDMA_CM_EVENT_CONNECT_REQUEST
-        && events
+    let mut child = None;
+    let mut token = ctx.token;
+    if kind == bindings::RDMA_CM_EVENT_DEVICE_REMOVAL {
+        // A connection request nobody took yet: its ID is given up now (a
+        // non-zero return makes the connection manager destroy it), not
+        // when the queue goes -- the device's removal waits for it.
+        let mut list = events.list.lock();
+        let untaken = list
+            .iter()
+            .position(|e| e.token == token && e.kind == bindings::RDMA_CM_EVENT_CONNECT_REQUEST);
+        if let Some(i) = untaken {
+            let e = remove(&mut list, i);
+            drop(list);
+            events.requests_left.fetch_add(1, Ordering::AcqRel);
+            if let Some(c) = e.child {
+                // SAFETY: The request's context, owned by the event just
+                // removed (so by nobody else); its ID is destroyed on our
+                // return, with no handler call any more. `ctx` is not used
+                // after this.
+                unsafe { IdCtx::free(c) };
+            }
+            return 1;
+        }
+    }
+    if kind == bindings::RDMA_CM_EVENT_CONNECT_REQUEST {
+        if events
             .requests_left
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
             .is_err()
-    {
-        // As many connections as the queue takes: a non-zero return makes
-        // the connection manager reject and destroy this new ID.
-        return 1;
+        {
+            // As many connections as the queue takes: a non-zero return
+            // makes the connection manager reject and destroy this new ID.
+            return 1;
+        }
+        // The new ID came with its listener's context: it gets its own.
+        let Ok(c) = IdCtx::new(ctx.events) else {
+            pr_err!("rdma_cm: connection request refused: out of memory\n");
+            events.requests_left.fetch_add(1, Ordering::AcqRel);
+            return 1;
+        };
+        // SAFETY: `c` is live (just made); this is the new ID's first event
+        // and nobody else uses it yet.
+        unsafe {
+            token = c.as_ref().token;
+            (*id).context = c.as_ptr().cast();
+        }
+        child = Some(c);
     }
-    let pushed = events
-        .list
-        .lock()
-        .push(Event { id, kind, status }, GFP_KERNEL);
+    let pushed = events.list.lock().push(
+        Event {
+            id,
+            token,
+            kind,
+            status,
+            child,
+        },
+        GFP_KERNEL,
+    );
     if pushed.is_err() {
         pr_err!("rdma_cm: event {} lost: out of memory\n", kind);
-        if kind == bindings::RDMA_CM_EVENT_CONNECT_REQUEST {
+        if let Some(c) = child {
+            // SAFETY: Back to the listener's context, then the new one is
+            // freed: the connection manager destroys the new ID on our
+            // non-zero return, calling no handler for it any more.
+            unsafe {
+                (*id).context = core::ptr::from_ref(ctx).cast_mut().cast();
+                IdCtx::free(c);
+            }
             events.requests_left.fetch_add(1, Ordering::AcqRel);
             return 1;
         }
@@ -263,17 +387,23 @@ unsafe extern "C" fn handler(
 
 /// # Invariants
 ///
-/// `id` was created by `rdma_create_id` with `events` as its context (or
-/// is a child ID of such a listener taken from the queue), and is not yet
-/// destroyed.
+/// `id` was created by `rdma_create_id` with `ctx` as its context (or is
+/// a child ID of such a listener taken from the queue, with the context
+/// the handler gave it), and is not yet destroyed; `ctx` names `events`
+/// and is owned by this, freed after `id` is destroyed.
 pub(crate) struct CmIdInner {
     id: NonNull<bindings::rdma_cm_id>,
+    ctx: NonNull<IdCtx>,
     events: Arc<EventsInner>,
     /// A QP was created on the ID (`rdma_create_qp`) and not yet destroyed.
     has_qp: AtomicBool,
+    /// A connection request's ID, taken from the queue: it gives its place
+    /// back to the listener when it goes.
+    child: bool,
 }
 
-// SAFETY: The connection manager's calls are thread safe.
+// SAFETY: The connection manager's calls are thread safe; the context is
+// only read (its token) and freed on drop.
 unsafe impl Send for CmIdInner {}
 // SAFETY: As above.
 unsafe impl Sync for CmIdInner {}
@@ -281,6 +411,11 @@ unsafe impl Sync for CmIdInner {}
 impl CmIdInner {
     pub(crate) fn as_raw(&self) -> *mut bindings::rdma_cm_id {
         self.id.as_ptr()
+    }
+
+    fn token(&self) -> u64 {
+        // SAFETY: The context is live while `self` is (type invariant).
+        unsafe { self.ctx.as_ref().token }
     }
 
     /// Claims the ID's one QP: `EBUSY` if it has one.
@@ -300,11 +435,17 @@ impl CmIdInner {
 
 impl Drop for CmIdInner {
     fn drop(&mut self) {
+        let token = self.token();
         // SAFETY: By the type invariant the ID is live; its QP, if any, is
         // gone (a QP holds its ID). This waits for a running handler.
         unsafe { bindings::rdma_destroy_id(self.id.as_ptr()) };
         // No handler call for the ID runs or will run any more.
-        self.events.forget_id(self.id.as_ptr());
+        self.events.forget_id(token);
+        // SAFETY: The ID's context, owned by `self`; the ID is destroyed.
+        unsafe { IdCtx::free(self.ctx) };
+        if self.child {
+            self.events.requests_left.fetch_add(1, Ordering::AcqRel);
+        }
     }
 }
 
@@ -317,19 +458,31 @@ pub struct CmId(CmIdRef);
 impl CmId {
     /// Creates an ID whose events go to `events`.
     pub fn new(events: &CmEvents) -> Result<Self> {
-        let ctx = core::ptr::from_ref::<EventsInner>(&events.0)
-            .cast_mut()
-            .cast::<c_void>();
+        let ctx = IdCtx::new(core::ptr::from_ref::<EventsInner>(&events.0))?;
         // SAFETY: The handler and context stay valid while the ID lives:
-        // the ID holds the queue.
-        let id = from_err_ptr(unsafe { bindings::kverbs_cm_create_id(Some(handler), ctx) })?;
-        let id = NonNull::new(id).ok_or(ENOMEM)?;
-        // INVARIANT: created above with the queue as its context.
+        // the context is freed after the ID, and the ID holds the queue.
+        let id = from_err_ptr(unsafe {
+            bindings::kverbs_cm_create_id(Some(handler), ctx.as_ptr().cast::<c_void>())
+        })
+        .and_then(|id| NonNull::new(id).ok_or(ENOMEM));
+        let id = match id {
+            Ok(id) => id,
+            Err(e) => {
+                // SAFETY: No ID was created with it.
+                unsafe { IdCtx::free(ctx) };
+                return Err(e);
+            }
+        };
+        // INVARIANT: created above with `ctx`, which names the queue, as its
+        // context. If the `Arc` cannot be allocated, dropping the
+        // `CmIdInner` destroys the ID and frees the context.
         Ok(CmId(Arc::new(
             CmIdInner {
                 id,
+                ctx,
                 events: events.0.clone(),
                 has_qp: AtomicBool::new(false),
+                child: false,
             },
             GFP_KERNEL,
         )?))
@@ -355,22 +508,40 @@ impl CmId {
 
     /// Waits for a connection request on this listener; returns the new ID,
     /// which is accepted with [`CmId::accept`] (or rejected by dropping it).
+    /// `ENODEV` once the listener's device is being removed.
     pub fn get_request(&self, timeout_ms: u32, cancel: &Cancel) -> Result<CmId> {
         let events = &self.0.events;
+        let token = self.0.token();
         let deadline = Deadline::new(timeout_ms, cancel);
         loop {
             let seen = events.count.load(Ordering::Acquire);
+            let removed = events
+                .list
+                .lock()
+                .iter()
+                .any(|e| e.token == token && e.kind == bindings::RDMA_CM_EVENT_DEVICE_REMOVAL);
+            if removed {
+                pr_warn!("rdma_cm: the listener's device is being removed\n");
+                return Err(ENODEV);
+            }
             if let Some(e) =
                 events.take_where(|e| e.kind == bindings::RDMA_CM_EVENT_CONNECT_REQUEST)
             {
-                let id = NonNull::new(e.id).ok_or(EINVAL)?;
+                // The handler gave every request it queued a context.
+                let (Some(id), Some(ctx)) = (NonNull::new(e.id), e.child) else {
+                    return Err(EINVAL);
+                };
                 // INVARIANT: a child ID of our listener, taken from the
-                // queue: ours, with the same context.
+                // queue: ours, with its own context (now owned here). If
+                // the `Arc` cannot be allocated, dropping the `CmIdInner`
+                // destroys it.
                 return Ok(CmId(Arc::new(
                     CmIdInner {
                         id,
+                        ctx,
                         events: events.clone(),
                         has_qp: AtomicBool::new(false),
+                        child: true,
                     },
                     GFP_KERNEL,
                 )?));
@@ -393,7 +564,7 @@ impl CmId {
             )
         })?;
         self.0.events.wait(
-            self.as_raw(),
+            self.0.token(),
             bindings::RDMA_CM_EVENT_ADDR_RESOLVED,
             timeout_ms,
             cancel,
@@ -403,7 +574,7 @@ impl CmId {
             bindings::rdma_resolve_route(self.as_raw(), timeout_ms as _)
         })?;
         self.0.events.wait(
-            self.as_raw(),
+            self.0.token(),
             bindings::RDMA_CM_EVENT_ROUTE_RESOLVED,
             timeout_ms,
             cancel,
@@ -482,7 +653,7 @@ impl CmId {
 
     fn established(&self, qp: Qp<Init>, timeout_ms: u32, cancel: &Cancel) -> Result<Qp<Rts>> {
         self.0.events.wait(
-            self.as_raw(),
+            self.0.token(),
             bindings::RDMA_CM_EVENT_ESTABLISHED,
             timeout_ms,
             cancel,
@@ -492,10 +663,10 @@ impl CmId {
 
     /// Whether the peer has disconnected (the event is consumed).
     pub fn disconnected(&self) -> bool {
-        let id = self.as_raw();
+        let token = self.0.token();
         self.0
             .events
-            .take_where(|e| e.id == id && e.kind == bindings::RDMA_CM_EVENT_DISCONNECTED)
+            .take_where(|e| e.token == token && e.kind == bindings::RDMA_CM_EVENT_DISCONNECTED)
             .is_some()
     }
 
@@ -503,11 +674,13 @@ impl CmId {
     /// it came (the event is consumed); an error event of this ID, the
     /// timeout or `cancel` end the wait with `false`. For a work request
     /// that failed with a remote or retry error: whether the peer went away.
+    /// Other events of the ID stay queued (a device removal, for the next
+    /// wait to fail with `ENODEV`).
     pub fn wait_disconnected(&self, timeout_ms: u32, cancel: &Cancel) -> bool {
         self.0
             .events
             .wait(
-                self.as_raw(),
+                self.0.token(),
                 bindings::RDMA_CM_EVENT_DISCONNECTED,
                 timeout_ms,
                 cancel,

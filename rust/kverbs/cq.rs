@@ -9,8 +9,13 @@
 //! `done` ([`crate::qp`]) records the completion in the work request's slot
 //! and wakes the CQ's wait queue.  The polling context is chosen per CQ:
 //!
-//! - [`PollCtx::Direct`]: nobody polls but the waiter, which calls
-//!   `ib_process_cq_direct` in a loop (lowest latency, burns a CPU);
+//! - [`PollCtx::Direct`]: nobody polls but the waiters, which call
+//!   `ib_process_cq_direct` in a loop (lowest latency, burns a CPU). One
+//!   task at a time: `__ib_process_cq` polls a batch onto its stack and
+//!   calls each `done` with no lock held, so a second task could reap the
+//!   rest of the batch, drain marker included, and free the slots the
+//!   first is still to write (a QP dropped on another thread). A task that
+//!   finds the CQ being processed yields instead ([`Cq::process_direct`]);
 //! - [`PollCtx::Softirq`]: the core polls in softirq context on interrupt;
 //! - [`PollCtx::Workqueue`]: the core polls from a workqueue.
 //!
@@ -21,9 +26,10 @@
 use crate::bindings;
 use crate::device::Device;
 use crate::qp::Slot;
+use crate::srq::QpTable;
 use core::{
     ptr::NonNull,
-    sync::atomic::{AtomicU32, AtomicU64, Ordering},
+    sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering},
 };
 use kernel::{
     error::from_err_ptr,
@@ -33,6 +39,9 @@ use kernel::{
     types::ARef,
     types::Opaque,
 };
+
+/// What a CQ keeps for completions still in it: slots, and their table.
+type Kept = (KVec<Slot>, Option<Arc<QpTable>>);
 
 /// Where completions are polled.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -76,15 +85,20 @@ pub struct Cq(Arc<CqInner>);
 /// `cq` was allocated by `__ib_alloc_cq` on `dev` with `cq_context` pointing
 /// to `*wq`, an initialised wait queue that lives in its own allocation as
 /// long as the CQ. `room` is the number of its entries that no QP has
-/// taken.
+/// taken. On a [`PollCtx::Direct`] CQ, `ib_process_cq_direct` is only
+/// called by the task that set `processing` (and clears it after).
 pub(crate) struct CqInner {
     cq: NonNull<bindings::ib_cq>,
     ctx: PollCtx,
     room: AtomicU32,
+    processing: AtomicBool,
+    /// Times a task found the CQ being processed by another and yielded.
+    backoffs: AtomicU64,
     wq: Pin<KBox<Opaque<bindings::wait_queue_head>>>,
     /// Request slots whose owner (an SRQ) is gone while completions naming
-    /// them may still be in this CQ: freed with it.
-    kept: Pin<KBox<Mutex<KVec<KVec<Slot>>>>>,
+    /// them may still be in this CQ, and the QP table they name: freed
+    /// with it.
+    kept: Pin<KBox<Mutex<KVec<Kept>>>>,
     dev: ARef<Device>,
 }
 
@@ -132,6 +146,8 @@ impl Cq {
                 cq,
                 ctx,
                 room: AtomicU32::new(size.try_into().unwrap_or(0)),
+                processing: AtomicBool::new(false),
+                backoffs: AtomicU64::new(0),
                 wq,
                 kept,
                 dev: dev.into(),
@@ -140,18 +156,19 @@ impl Cq {
         )?))
     }
 
-    /// Keeps `slots` until the CQ is freed: completions naming them may
-    /// still be in it. On allocation failure they are leaked (and kmemleak
-    /// told), never freed early.
-    pub(crate) fn keep_slots(&self, slots: KVec<Slot>) {
+    /// Keeps `slots` (and the SRQ table they name) until the CQ is freed:
+    /// completions naming them may still be in it. On allocation failure
+    /// they are leaked (and kmemleak told), never freed early.
+    pub(crate) fn keep_slots(&self, slots: KVec<Slot>, table: Option<Arc<QpTable>>) {
         let mut kept = self.0.kept.lock();
         if kept.reserve(1, GFP_KERNEL).is_ok() {
             // Cannot fail: the room was reserved.
-            let _ = kept.push(slots, GFP_KERNEL);
+            let _ = kept.push((slots, table), GFP_KERNEL);
         } else {
-            let (ptr, _, _) = slots.into_raw_parts();
-            // SAFETY: Plain annotation of a live allocation.
-            unsafe { bindings::kverbs_kmemleak_not_leak(ptr.cast()) };
+            crate::qp::leak(slots);
+            if let Some(t) = table {
+                core::mem::forget(t);
+            }
         }
     }
 
@@ -197,26 +214,111 @@ impl Cq {
         self.0.room.fetch_add(n, Ordering::AcqRel);
     }
 
+    /// Processes up to `budget` completions of a [`PollCtx::Direct`] CQ,
+    /// calling their `done` functions, and returns how many; 0 on other
+    /// CQs, and 0 when another task is processing this one (its batch may
+    /// hold completions whose slots are freed as soon as their drain marker
+    /// is seen, so two tasks never process one CQ at once).
+    pub(crate) fn process_direct(&self, budget: u32) -> u32 {
+        let inner = &self.0;
+        if inner.ctx != PollCtx::Direct {
+            return 0;
+        }
+        if inner
+            .processing
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            inner.backoffs.fetch_add(1, Ordering::Relaxed);
+            return 0;
+        }
+        // SAFETY: The CQ is live and polled directly, and this task is the
+        // only one processing it (`processing`, type invariant): every
+        // `done` it calls runs before another task can see the marker of a
+        // drain that follows it and free the slots the batch names.
+        let n = unsafe { bindings::ib_process_cq_direct(inner.cq.as_ptr(), budget as i32) };
+        inner.processing.store(false, Ordering::Release);
+        n.max(0) as u32
+    }
+
+    /// Makes the calling task the one that processes `a` and `b` (if they
+    /// are polled directly) until the guard is dropped, waiting
+    /// (`cond_resched`) for a task processing them: for a C function that
+    /// calls `ib_process_cq_direct` itself (a driver's drain). Taken in
+    /// address order, so that two such tasks never wait for each other.
+    pub(crate) fn hold_direct<'a>(a: &'a Cq, b: &'a Cq) -> [Option<DirectHold<'a>>; 2] {
+        let (first, second) = if a.as_raw() <= b.as_raw() {
+            (a, b)
+        } else {
+            (b, a)
+        };
+        let one = first.hold();
+        let two = if core::ptr::eq(first.as_raw(), second.as_raw()) {
+            None
+        } else {
+            second.hold()
+        };
+        [one, two]
+    }
+
+    fn hold(&self) -> Option<DirectHold<'_>> {
+        if self.0.ctx != PollCtx::Direct {
+            return None;
+        }
+        while self
+            .0
+            .processing
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            self.0.backoffs.fetch_add(1, Ordering::Relaxed);
+            crate::cond_resched();
+        }
+        Some(DirectHold(self))
+    }
+
+    /// How many times a task found this direct CQ being processed by
+    /// another and yielded instead: a diagnostic of concurrent waiters.
+    pub fn direct_backoffs(&self) -> u64 {
+        self.0.backoffs.load(Ordering::Relaxed)
+    }
+
     /// One step of a wait for `*state == want`, which a completion's
     /// `done` sets: on a [`PollCtx::Direct`] CQ, processes up to 16
-    /// completions (and yields the CPU if there were none); otherwise sleeps
-    /// on the CQ's wait queue until it is woken with `*state == want`, at
-    /// most `slice_ms`. The caller checks `*state` and its deadline.
+    /// completions (and yields the CPU if there were none, or another task
+    /// is processing); otherwise sleeps on the CQ's wait queue until it is
+    /// woken with `*state == want`, at most `slice_ms`, or a signal comes.
+    /// The caller checks `*state` and its deadline.
     pub(crate) fn wait_step(&self, state: &AtomicU32, want: u32, slice_ms: u32) {
+        self.wait_step_as(state, want, slice_ms, true)
+    }
+
+    /// [`Cq::wait_step`], ignoring signals unless `interruptible`: a drain
+    /// must wait for its marker even in a task that is being killed.
+    pub(crate) fn wait_step_as(
+        &self,
+        state: &AtomicU32,
+        want: u32,
+        slice_ms: u32,
+        interruptible: bool,
+    ) {
         if self.0.ctx == PollCtx::Direct {
-            // SAFETY: The CQ is live and polled directly. Concurrent calls
-            // are allowed: `ib_process_cq_direct` polls into an array on its
-            // own stack, the driver's `poll_cq` takes the CQ's lock, and the
-            // `done` callbacks touch only their own slots.
-            if unsafe { bindings::ib_process_cq_direct(self.as_raw(), 16) } == 0 {
-                // SAFETY: Plain helper; we are in process context.
-                unsafe { bindings::kverbs_cond_resched() };
+            if self.process_direct(16) == 0 {
+                crate::cond_resched();
             }
             return;
         }
         // SAFETY: The wait queue is this CQ's (type invariant), live while
         // `self` is; `state` is read by the helper with `READ_ONCE`.
-        unsafe { bindings::kverbs_wait_u32(self.0.wq.get(), state.as_ptr(), want, slice_ms) };
+        unsafe {
+            bindings::kverbs_wait_u32(
+                self.0.wq.get(),
+                state.as_ptr(),
+                want,
+                slice_ms,
+                interruptible,
+            )
+        };
     }
 }
 
@@ -227,6 +329,16 @@ impl Cq {
         // SAFETY: The wait queue is this CQ's (type invariant), live while
         // `self` is; `v` is read by the helper with `READ_ONCE`.
         unsafe { bindings::kverbs_wait_u64_ge(self.0.wq.get(), v.as_ptr(), want, slice_ms) };
+    }
+}
+
+/// A direct CQ held by [`Cq::hold_direct`]: no other task processes it
+/// until this is dropped.
+pub(crate) struct DirectHold<'a>(&'a Cq);
+
+impl Drop for DirectHold<'_> {
+    fn drop(&mut self) {
+        self.0 .0.processing.store(false, Ordering::Release);
     }
 }
 

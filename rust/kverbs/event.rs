@@ -1,16 +1,32 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! Asynchronous events: of a device and its ports (`ib_register_event_handler`),
-//! and of the QPs created with an [`EventSink`] (`ib_qp_init_attr.event_handler`).
+//! and of the QPs and SRQs created with an [`EventSink`]
+//! (`ib_qp_init_attr.event_handler`).
 //!
 //! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
+//!
+//! The RDMA core calls a QP's or SRQ's handler from the driver's own
+//! processing -- softirq, a tasklet, the very task that would have to end
+//! for the QP to be destroyed -- and a device's handler under a lock that
+//! unregistering it takes. No code of a sink runs there: kverbs' handlers
+//! copy the event into a bounded ring ([`EventRing`], interrupt safe, no
+//! allocation) and queue a work item that hands the events to the sink in
+//! process context, one at a time and in order. So a sink may sleep, take
+//! mutexes, and drop the QP, SRQ or registration the event is about.
 
-use crate::{bindings, device::Device, device::PortNum};
-use core::{cell::UnsafeCell, ffi::c_void};
+use crate::{bindings, device::Device, device::PortNum, irq_lock::IrqLock};
+use core::{
+    ffi::c_void,
+    ptr::NonNull,
+    sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering},
+};
 use kernel::{
+    impl_has_work, new_work,
     prelude::*,
-    sync::Arc,
+    sync::{Arc, ArcBorrow},
     types::{ARef, Opaque},
+    workqueue::{self, Work, WorkItem},
 };
 
 /// What an event is about (the `element` of `struct ib_event`).
@@ -161,30 +177,187 @@ impl Event {
 
 /// Where events go.
 pub trait EventSink: Send + Sync {
-    /// Called for each event. It may be called in atomic context (QP
-    /// events come from the driver's completion paths): it must not sleep.
+    /// Called for each event, in process context (a workqueue), one event
+    /// of an object at a time and in the order they came: it may sleep,
+    /// and may drop the object the event is about (the events still queued
+    /// for it are then dropped). Events that come faster than they are
+    /// handled are dropped beyond [`QUEUED_EVENTS`] (with a kernel message).
+    ///
+    /// The object's drop waits for a call in progress on another task and
+    /// then makes the calls for the events still queued itself, so every
+    /// event raised before it is delivered and none after it returned: do
+    /// not drop an object while holding a lock its sink takes.
     fn event(&self, ev: &Event);
 }
 
-/// The sink of a QP or SRQ, boxed so that a thin pointer names it in the
-/// `qp_context` of the C object.
-pub(crate) type SinkBox = KBox<Arc<dyn EventSink>>;
+/// Events of one object kept for its sink while it handles others.
+pub const QUEUED_EVENTS: usize = 32;
+
+/// The events of one object (QP, SRQ, device registration) on their way
+/// to its sink: filled by the object's handler in any context, emptied by
+/// a work item that calls the sink in process context.
+///
+/// # Invariants
+///
+/// `work` is queued (on the system workqueue) only with a reference to
+/// this `Arc` that its run (or [`EventQueue::release`], which cancels it)
+/// gives back. `running` is 1 while a run delivers, by the task `runner`;
+/// `idle` is woken when it goes back to 0. Once `closed`, nothing more is
+/// delivered.
+#[pin_data]
+pub(crate) struct EventQueue {
+    #[pin]
+    work: Work<EventQueue>,
+    #[pin]
+    ring: EventRing<QUEUED_EVENTS>,
+    #[pin]
+    idle: Opaque<bindings::wait_queue_head>,
+    running: AtomicU32,
+    runner: AtomicUsize,
+    closed: AtomicBool,
+    sink: Arc<dyn EventSink>,
+}
+
+// SAFETY: The wait queue is a kernel object made for use from any thread;
+// the rest is `Send + Sync` (atomics, the ring's lock, the sink).
+unsafe impl Send for EventQueue {}
+// SAFETY: As above.
+unsafe impl Sync for EventQueue {}
+
+impl_has_work! {
+    impl HasWork<Self> for EventQueue { self.work }
+}
+
+impl WorkItem for EventQueue {
+    type Pointer = Arc<EventQueue>;
+
+    fn run(this: Arc<EventQueue>) {
+        // A work item never runs twice at once: one runner. `running` and
+        // `closed` are stored then loaded here and the other way round in
+        // `release`: sequentially consistent, so that one of the two sees
+        // the other's store.
+        this.runner.store(crate::current_task(), Ordering::Relaxed);
+        this.running.store(1, Ordering::SeqCst);
+        if !this.closed.load(Ordering::SeqCst) {
+            this.deliver(true);
+        }
+        this.running.store(0, Ordering::SeqCst);
+        // SAFETY: The wait queue is initialised and lives with `this`.
+        unsafe { bindings::kverbs_wake_up(this.idle.get()) };
+    }
+}
+
+impl EventQueue {
+    /// A queue for `sink`, as a raw pointer to be an object's context:
+    /// [`EventQueue::release`] takes it back.
+    pub(crate) fn new_raw(sink: Arc<dyn EventSink>) -> Result<NonNull<EventQueue>> {
+        let q = Arc::pin_init(
+            try_pin_init!(EventQueue {
+                work <- new_work!("kverbs::EventQueue::work"),
+                ring <- EventRing::new(),
+                idle <- Opaque::ffi_init(|slot: *mut bindings::wait_queue_head| {
+                    // SAFETY: `slot` is valid for writes and pinned.
+                    unsafe { bindings::kverbs_init_waitqueue_head(slot) }
+                }),
+                running: AtomicU32::new(0),
+                runner: AtomicUsize::new(0),
+                closed: AtomicBool::new(false),
+                sink,
+            }? Error),
+            GFP_KERNEL,
+        )?;
+        // `into_raw` never gives a null pointer.
+        NonNull::new(Arc::into_raw(q).cast_mut()).ok_or(ENOMEM)
+    }
+
+    /// Hands the events queued so far to the sink, one at a time; if
+    /// `until_closed`, stops when the queue is closed (by a sink that
+    /// dropped the object).
+    fn deliver(&self, until_closed: bool) {
+        let mut events = KVec::new();
+        let lost = self.ring.take_new(&mut events);
+        if lost > 0 {
+            pr_warn!(
+                "{} asynchronous events lost: their sink was too slow\n",
+                lost
+            );
+        }
+        for (_, ev) in events.iter() {
+            if until_closed && self.closed.load(Ordering::SeqCst) {
+                break;
+            }
+            self.sink.event(ev);
+        }
+    }
+
+    /// Records `ev` and schedules its delivery: from any context.
+    fn push(this: ArcBorrow<'_, Self>, ev: Event) {
+        this.ring.push(crate::now_ns(), ev);
+        // A reference for the work item; given back (and not the last one:
+        // the object holds its own) if it is queued already, in which case
+        // that run delivers this event too.
+        let _ = workqueue::system().enqueue(Arc::from(this));
+    }
+
+    /// Gives back the reference of [`EventQueue::new_raw`] once the object
+    /// can raise no more events, and closes the queue: no run delivers
+    /// after this. Called from the sink's own delivery (a sink that dropped
+    /// its object), the rest is not delivered. Otherwise a pending run is
+    /// cancelled, one in progress waited for, and what is left delivered
+    /// here. No `flush_work`: a sink that drops another object from its
+    /// delivery would nest two runs of this work item's lockdep class.
+    ///
+    /// # Safety
+    ///
+    /// `q` must come from [`EventQueue::new_raw`], be given back once, and
+    /// no handler may use it any more.
+    pub(crate) unsafe fn release(q: NonNull<EventQueue>) {
+        // SAFETY: By the caller's guarantee, this is `new_raw`'s reference.
+        let q = unsafe { Arc::from_raw(q.as_ptr()) };
+        q.closed.store(true, Ordering::SeqCst);
+        // SAFETY: `q.work` is a live, initialised work item.
+        let work = unsafe { Work::raw_get(core::ptr::addr_of!(q.work)) };
+        // SAFETY: As above. A pending run is taken off its queue.
+        if unsafe { bindings::kverbs_cancel_work(work.cast()) } {
+            // SAFETY: The reference the cancelled run would have given back
+            // (type invariant).
+            drop(unsafe { Arc::from_raw(core::ptr::from_ref::<EventQueue>(&q)) });
+        }
+        let own = q.running.load(Ordering::SeqCst) == 1
+            && q.runner.load(Ordering::Relaxed) == crate::current_task();
+        if own {
+            return;
+        }
+        // A run that starts now sees `closed` and delivers nothing; one in
+        // progress is waited for.
+        while q.running.load(Ordering::SeqCst) != 0 {
+            // SAFETY: The wait queue lives with `q`; `running` is read with
+            // `READ_ONCE`. Not interruptible: the drop must wait.
+            unsafe { bindings::kverbs_wait_u32(q.idle.get(), q.running.as_ptr(), 0, 100, false) };
+        }
+        q.deliver(false);
+    }
+}
 
 /// The `event_handler` of QPs (and SRQs) created with a sink: `ctx` is the
-/// [`SinkBox`] the object keeps until it is destroyed.
+/// [`EventQueue`] the object keeps until it is destroyed.
 ///
 /// # Safety
 ///
 /// Called by the driver, from the object's own processing, with a valid
 /// event about the object and the object's context as `ctx`.
 pub(crate) unsafe extern "C" fn object_event(ev: *mut bindings::ib_event, ctx: *mut c_void) {
-    // SAFETY: `ctx` is the `SinkBox` of the QP or SRQ the event is about,
-    // which outlives the C object (see `Qp`'s and `Srq`'s invariants); the
-    // core passes a valid event whose QP is live.
-    unsafe {
-        let sink = &*ctx.cast::<Arc<dyn EventSink>>();
-        sink.event(&Event::from_raw(ev, true));
-    }
+    // SAFETY: `ctx` is the queue of the QP or SRQ the event is about, whose
+    // reference the object holds until after it is destroyed (see `Qp`'s
+    // and `Srq`'s invariants); the core passes a valid event whose QP is
+    // live.
+    let (q, ev) = unsafe {
+        (
+            ArcBorrow::from_raw(ctx.cast::<EventQueue>()),
+            Event::from_raw(ev, true),
+        )
+    };
+    EventQueue::push(q, ev);
 }
 
 /// A registration of an event handler on a device: `sink` gets the
@@ -194,11 +367,12 @@ pub(crate) unsafe extern "C" fn object_event(ev: *mut bindings::ib_event, ctx: *
 ///
 /// `handler` is registered with the device (`ib_register_event_handler`)
 /// from creation until drop; `dev` holds the device's registration count.
+/// `queue` is a reference from [`EventQueue::new_raw`], given back on drop.
 #[pin_data(PinnedDrop)]
 struct Registration {
     #[pin]
     handler: Opaque<bindings::ib_event_handler>,
-    sink: Arc<dyn EventSink>,
+    queue: NonNull<EventQueue>,
     dev: ARef<Device>,
 }
 
@@ -217,10 +391,11 @@ unsafe impl Sync for DeviceEvents {}
 
 impl DeviceEvents {
     /// Registers `sink` for the events of `dev`. They are delivered from a
-    /// workqueue, one at a time.
+    /// workqueue, one at a time (see [`EventSink`]).
     pub fn register(dev: &Device, sink: Arc<dyn EventSink>) -> Result<Self> {
         let dev: ARef<Device> = dev.into();
         let raw = dev.as_raw();
+        let queue = EventQueue::new_raw(sink)?;
         let reg = KBox::pin_init(
             pin_init!(Registration {
                 // SAFETY: The handler is filled in before its registration,
@@ -229,11 +404,19 @@ impl DeviceEvents {
                     (*h).device = raw;
                     (*h).handler = Some(device_event);
                 }),
-                sink,
+                queue,
                 dev,
             }),
             GFP_KERNEL,
-        )?;
+        );
+        let reg = match reg {
+            Ok(reg) => reg,
+            Err(e) => {
+                // SAFETY: From `new_raw` above; no handler has it.
+                unsafe { EventQueue::release(queue) };
+                return Err(e);
+            }
+        };
         // SAFETY: The handler is pinned for as long as it is registered
         // (until drop) and its device is live (we hold a reference).
         unsafe { bindings::ib_register_event_handler(reg.handler.get()) };
@@ -259,7 +442,10 @@ unsafe extern "C" fn device_event(h: *mut bindings::ib_event_handler, ev: *mut b
     // SAFETY: The core passes a valid event.
     // Device events come from a workqueue: a QP they might name could be
     // gone, its number is not read.
-    reg.sink.event(&unsafe { Event::from_raw(ev, false) });
+    let ev = unsafe { Event::from_raw(ev, false) };
+    // SAFETY: The registration holds this reference until after it is
+    // unregistered, which waits for this call to return.
+    EventQueue::push(unsafe { ArcBorrow::from_raw(reg.queue.as_ptr()) }, ev);
 }
 
 #[pinned_drop]
@@ -268,51 +454,50 @@ impl PinnedDrop for Registration {
         // SAFETY: Registered at creation (type invariant); this waits for
         // a callback in progress (the core's rwsem), after which none comes.
         unsafe { bindings::ib_unregister_event_handler(self.handler.get()) };
+        // SAFETY: The queue's reference of this registration, whose
+        // handler is gone.
+        unsafe { EventQueue::release(self.queue) };
     }
 }
 
 /// The newest `N` events with their time (`ktime_get_ns`), and how many
 /// came in all: a ring filled from any context -- QP events come from the
 /// driver's completion paths, softirq or hard interrupt -- under a
-/// spinlock taken with interrupts off, without allocating.
+/// spinlock taken with interrupts off, without allocating. The entries
+/// are on the heap, allocated with the ring: `N` is not bounded by the
+/// stack, and nothing of size `N` is ever copied onto it.
 ///
 /// # Invariants
 ///
-/// `lock` is an initialised `spinlock_t`; `ring` is only accessed with it
-/// held.
+/// The `entries` of `ring` has `N` elements.
 #[pin_data]
 pub struct EventRing<const N: usize> {
     #[pin]
-    lock: Opaque<bindings::spinlock_t>,
-    ring: UnsafeCell<([Option<(u64, Event)>; N], u64)>,
+    ring: IrqLock<Ring>,
 }
 
-// SAFETY: The ring is only accessed under the lock.
-unsafe impl<const N: usize> Send for EventRing<N> {}
-// SAFETY: As above.
-unsafe impl<const N: usize> Sync for EventRing<N> {}
+struct Ring {
+    entries: KVec<Option<(u64, Event)>>,
+    /// Events pushed in all.
+    total: u64,
+    /// Events taken by [`EventRing::take_new`] (or lost before it ran).
+    taken: u64,
+}
 
 impl<const N: usize> EventRing<N> {
-    /// An empty ring.
-    pub fn new() -> impl PinInit<Self> {
-        pin_init!(EventRing {
-            // SAFETY: `slot` is valid for writes and pinned.
-            lock <- Opaque::ffi_init(|slot: *mut bindings::spinlock_t| unsafe {
-                bindings::kverbs_spin_lock_init(slot)
+    /// An empty ring (its `N` entries are allocated here).
+    pub fn new() -> impl PinInit<Self, Error> {
+        try_pin_init!(EventRing {
+            ring <- IrqLock::new(Ring {
+                entries: KVec::from_elem(None, N, GFP_KERNEL)?,
+                total: 0,
+                taken: 0,
             }),
-            ring: UnsafeCell::new(([None; N], 0)),
-        })
+        }? Error)
     }
 
-    /// Runs `f` on the ring with the lock held, interrupts off.
-    fn with<R>(&self, f: impl FnOnce(&mut ([Option<(u64, Event)>; N], u64)) -> R) -> R {
-        // SAFETY: The lock is initialised (type invariant).
-        let flags = unsafe { bindings::kverbs_spin_lock_irqsave(self.lock.get()) };
-        // SAFETY: The lock is held: this is the only access to `ring`.
-        let r = f(unsafe { &mut *self.ring.get() });
-        // SAFETY: Taken above with these flags.
-        unsafe { bindings::kverbs_spin_unlock_irqrestore(self.lock.get(), flags) };
-        r
+    fn with<R>(&self, f: impl FnOnce(&mut Ring) -> R) -> R {
+        self.ring.with(f)
     }
 
     /// Adds `ev`, at time `t`; the oldest goes if the ring is full.
@@ -320,25 +505,53 @@ impl<const N: usize> EventRing<N> {
         if N == 0 {
             return;
         }
-        self.with(|(entries, total)| {
-            entries[(*total % N as u64) as usize] = Some((t, ev));
-            *total += 1;
+        self.with(|r| {
+            r.entries[(r.total % N as u64) as usize] = Some((t, ev));
+            r.total += 1;
         });
+    }
+
+    /// Copies the events from number `from` on (oldest first) into `out`,
+    /// whose room for `N` more was reserved: no allocation under the lock.
+    fn copy_from(r: &Ring, from: u64, out: &mut KVec<(u64, Event)>) {
+        for i in from..r.total {
+            if let Some(e) = r.entries[(i % N as u64) as usize] {
+                // Within the reserved capacity: does not allocate.
+                let _ = out.push(e, GFP_ATOMIC);
+            }
+        }
     }
 
     /// The events kept, oldest first, and how many came in all.
     pub fn snapshot(&self) -> (KVec<(u64, Event)>, u64) {
-        let (entries, total) = self.with(|r| (r.0, r.1));
-        let kept = total.min(N as u64);
         let mut v = KVec::new();
-        // Best effort: on allocation failure fewer events are shown.
-        if v.reserve(kept as usize, GFP_KERNEL).is_ok() {
-            for i in total - kept..total {
-                if let Some(e) = entries[(i % N as u64) as usize] {
-                    let _ = v.push(e, GFP_KERNEL);
-                }
+        // Best effort: on allocation failure no event is shown.
+        let room = v.reserve(N, GFP_KERNEL).is_ok();
+        let total = self.with(|r| {
+            if room {
+                Self::copy_from(r, r.total - r.total.min(N as u64), &mut v);
             }
-        }
+            r.total
+        });
         (v, total)
+    }
+
+    /// Moves the events pushed since the last call into `out` (oldest
+    /// first) and returns how many of them were lost, overwritten before
+    /// they were taken (or because `out` could not be allocated).
+    pub(crate) fn take_new(&self, out: &mut KVec<(u64, Event)>) -> u64 {
+        let room = out.reserve(N, GFP_KERNEL).is_ok();
+        self.with(|r| {
+            let kept = r.total - r.total.min(N as u64);
+            let from = r.taken.max(kept);
+            let mut lost = from - r.taken;
+            if room {
+                Self::copy_from(r, from, out);
+            } else {
+                lost = r.total - r.taken;
+            }
+            r.taken = r.total;
+            lost
+        })
     }
 }

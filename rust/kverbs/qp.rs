@@ -72,7 +72,7 @@ use crate::cm::{CmId, CmIdRef};
 use crate::cq::{self, Cq};
 use crate::device::{Device, Gid, Mtu, PortNum};
 use crate::dma::DmaBuf;
-use crate::event::{EventSink, SinkBox};
+use crate::event::{EventQueue, EventSink};
 use crate::mr::MrInner;
 use crate::pd::Pd;
 use crate::srq::Srq;
@@ -242,12 +242,18 @@ pub struct AddressVector {
     pub traffic_class: u8,
     /// Service level.
     pub sl: u8,
+    /// The destination LID, on an InfiniBand port: the peer's port, the
+    /// router's across subnets, or a multicast group's
+    /// (`rdma_ah_set_dlid`). RoCE has no LIDs and ignores it; on an
+    /// InfiniBand port a path without one (0) is refused with `EINVAL`,
+    /// never sent to LID 0.
+    pub dlid: u16,
 }
 
 impl AddressVector {
     /// `dgid` from our GID `sgid_index`, one hop away (hop limit 1), flow
-    /// label, traffic class and service level 0: what RDMA_RC_example and
-    /// mckey use.
+    /// label, traffic class and service level 0, no LID: what RDMA_RC_example
+    /// and mckey use on RoCE.
     pub fn new(dgid: Gid, sgid_index: u8) -> Self {
         AddressVector {
             dgid,
@@ -256,6 +262,7 @@ impl AddressVector {
             flow_label: 0,
             traffic_class: 0,
             sl: 0,
+            dlid: 0,
         }
     }
 }
@@ -581,12 +588,14 @@ pub(crate) const SLOT_DONE: u32 = 2;
 ///
 /// `cqe` is the first field, so a pointer to it is a pointer to the slot.
 /// `wc` is written by `done` only while `state` is `SLOT_POSTED`, and read
-/// only after `state` was seen `SLOT_DONE` (release/acquire).
+/// only after `state` was seen `SLOT_DONE` (release/acquire). `qps` is null
+/// or the table of the SRQ the slot is of, which outlives the slot.
 #[repr(C)]
 pub(crate) struct Slot {
     pub(crate) cqe: Opaque<bindings::ib_cqe>,
     pub(crate) state: AtomicU32,
     pub(crate) wc: UnsafeCell<Option<Wc>>,
+    qps: *const crate::srq::QpTable,
 }
 
 /// What a posted request keeps alive until it is reaped.
@@ -623,11 +632,11 @@ struct Book {
 /// are never reallocated; their `ib_cqe`s are the `wr_cqe` of every request
 /// posted on `qp`. Each has one slot more than `book`'s: the last, the
 /// drain's marker. `events`, if any, is the `qp_context` of `qp`, a leaked
-/// [`crate::event::SinkBox`] freed after `qp` is destroyed.
+/// [`EventQueue`] reference given back after `qp` is destroyed.
 #[pin_data(PinnedDrop)]
 struct QpInner {
     qp: NonNull<bindings::ib_qp>,
-    events: Option<NonNull<Arc<dyn EventSink>>>,
+    events: Option<NonNull<EventQueue>>,
     /// The shared receive queue the QP receives from, if any: it lives
     /// until the QP is destroyed.
     srq: Option<Srq>,
@@ -699,9 +708,13 @@ pub(crate) fn check_port(dev: &Device, port: PortNum) -> Result {
     Err(EINVAL)
 }
 
-pub(crate) fn new_slots(n: u32) -> Result<KVec<Slot>> {
+/// `n` free slots; of the SRQ whose table is `qps`, if any (which must
+/// outlive them: keep it with them).
+pub(crate) fn new_slots(n: u32, qps: Option<&Arc<crate::srq::QpTable>>) -> Result<KVec<Slot>> {
+    let qps = qps.map_or(ptr::null(), |t| &**t as *const _);
     let mut v = KVec::with_capacity(n as usize, GFP_KERNEL)?;
     for _ in 0..n {
+        // INVARIANT: `qps` is null or the caller's table, kept with them.
         v.push(
             Slot {
                 cqe: Opaque::new(bindings::ib_cqe {
@@ -709,6 +722,7 @@ pub(crate) fn new_slots(n: u32) -> Result<KVec<Slot>> {
                 }),
                 state: AtomicU32::new(SLOT_FREE),
                 wc: UnsafeCell::new(None),
+                qps,
             },
             GFP_KERNEL,
         )?;
@@ -858,8 +872,8 @@ impl<T: Transport> Qp<Reset, T> {
         let send_room = CqRoom::take(send_cq, max_send_wr, dev)?;
         let recv_room = CqRoom::take(recv_cq, max_recv_wr, dev)?;
         // One slot more on each queue, the last, for the drain's marker.
-        let send_slots = new_slots(max_send_wr)?;
-        let recv_slots = new_slots(max_recv_wr)?;
+        let send_slots = new_slots(max_send_wr, None)?;
+        let recv_slots = new_slots(max_recv_wr, None)?;
         let book = Book {
             send: new_res(caps.max_send_wr)?,
             recv: new_res(max_recv_wr.saturating_sub(1))?,
@@ -887,22 +901,22 @@ impl<T: Transport> Qp<Reset, T> {
             init.srq = srq.as_raw();
         }
         init.cap.max_inline_data = caps.max_inline_data;
-        // The sink's box is leaked to be the QP's context: freed only
-        // after the QP is destroyed (here on failure, else by `QpInner`).
+        // The sink's queue is the QP's context: given back only after the
+        // QP is destroyed (here on failure, else by `QpInner`).
         let events = match events {
             Some(sink) => {
-                let b: SinkBox = KBox::new(sink, GFP_KERNEL)?;
+                let q = EventQueue::new_raw(sink)?;
                 init.event_handler = Some(crate::event::object_event);
-                init.qp_context = KBox::into_raw(b).cast();
-                NonNull::new(init.qp_context.cast::<Arc<dyn EventSink>>())
+                init.qp_context = q.as_ptr().cast();
+                Some(q)
             }
             None => None,
         };
-        let free_events = |events: Option<NonNull<Arc<dyn EventSink>>>| {
+        let free_events = |events: Option<NonNull<EventQueue>>| {
             if let Some(e) = events {
-                // SAFETY: Leaked from a `SinkBox` above; the QP that used
-                // it is destroyed or was never created.
-                drop(unsafe { KBox::from_raw(e.as_ptr()) });
+                // SAFETY: From `new_raw` above; the QP that used it is
+                // destroyed or was never created.
+                unsafe { EventQueue::release(e) };
             }
         };
         let qp = match cm {
@@ -1217,8 +1231,12 @@ impl Qp<Rts, Rc> {
         };
         // SAFETY: `wr.wr` is the first field of `ib_atomic_wr`, which the
         // device of this RC QP reads for atomic opcodes; the SGE describes
-        // 8 bytes of memory mapped for this device (8-byte aligned: chunks
-        // are page aligned) that the slot keeps alive.
+        // 8 bytes of memory mapped for this device that the slot keeps
+        // alive (`sge_list` checked the range). They are 8-byte aligned:
+        // `offset` is, and so is the start of the buffer's allocation --
+        // `kmalloc` aligns every object to at least 8 bytes
+        // (`ARCH_KMALLOC_MINALIGN`) and a chunk of a larger buffer to
+        // `CHUNK`; 8 aligned bytes never straddle two chunks.
         unsafe { self.post(Queue::Send, &mut wr.wr, signaled, res) }
     }
 }
@@ -1311,6 +1329,8 @@ impl Qp<Rts, Rc> {
             flow_label: grh.flow_label,
             traffic_class: grh.traffic_class,
             sl: a.ah_attr.sl,
+            // SAFETY: `a.ah_attr` was filled in by the query.
+            dlid: unsafe { bindings::rdma_ah_get_dlid(&a.ah_attr) } as u16,
         })
     }
 
@@ -1891,11 +1911,22 @@ impl<S: State, T: Transport> Qp<S, T> {
 /// [`Qp::post`] or [`Qp::post_recv`], whose `wr_cqe` is a slot's `cqe`.
 unsafe extern "C" fn slot_done(cq: *mut bindings::ib_cq, wc: *mut bindings::ib_wc) {
     // SAFETY: `wc` is valid during the call; `wr_cqe` is a slot's first
-    // field (type invariant of `Slot`), and slots outlive the QP's requests.
+    // field (type invariant of `Slot`). The slot is live: slots are freed
+    // only after the drain's markers were seen done (or leaked), and the
+    // `done` calls of one CQ run one at a time, in the CQ's order -- by the
+    // core's softirq or workqueue poller, or by the one task that holds a
+    // direct CQ (`Cq::process_direct`) -- so every completion queued before
+    // a marker has had its `done` return before the marker's runs.
     let (slot, wc) = unsafe { (&*(*wc).__bindgen_anon_1.wr_cqe.cast::<Slot>(), &*wc) };
+    let mut wc = Wc::from_raw(wc);
+    if !slot.qps.is_null() {
+        // SAFETY: The table of the slot's SRQ outlives the slot (type
+        // invariant of `Slot`).
+        wc.qp_num = unsafe { (*slot.qps).qp_num(wc.qp_raw) };
+    }
     // SAFETY: The slot is posted: only this completion writes `wc`, and the
     // waiter reads it after the release store below.
-    unsafe { *slot.wc.get() = Some(Wc::from_raw(wc)) };
+    unsafe { *slot.wc.get() = Some(wc) };
     slot.state.store(SLOT_DONE, Ordering::Release);
     // SAFETY: `cq` is a kverbs CQ, inside its `done` callback.
     unsafe { cq::wake_waiters(cq) };
@@ -1916,7 +1947,9 @@ impl QpInner {
     /// Not `ib_drain_qp`: it cannot say whether it drained (it returns early
     /// with only a WARN when its modify or post fails), and its send marker,
     /// an RDMA WRITE, is refused by UD QPs. A device with drain functions of
-    /// its own (iWARP) is drained by them, as the core does.
+    /// its own (mlx4, mlx5) is drained by them, as the core does; they
+    /// process a directly polled CQ themselves, so this task holds such CQs
+    /// meanwhile (see [`Cq::process_direct`]).
     fn drain(&self, last_ah: Option<&Arc<AhInner>>) -> bool {
         let qp = self.qp.as_ptr();
         // SAFETY: Reads the fault attribute (`DrainFaultInjection`).
@@ -1928,7 +1961,9 @@ impl QpInner {
         // SAFETY: The device is live; its ops are set before registration.
         let (drv_sq, drv_rq) = unsafe { ((*dev).ops.drain_sq, (*dev).ops.drain_rq) };
         if drv_sq.is_some() || drv_rq.is_some() {
-            // SAFETY: The QP is live; the driver's drain waits for it.
+            let _held = Cq::hold_direct(&self.send_cq.cq, &self.recv_cq.cq);
+            // SAFETY: The QP is live; the driver's drain waits for it, and
+            // processes a direct CQ only while this task holds it.
             unsafe { bindings::ib_drain_qp(qp) };
             return true;
         }
@@ -1991,9 +2026,34 @@ impl QpInner {
                     self.wait_marker(m, &self.recv_cq.cq, "receive")
                 }
             }
-            None => true,
+            None => {
+                if let Some(srq) = &self.srq {
+                    self.drain_srq(srq);
+                }
+                true
+            }
         };
         sq && rq
+    }
+
+    /// The receive side of the drain of a QP of an SRQ, which has no
+    /// receive queue to put a marker on: as the verbs advise (and
+    /// `__ib_drain_srq` does), waits for the QP's last receive
+    /// (`IB_EVENT_QP_LAST_WQE_REACHED`, up to 5 s), then processes what a
+    /// directly polled SRQ CQ holds, so that the completions of this QP
+    /// are named by its number while it is still in the SRQ's table. The
+    /// SRQ's slots are the SRQ's: nothing is freed under them either way.
+    fn drain_srq(&self, srq: &Srq) {
+        // SAFETY: The QP is live and in ERR; the core completes its
+        // `srq_completion` on that event.
+        if !unsafe { bindings::kverbs_qp_wait_last_wqe(self.qp.as_ptr(), 5000) } {
+            pr_warn!(
+                "QP {:#x} drain: no last-WQE-reached event in 5 s\n",
+                self.qp_num()
+            );
+            return;
+        }
+        while srq.cq().process_direct(64) > 0 {}
     }
 
     /// Posts `wr`, signalled, with the marker slot `m`, and waits for it.
@@ -2021,12 +2081,16 @@ impl QpInner {
         self.wait_marker(m, &self.send_cq.cq, "send")
     }
 
-    /// Waits up to 5 s for the marker `m` on `cq`.
+    /// Waits up to 5 s for the marker `m` on `cq`. Signals do not end the
+    /// wait: a task being killed drops its QPs, and a wait that returned at
+    /// once would spin (and, with the flush's worker on the same CPU, never
+    /// see it), fail the drain and leak.
     fn wait_marker(&self, m: &Slot, cq: &Cq, queue: &str) -> bool {
         let cancel = Cancel::new();
         let deadline = crate::Deadline::new(5000, &cancel);
         while m.state.load(Ordering::Acquire) != SLOT_DONE && deadline.left_ns() > 0 {
-            cq.wait_step(&m.state, SLOT_DONE, 100);
+            let slice = (deadline.left_ns() / 1_000_000).clamp(1, 100) as u32;
+            cq.wait_step_as(&m.state, SLOT_DONE, slice, false);
         }
         if m.state.load(Ordering::Acquire) != SLOT_DONE {
             pr_err!(
@@ -2042,6 +2106,17 @@ impl QpInner {
     fn qp_num(&self) -> u32 {
         // SAFETY: The QP is live; its number never changes.
         unsafe { (*self.qp.as_ptr()).qp_num }
+    }
+}
+
+/// Leaks `v` on purpose (memory a device or a CQ may still reach) and tells
+/// kmemleak, which still scans it, so that what it points to is not
+/// reported either.
+pub(crate) fn leak<T>(v: KVec<T>) {
+    let (ptr, _, cap) = v.into_raw_parts();
+    if cap > 0 && core::mem::size_of::<T>() > 0 {
+        // SAFETY: Plain annotation of a live allocation.
+        unsafe { bindings::kverbs_kmemleak_not_leak(ptr.cast()) };
     }
 }
 
@@ -2065,7 +2140,9 @@ impl PinnedDrop for QpInner {
         }
         // `last_ah` lives until the QP is destroyed: a send marker that did
         // not complete still names it.
-        let drained = !posted_any || self.drain(last_ah.as_ref());
+        // A QP of an SRQ may have taken receives without ever posting: it
+        // is always drained (its last receive waited for).
+        let drained = (!posted_any && self.srq.is_none()) || self.drain(last_ah.as_ref());
         // Read now: the QP is freed by its destruction.
         let qpn = self.qp_num();
         let events = self.events;
@@ -2104,22 +2181,27 @@ impl PinnedDrop for QpInner {
             // arrays) are moved out.
             let this = unsafe { self.get_unchecked_mut() };
             for slots in [&mut this.send_slots, &mut this.recv_slots] {
-                let (ptr, _, _) = core::mem::replace(slots, KVec::new()).into_raw_parts();
-                // SAFETY: Plain annotation of a live allocation.
-                unsafe { bindings::kverbs_kmemleak_not_leak(ptr.cast()) };
+                leak(core::mem::replace(slots, KVec::new()));
             }
+        }
+        // The QP is destroyed: the device no longer touches the streams'
+        // buffers, which are released now, drained or not, so that no
+        // reference to the device is left behind.
+        for s in streams.iter().flatten() {
+            s.release_bufs();
         }
         if drained {
             drop(streams);
         } else {
-            // As the slots: their CQEs may still be reached.
-            core::mem::forget(streams);
+            // As the slots: their CQEs may still be reached by completions
+            // in the CQ; only that memory is leaked.
+            leak(streams);
         }
         drop(last_ah);
         if let Some(e) = events {
-            // SAFETY: By the type invariant, leaked from a `SinkBox` for the
+            // SAFETY: By the type invariant, the queue's reference of the
             // QP, which is destroyed: no event comes any more.
-            drop(unsafe { KBox::from_raw(e.as_ptr()) });
+            unsafe { EventQueue::release(e) };
         }
         // The slots' resources (buffers, MRs) and then the CQs and PD are
         // released as the fields drop.

@@ -16,7 +16,8 @@ use crate::{
     bindings,
     cq::Cq,
     dma::DmaBuf,
-    event::{EventSink, SinkBox},
+    event::{EventQueue, EventSink},
+    irq_lock::IrqLock,
     pd::Pd,
     qp::{self, Cancel, Slot, SlotRes, SLOT_DONE, SLOT_FREE},
     wc::Wc,
@@ -37,9 +38,29 @@ pub struct SrqWrId {
 /// Process-context bookkeeping.
 struct Book {
     res: KVec<SlotRes>,
-    /// The QPs using the SRQ: their `ib_qp` address and number, to name
-    /// the QP of a completion without touching a QP that may be gone.
-    qps: KVec<(usize, u32)>,
+}
+
+/// The QPs using an SRQ, by `ib_qp` address and number: the `done` of its
+/// receives names the QP a completion came in on when the completion is
+/// processed, from its address, without touching a QP that may be gone. A
+/// QP leaves the table once it is destroyed -- after its drain waited for
+/// its last receive (`IB_EVENT_QP_LAST_WQE_REACHED`) -- so a later QP at the
+/// same address is never taken for it by a completion processed in time.
+///
+/// Shared by the SRQ and its slots, which the CQ keeps after the SRQ: alive
+/// as long as a `done` may look in it.
+#[pin_data]
+pub(crate) struct QpTable {
+    #[pin]
+    qps: IrqLock<KVec<(usize, u32)>>,
+}
+
+impl QpTable {
+    /// The number of the QP at `raw`, 0 if none.
+    pub(crate) fn qp_num(&self, raw: usize) -> u32 {
+        self.qps
+            .with(|qps| qps.iter().find(|q| q.0 == raw).map_or(0, |q| q.1))
+    }
 }
 
 /// # Invariants
@@ -48,13 +69,15 @@ struct Book {
 /// receives complete on `cq`, whose room for `max_wr` of them this SRQ
 /// holds. `slots` are the `wr_cqe` of every receive posted; they are handed
 /// to `cq` on drop, so they live as long as completions may name them.
-/// `events`, if any, is the `srq_context`, a leaked [`SinkBox`] freed after
+/// `events`, if any, is the `srq_context`, an [`EventQueue`] given back after
 /// `srq` is destroyed.
 #[pin_data(PinnedDrop)]
 pub(crate) struct SrqInner {
     srq: NonNull<bindings::ib_srq>,
-    events: Option<NonNull<Arc<dyn EventSink>>>,
+    events: Option<NonNull<EventQueue>>,
     slots: KVec<Slot>,
+    /// Named by every slot.
+    qps: Arc<QpTable>,
     #[pin]
     book: Mutex<Book>,
     max_wr: u32,
@@ -108,7 +131,17 @@ impl Srq {
         }
         cq.take_room(max_wr)?;
         let give_back = || cq.give_room(max_wr);
-        let (slots, res) = match qp::new_slots(max_wr).and_then(|s| Ok((s, qp::new_res(max_wr)?))) {
+        let table = Arc::pin_init(
+            pin_init!(QpTable {
+                qps <- IrqLock::new(KVec::new()),
+            }),
+            GFP_KERNEL,
+        );
+        let made = table.and_then(|t| {
+            let slots = qp::new_slots(max_wr, Some(&t))?;
+            Ok((t, slots, qp::new_res(max_wr)?))
+        });
+        let (table, slots, res) = match made {
             Ok(v) => v,
             Err(e) => {
                 give_back();
@@ -121,24 +154,23 @@ impl Srq {
         };
         init.attr.max_wr = max_wr;
         init.attr.max_sge = max_sge.max(1);
-        let events = match events.map(|sink| KBox::new(sink, GFP_KERNEL)) {
-            Some(Ok(b)) => {
-                let b: SinkBox = b;
+        let events = match events.map(EventQueue::new_raw) {
+            Some(Ok(q)) => {
                 init.event_handler = Some(crate::event::object_event);
-                init.srq_context = KBox::into_raw(b).cast();
-                NonNull::new(init.srq_context.cast::<Arc<dyn EventSink>>())
+                init.srq_context = q.as_ptr().cast();
+                Some(q)
             }
             Some(Err(e)) => {
                 give_back();
-                return Err(e.into());
+                return Err(e);
             }
             None => None,
         };
-        let free_events = |events: Option<NonNull<Arc<dyn EventSink>>>| {
+        let free_events = |events: Option<NonNull<EventQueue>>| {
             if let Some(e) = events {
-                // SAFETY: Leaked from a `SinkBox` above; the SRQ that used
-                // it is destroyed or was never created.
-                drop(unsafe { KBox::from_raw(e.as_ptr()) });
+                // SAFETY: From `new_raw` above; the SRQ that used it is
+                // destroyed or was never created.
+                unsafe { EventQueue::release(e) };
             }
         };
         // SAFETY: The PD is live; `init` is a valid attribute set.
@@ -154,15 +186,13 @@ impl Srq {
             }
         };
         let (max_wr_got, max_sge_got) = (init.attr.max_wr.min(max_wr), init.attr.max_sge);
-        let book = Book {
-            res,
-            qps: KVec::new(),
-        };
+        let book = Book { res };
         let inner = Arc::pin_init(
             try_pin_init!(SrqInner {
                 srq,
                 events,
                 slots,
+                qps: table,
                 book <- new_mutex!(book),
                 max_wr: max_wr_got,
                 max_sge: max_sge_got,
@@ -213,24 +243,25 @@ impl Srq {
 
     /// Records a QP created on the SRQ (its `ib_qp` address and number).
     pub(crate) fn add_qp(&self, raw: *mut bindings::ib_qp, qp_num: u32) -> Result {
+        // Under a lock with interrupts off: rarely grows, never sleeps.
         self.0
-            .book
-            .lock()
             .qps
-            .push((raw as usize, qp_num), GFP_KERNEL)?;
+            .qps
+            .with(|qps| qps.push((raw as usize, qp_num), GFP_ATOMIC))?;
         Ok(())
     }
 
     /// Forgets a QP destroyed (or never completed).
     pub(crate) fn remove_qp(&self, raw: *mut bindings::ib_qp) {
-        let mut book = self.0.book.lock();
-        if let Some(i) = book.qps.iter().position(|q| q.0 == raw as usize) {
-            let last = book.qps.len() - 1;
-            book.qps.as_mut_slice().swap(i, last);
-            // SAFETY: Shrinking by one drops a `Copy` value; `last` is in
-            // bounds.
-            unsafe { book.qps.set_len(last) };
-        }
+        self.0.qps.qps.with(|qps| {
+            if let Some(i) = qps.iter().position(|q| q.0 == raw as usize) {
+                let last = qps.len() - 1;
+                qps.as_mut_slice().swap(i, last);
+                // SAFETY: Shrinking by one drops a `Copy` value; `last` is
+                // in bounds.
+                unsafe { qps.set_len(last) };
+            }
+        });
     }
 
     /// Posts a receive into `len` bytes of `buf` at `offset`. `ENOSPC` when
@@ -287,7 +318,8 @@ impl Srq {
     }
 
     /// Waits for the receive `id`, at most `timeout_ms`, and releases its
-    /// slot; the completion's [`Wc::qp_num`] names the QP it came in on.
+    /// slot; the completion's [`Wc::qp_num`] names the QP it came in on (as
+    /// it was when the completion was processed).
     /// Errors as [`crate::qp::Qp::wait`]. A failed wait leaves the receive
     /// outstanding.
     pub fn wait(&self, id: SrqWrId, timeout_ms: u32, cancel: &Cancel) -> Result<Wc> {
@@ -313,12 +345,7 @@ impl Srq {
         // SAFETY: `SLOT_DONE` was observed with acquire ordering after
         // `done` wrote `wc`; the slot cannot be posted again while the lock
         // is held.
-        let mut wc = unsafe { *slot.wc.get() }.ok_or(EIO)?;
-        wc.qp_num = book
-            .qps
-            .iter()
-            .find(|q| q.0 == wc.qp_raw)
-            .map_or(0, |q| q.1);
+        let wc = unsafe { *slot.wc.get() }.ok_or(EIO)?;
         book.res[id.index] = SlotRes::default();
         slot.state.store(SLOT_FREE, Ordering::Release);
         Ok(wc)
@@ -356,16 +383,19 @@ impl PinnedDrop for SrqInner {
         // longer writes into its receives' buffers.
         unsafe { bindings::ib_destroy_srq(self.srq.as_ptr()) };
         if let Some(e) = self.events {
-            // SAFETY: Leaked from a `SinkBox` for the SRQ, now destroyed.
-            drop(unsafe { KBox::from_raw(e.as_ptr()) });
+            // SAFETY: The queue's reference of the SRQ, now destroyed.
+            unsafe { EventQueue::release(e) };
         }
         // SAFETY: Only fields that are not structurally pinned (the slots)
         // are moved out.
         let this = unsafe { self.get_unchecked_mut() };
         // Completions of its receives may still be in the CQ (of QPs
-        // destroyed since): the slots go with the CQ.
-        this.cq
-            .keep_slots(core::mem::replace(&mut this.slots, KVec::new()));
+        // destroyed since): the slots, and the table they name, go with the
+        // CQ.
+        this.cq.keep_slots(
+            core::mem::replace(&mut this.slots, KVec::new()),
+            Some(this.qps.clone()),
+        );
         this.cq.give_room(this.max_wr);
         // The receives' buffers are released as `book` drops.
     }

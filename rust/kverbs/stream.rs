@@ -27,10 +27,12 @@
 //! The buffers of a stream and the `ib_cqe`s its requests name live in a
 //! shared part that the QP holds as well, until it is destroyed (after its
 //! drain): a stream dropped or forgotten with requests outstanding leaves
-//! them to the QP, which flushes them. (A forgotten stream leaks its own
-//! reference to the shared part, and so the buffers and their device
-//! reference, as forgetting an `Arc<DmaBuf>` does: sound, but the device
-//! cannot be unregistered then.) A stream takes `depth` of the QP's
+//! them to the QP, which flushes them. Once the QP is destroyed the device
+//! no longer reads or writes the buffers, and the QP releases them (and so
+//! their device references) whoever else still holds the shared part: a
+//! forgotten stream, or a drain that failed and left the CQEs to completions
+//! still in the CQ, leaks only the ring's memory, never a reference that
+//! device unregistration waits for. A stream takes `depth` of the QP's
 //! request slots, so streams and [`Qp::post_send`] together never have more
 //! requests outstanding than the QP's queue (and its CQ room) holds; the
 //! slots are given back when a stream with nothing outstanding is dropped.
@@ -49,7 +51,12 @@ use core::{
     ptr,
     sync::atomic::{AtomicU32, AtomicU64, Ordering},
 };
-use kernel::{prelude::*, sync::Arc, types::Opaque};
+use kernel::{
+    new_mutex,
+    prelude::*,
+    sync::{Arc, Mutex},
+    types::Opaque,
+};
 
 /// A part of a buffer, the memory of a request.
 #[derive(Clone)]
@@ -93,11 +100,14 @@ struct StreamCqe {
 ///
 /// `cqes` and `counts` are never moved or reallocated (their heap
 /// allocations have fixed addresses); every posted request of the stream
-/// names one of `cqes`, and its memory is in one of `bufs`.
+/// names one of `cqes`, and its memory is in one of `bufs` until the QP is
+/// destroyed (then [`Shared::release_bufs`] may empty it).
+#[pin_data]
 pub(crate) struct Shared {
     cqes: KVec<StreamCqe>,
     counts: KBox<Counts>,
-    _bufs: KVec<Arc<DmaBuf>>,
+    #[pin]
+    bufs: Mutex<KVec<Arc<DmaBuf>>>,
 }
 
 // SAFETY: The raw pointers of the CQEs point into this same object; the
@@ -130,14 +140,20 @@ impl Shared {
             )?;
         }
         // INVARIANT: the vectors are complete and never touched again.
-        Ok(Arc::new(
-            Shared {
+        Arc::pin_init(
+            pin_init!(Shared {
                 cqes,
                 counts,
-                _bufs: bufs,
-            },
+                bufs <- new_mutex!(bufs),
+            }),
             GFP_KERNEL,
-        )?)
+        )
+    }
+
+    /// Releases the buffers, which the device no longer uses: called by the
+    /// QP once it is destroyed, drained or not.
+    pub(crate) fn release_bufs(&self) {
+        drop(core::mem::take(&mut *self.bufs.lock()));
     }
 
     fn completed(&self) -> u64 {
@@ -163,7 +179,10 @@ impl Shared {
 /// `wr_cqe` is a [`StreamCqe`] of a live [`Shared`].
 unsafe extern "C" fn stream_done(cq: *mut bindings::ib_cq, wc: *mut bindings::ib_wc) {
     // SAFETY: `wc` is valid during the call; `wr_cqe` is the first field of
-    // a `StreamCqe` (type invariant), alive while its requests are.
+    // a `StreamCqe` (type invariant), alive while its requests are: the QP
+    // keeps the shared part until its drain's markers were seen done, and
+    // the `done` calls of a CQ run one at a time in its order (see
+    // `slot_done`), so none of this stream's runs after that.
     let (cqe, wc) = unsafe { (&*(*wc).__bindgen_anon_1.wr_cqe.cast::<StreamCqe>(), &*wc) };
     // SAFETY: `counts` points into the same `Shared` (type invariant).
     let counts = unsafe { &*cqe.counts };
@@ -300,15 +319,10 @@ impl Ring {
     }
 
     /// Processes completions of `cq` if it is polled directly (a batch of
-    /// up to `budget`); returns how many.
+    /// up to `budget`, unless another task is processing it); returns how
+    /// many.
     fn process(cq: &Cq, budget: u32) -> u32 {
-        if cq.poll_ctx() != PollCtx::Direct {
-            return 0;
-        }
-        // SAFETY: The CQ is live and polled directly; concurrent callers
-        // are allowed (see `Cq::wait_step`).
-        let n = unsafe { bindings::ib_process_cq_direct(cq.as_raw(), budget as i32) };
-        n.max(0) as u32
+        cq.process_direct(budget)
     }
 
     fn wait(
@@ -330,8 +344,7 @@ impl Ring {
             deadline.check()?;
             if cq.poll_ctx() == PollCtx::Direct {
                 if Self::process(cq, 16) == 0 {
-                    // SAFETY: Plain helper; process context.
-                    unsafe { bindings::kverbs_cond_resched() };
+                    crate::cond_resched();
                 }
             } else {
                 cq.wait_u64_ge(&self.shared.counts.completed, upto, 10);

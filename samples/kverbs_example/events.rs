@@ -14,8 +14,9 @@ use kverbs::{
 /// Events kept; older ones are dropped (and counted).
 const RING: usize = 64;
 
-/// The ring of one device. Filled from any context (QP events come from
-/// the driver's completion paths): an interrupt-safe lock, no allocation.
+/// The ring of one device, the sink of its events and of those of the QPs
+/// and SRQs the example creates on it (the layer delivers them in process
+/// context).
 #[pin_data]
 pub(crate) struct EventLog {
     #[pin]
@@ -27,10 +28,10 @@ impl EventLog {
     pub(crate) fn new(dev: &kverbs::device::Device) -> Result<Arc<Self>> {
         let dev = CString::try_from_fmt(kernel::fmt!("{}", dev.name()))?;
         Arc::pin_init(
-            pin_init!(EventLog {
+            try_pin_init!(EventLog {
                 ring <- EventRing::new(),
                 dev,
-            }),
+            }? Error),
             GFP_KERNEL,
         )
     }

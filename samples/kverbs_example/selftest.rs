@@ -648,8 +648,8 @@ fn stream_takes_slots_and_gives_them_back(env: &Env, out: &mut Text) -> Result<(
 /// to its QP, which flushes them when dropped: the completions reach
 /// memory the QP kept (KASAN would report otherwise), and everything is
 /// freed then (kmemleak would report otherwise). (Forgetting the stream
-/// instead is as sound, but leaks its shared part, and with it a
-/// reference to the device, as forgetting any buffer does.)
+/// instead is as sound, and leaks only its ring: the QP releases the
+/// buffers, and their device references, when it is destroyed.)
 fn stream_dropped_with_requests_outstanding(env: &Env, out: &mut Text) -> Result<(), &'static str> {
     let pd = ok(Pd::new(&env.a), "PD", out)?;
     let cq = ok(cq(&env.a), "CQ", out)?;

@@ -385,15 +385,19 @@ impl SrqExample {
             "srq: ok: {} messages of {} bytes from {} QPs through one SRQ in {} rounds, every sequence number once",
             received, size, cfg.qps, rounds
         );
+        for c in conns.iter() {
+            let _ = c.id.disconnect();
+        }
+        // The SRQ goes with its last QP: its drop delivers the events still
+        // on their way to the sink (they come from a workqueue).
+        drop(conns);
+        drop(srq);
         if cfg.srq_limit > 0 {
             let _ = writeln!(
                 rep,
                 "srq limit events: {}",
                 sink.limit.load(Ordering::Relaxed)
             );
-        }
-        for c in conns.iter() {
-            let _ = c.id.disconnect();
         }
         Ok(())
     }
