@@ -1202,9 +1202,15 @@ fn atomic_needs_remote_atomic_access_and_alignment(
 /// advertises migration) loading one (the QP's own path, as apm.c does)
 /// and migrating are refused with EOPNOTSUPP before the verbs are called,
 /// and the QP is untouched (a SEND still goes through); where they do,
-/// the path is loaded and the QP's state is REARM or ARMED.
+/// the path is loaded and the QP's state is REARM or ARMED. Which of the
+/// two is expected is read from the port's link layer and the device's
+/// flag, not from `path_mig_supported`, the function under test: on a
+/// RoCE port (every rxe device) the refusal is required.
 fn alt_path_needs_auto_path_mig(env: &Env, out: &mut Text) -> Result<(), &'static str> {
-    use kverbs::qp::{AltPath, MigState};
+    use kverbs::{
+        device::LinkLayer,
+        qp::{AltPath, MigState},
+    };
     let dev = &env.a;
     let c = Cancel::new();
     let pd = ok(Pd::new(dev), "PD", out)?;
@@ -1215,7 +1221,25 @@ fn alt_path_needs_auto_path_mig(env: &Env, out: &mut Text) -> Result<(), &'stati
         pkey_index: 0,
         timeout: 0x12,
     };
-    if kverbs::qp::path_mig_supported(dev, a.port()).is_err() {
+    let migrates = dev.link_layer(a.port()) == LinkLayer::InfiniBand && dev.attrs().auto_path_mig();
+    let supported = kverbs::qp::path_mig_supported(dev, a.port());
+    if supported.is_ok() != migrates {
+        let _ = write!(
+            out,
+            "{} port, AUTO_PATH_MIG {}: path_mig_supported says {}",
+            dev.link_layer(a.port()).name(),
+            dev.attrs().auto_path_mig(),
+            if supported.is_ok() { "yes" } else { "no" }
+        );
+        return Err("path_mig_supported disagrees with the port and device");
+    }
+    if !migrates {
+        refused(
+            supported,
+            kverbs::errno::eopnotsupp(),
+            "path_mig_supported",
+            out,
+        )?;
         refused(
             a.load_alt_path(&alt),
             kverbs::errno::eopnotsupp(),
