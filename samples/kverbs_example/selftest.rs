@@ -19,6 +19,9 @@
 //! (`ok N name` or `not ok N name # why`), or, before any run, `case NAME`
 //! for each case.
 
+#[path = "selftest/races.rs"]
+mod races;
+
 use core::{
     fmt::Write,
     sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering},
@@ -1620,6 +1623,22 @@ const CASES: &[(&str, Case)] = &[
     ),
     ("srq_shared_by_two_qps", srq_shared_by_two_qps),
     ("alt_path_needs_auto_path_mig", alt_path_needs_auto_path_mig),
+    (
+        "direct_cq_shared_by_two_tasks_dropping_qps",
+        races::direct_cq_shared_by_two_tasks_dropping_qps,
+    ),
+    (
+        "event_ring_of_4096_snapshotted",
+        races::event_ring_of_4096_snapshotted,
+    ),
+    (
+        "event_sink_sleeps_and_drops_its_objects",
+        races::event_sink_sleeps_and_drops_its_objects,
+    ),
+    (
+        "cm_requests_while_accepted_ids_are_destroyed",
+        races::cm_requests_while_accepted_ids_are_destroyed,
+    ),
 ];
 
 /// `selftest`: the control file.
