@@ -120,15 +120,140 @@ drain_failure_leaks_slots_only() {
 	removed_within_5s rxe_lo
 }
 
-# The self-test's cases, as it lists them before its first run.
-kv_cleanup
-cases=$(kv_load 2>/dev/null && sed -n 's/^case //p' "$ST")
-kv_cleanup
-n=$(echo "$cases" | wc -w)
+# removal_bounded DEV SECS: removes DEV in the background and waits up to
+# SECS for the removal to end: a removal that waits for a reference nobody
+# will drop never ends (a task left in D state), and must not hang the run.
+removal_bounded() {
+	local t0 pid
+	t0=$(cut -d' ' -f1 /proc/uptime)
+	rdma link del "$1" &
+	pid=$!
+	for _ in $(seq $(($2 * 10))); do
+		if ! kill -0 "$pid" 2>/dev/null; then
+			wait "$pid" || { kv_msg "rdma link del $1 failed"; return 1; }
+			kv_msg "removal took $(kv_secs_since "$t0") s"
+			return 0
+		fi
+		sleep 0.1
+	done
+	kv_msg "rdma link del $1 still waiting after $2 s"
+	return 1
+}
 
-kv_begin $((n + 6))
+# A drain made to fail on a QP whose stream it still holds: the self-test's
+# stream_dropped_with_requests_outstanding drops a stream with four SENDs
+# outstanding (the QP keeps its shared part, which holds the buffers), then
+# the QP, whose drain is made to fail. The QP is destroyed, the stream's
+# CQEs leaked on purpose, but its buffers -- and their references to the
+# device -- must be released, or unregistering the device waits for them
+# for ever.
+drain_failure_with_streams_device_removable() {
+	local f=$KV_DEBUGFS/fail_drain r=0
+	[ -d "$f" ] || { kv_msg "no $f"; return 1; }
+	[ -d "$KV_DEBUGFS/rxe_lo" ] || kv_rxe_add rxe_lo lo || return 1
+	[ -d "$KV_DEBUGFS/rxe_dummy" ] || kv_rxe_add rxe_dummy dummy0 || return 1
+	kv_wait test -d "$KV_DEBUGFS/rxe_dummy" || return 1
+	echo 0 >"$f/verbose"
+	echo 1 >"$f/times"
+	echo 100 >"$f/probability"
+	selftest stream_dropped_with_requests_outstanding || r=1
+	echo 0 >"$f/probability"
+	[ $r = 0 ] || { kv_msg "the self-test case failed"; return 1; }
+	kv_logged "drain: failed by fault injection" || { kv_msg "no injected failure"; return 1; }
+	kv_logged "was not drained: its [0-9]* slots are leaked" || return 1
+	removal_bounded rxe_lo 10
+}
+
+# not_running FILE: no run is in progress on the control file FILE.
+not_running() {
+	! grep -q "^status: running" "$1"
+}
+
+# A writer killed (SIGKILL) in the middle of an RC run on a softirq CQ: its
+# QPs are dropped with the signal pending, and their drain must still wait
+# for the flush (sleeping, not spinning). The writer and every unbound
+# worker -- rxe's flush runs in one -- share CPU 0, and the kernel does not
+# preempt: a drain that spun would keep the flush from running for its
+# 5 s, fail, and leak.
+sigkill_writer_drains_on_softirq_cq() {
+	local rc=$KV_DEBUGFS/rxe_lo/rc mask=/sys/devices/virtual/workqueue/cpumask
+	local old pid t0 r=0
+	[ -d "$KV_DEBUGFS/rxe_lo" ] || kv_rxe_add rxe_lo lo || return 1
+	kv_wait test -e "$rc" || return 1
+	[ -w "$mask" ] || { kv_msg "no $mask"; return 1; }
+	old=$(cat "$mask")
+	echo 1 >"$mask" || return 1
+	taskset -c 0 bash -c "printf '%s' 'role=loopback,size=65536,iters=1000000,poll=softirq' >$rc" 2>/dev/null &
+	pid=$!
+	kv_wait grep -q "^status: running" "$rc" || { kv_msg "the run did not start"; r=1; }
+	sleep 1
+	t0=$(cut -d' ' -f1 /proc/uptime)
+	kill -9 "$pid"
+	wait "$pid" 2>/dev/null
+	kv_msg "the killed writer ended $(kv_secs_since "$t0") s after SIGKILL"
+	echo "$old" >"$mask"
+	[ $r = 0 ] || return 1
+	awk -v a="$t0" '{ exit !($1 - a < 3) }' /proc/uptime || { kv_msg "want under 3 s"; r=1; }
+	if kv_logged "drain: the .* queue did not flush\|was not drained"; then
+		kv_log_since "$KV_CASE" | grep "drain\|not drained" | kv_diag
+		r=1
+	fi
+	kv_wait not_running "$rc" || { kv_msg "the file stayed busy"; r=1; }
+	return $r
+}
+
+# The self-test's cases, by name: the module must list exactly these (a
+# case dropped from its table, or one added without a test here, fails
+# selftest_lists_the_expected_cases), and each is run.
+CASES="
+	qp_refuses_cq_of_other_device
+	qp_refuses_port_out_of_range
+	ah_refuses_port_out_of_range
+	qp_takes_cq_room_and_gives_it_back
+	post_recv_refuses_buffer_of_other_device
+	post_send_refuses_buffer_of_other_device
+	post_send_ud_refuses_ah_of_other_pd
+	mr_map_refuses_buffer_of_other_device
+	mr_registration_refuses_qp_of_other_pd
+	mr_registration_refuses_remote_write_without_local_write
+	wait_refuses_request_of_other_qp
+	wait_refuses_released_unsignalled_send
+	cm_id_takes_one_qp
+	cm_connect_refuses_qp_of_other_id
+	ah_resolves_roce_dmac
+	cm_events_of_destroyed_id_dropped
+	dma_buf_copies_exclude_each_other
+	mr_not_locked_across_registration_wait
+	stream_inline_refuses_read_and_oversize
+	stream_takes_slots_and_gives_them_back
+	stream_dropped_with_requests_outstanding
+	softirq_cq_freed_right_after_its_last_completion
+	chunked_buffer_takes_an_sge_per_chunk
+	stale_rkey_refused_after_invalidate
+	atomic_needs_remote_atomic_access_and_alignment
+	srq_shared_by_two_qps
+	alt_path_needs_auto_path_mig
+	direct_cq_shared_by_two_tasks_dropping_qps
+	event_ring_of_4096_snapshotted
+	event_sink_sleeps_and_drops_its_objects
+	cm_requests_while_accepted_ids_are_destroyed
+"
+n=$(echo "$CASES" | wc -w)
+
+# The module lists, before its first run, exactly the cases above, in order.
+selftest_lists_the_expected_cases() {
+	local listed
+	listed=$(sed -n 's/^case //p' "$ST" | tr '\n' ' ')
+	[ "$listed" = "$(echo $CASES) " ] && return 0
+	kv_msg "the module lists: $listed"
+	kv_msg "expected:         $(echo $CASES)"
+	return 1
+}
+
+kv_begin $((n + 9))
 kv_case setup_rxe_lo_rxe_dummy_and_load setup
-for c in $cases; do
+kv_case selftest_lists_the_expected_cases selftest_lists_the_expected_cases
+for c in $CASES; do
 	case $c in
 	ah_resolves_roce_dmac) kv_case "selftest_$c" selftest_dmac ;;
 	*) kv_case "selftest_$c" selftest "$c" ;;
@@ -137,5 +262,7 @@ done
 kv_case bad_input_selftest_run selftest_bad_input
 kv_case removal_ends_tcp_connect_with_ecanceled removal_ends_tcp_connect
 kv_case removal_under_writers_bounded removal_under_writers_bounded
+kv_case sigkill_writer_drains_on_softirq_cq sigkill_writer_drains_on_softirq_cq
 kv_case drain_failure_leaks_slots_only drain_failure_leaks_slots_only
+kv_case drain_failure_with_streams_device_removable drain_failure_with_streams_device_removable
 kv_end
