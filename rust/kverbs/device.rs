@@ -149,15 +149,6 @@ impl Device {
         Some(flags)
     }
 
-    /// Whether the network device under `port`, if any, does multicast
-    /// (`IFF_MULTICAST`): without it the IP stack routes no multicast
-    /// through it (`lo` has it off by default).
-    pub fn netdev_multicast(&self, port: PortNum) -> Option<bool> {
-        /// `IFF_MULTICAST` of include/uapi/linux/if.h.
-        const IFF_MULTICAST: u32 = 1 << 12;
-        self.netdev_flags(port).map(|f| f & IFF_MULTICAST != 0)
-    }
-
     /// Whether the network device under `port`, if any, is a loopback
     /// device (`IFF_LOOPBACK`, `lo`). The RDMA core's address resolution
     /// never resolves to one (`rdma_set_src_addr_rcu()` in

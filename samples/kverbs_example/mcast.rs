@@ -193,7 +193,6 @@ impl Mcast {
     fn attach(&self, dev: &Device, group: Group, rep: &mut Report) -> Result {
         let mut manual = self.manual.lock();
         let port = *dev.ports().start();
-        check_netdev_multicast(dev, port, rep)?;
         if manual.is_none() {
             let pd = Pd::new(dev)?;
             let caps = QpCaps {
@@ -311,29 +310,8 @@ struct Receiver {
     recvs: KVec<WrId>,
 }
 
-/// `EOPNOTSUPP`, said in dmesg and the report, unless the netdev under
-/// `port` does multicast: without `IFF_MULTICAST` (`lo` by default) the IP
-/// stack has no route for a group through it, so a send fails inside the
-/// device (rxe flushes it) and nothing is ever received.
-fn check_netdev_multicast(dev: &Device, port: u32, rep: &mut Report) -> Result {
-    if dev.netdev_multicast(port) != Some(false) {
-        return Ok(());
-    }
-    let netdev = dev.netdev_name(port);
-    let name = netdev.as_ref().map(|n| n.as_str()).unwrap_or("?");
-    pr_warn!(
-        "{}: mcast: netdev {} does not do multicast (IFF_MULTICAST is off; `ip link set {} multicast on`)\n",
-        dev.name(),
-        name,
-        name
-    );
-    let _ = writeln!(rep, "netdev {} does not do multicast", name);
-    Err(errno::eopnotsupp())
-}
-
 fn run(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut Report) -> Result {
     let port = *dev.ports().start();
-    check_netdev_multicast(dev, port, rep)?;
     let mtu = dev.query_port(port)?.active_mtu().bytes() as usize;
     if cfg.size > mtu {
         pr_warn!(
