@@ -59,10 +59,11 @@
 //! }
 //! ```
 //!
-//! The an unsignalled send
-//! is released when a later signalled send completes. When the QP is
-//! dropped it is drained first (`ib_drain_qp`): every outstanding request
-//! completes (flushed), then the QP is destroyed and all slots released.
+//! The slot of an unsignalled send is released when a later signalled
+//! send completes. When the QP is dropped it is drained first (moved to
+//! ERR, a marker posted on each queue and its completion waited for, as
+//! `ib_drain_qp` does): every outstanding request completes (flushed),
+//! then the QP is destroyed and all slots released.
 //! The QP holds its CQs and PD, which are thus freed after it:
 //! drain, QP, CQ, PD.
 
