@@ -197,6 +197,26 @@ two_hosts_setup() {
 	[ "${PIPESTATUS[0]}" = 0 ] || { kv_msg "the peer VM does not answer"; return 1; }
 }
 
+# peer_srq_peer ARGS: srq_peer ARGS in the background in the peer VM, its
+# output in /tmp/srq_manual.out there. (Not under the peer's busybox
+# timeout: srq_peer run by it there ends at once with status 1, silent.)
+peer_srq_peer() {
+	peer "rm -f /tmp/srq_manual.out; srq_peer $1 >/tmp/srq_manual.out 2>&1 </dev/null & echo \$! >/tmp/srq_manual.pid" >/dev/null
+}
+
+# peer_srq_peer_output LAST: the peer's srq_peer output once it has a line
+# starting with LAST (at most 20 s); then the peer's srq_peer is stopped.
+peer_srq_peer_output() {
+	local out
+	for _ in $(seq 40); do
+		out=$(peer "cat /tmp/srq_manual.out")
+		echo "$out" | grep -q "^$1" && break
+		sleep 0.5
+	done
+	peer "kill \$(cat /tmp/srq_manual.pid) 2>/dev/null" >/dev/null
+	echo "$out"
+}
+
 # Our kernel server, the manual's client (srq_peer -M) in the peer VM.
 two_hosts_kernel_server_here() {
 	[ -e /sys/class/net/eth0 ] || { kv_msg "$TWO_HOSTS_WHY"; return "$KSFT_SKIP"; }
@@ -204,13 +224,11 @@ two_hosts_kernel_server_here() {
 	bash -c "printf '%s' 'role=server,addr=$HERE,flow=manual,count=100,size=8192,timeout_ms=60000' >$SRQ_ETH" 2>/tmp/run.err &
 	local pid=$!
 	kv_wait grep -q "^status: running" "$SRQ_ETH"
-	for _ in $(seq 20); do
-		out=$(peer "timeout 120 srq_peer -M -a $HERE -l 8192 2>&1") && break
-		echo "$out" | grep -q "REJECTED\|UNREACHABLE" || break
-		sleep 0.5
-	done
-	echo "$out" | kv_diag
+	sleep 1
+	peer_srq_peer "-M -a $HERE -l 8192"
 	wait $pid || { kv_msg "kernel server: $(cat /tmp/run.err)"; r=1; }
+	out=$(peer_srq_peer_output "srq_peer")
+	echo "$out" | kv_diag
 	kv_diag <"$SRQ_ETH"
 	grep -q "^result: ok" "$SRQ_ETH" || r=1
 	grep -q "^srq: ok: 100 messages of 8192 bytes from 4 QPs through one SRQ in 2 rounds, the manual's flow" "$SRQ_ETH" || r=1
@@ -224,7 +242,8 @@ two_hosts_kernel_server_here() {
 two_hosts_kernel_client_here() {
 	[ -e /sys/class/net/eth0 ] || { kv_msg "$TWO_HOSTS_WHY"; return "$KSFT_SKIP"; }
 	local r=0 out
-	peer "timeout 120 srq_peer -M -s -c 37 -l 4096 -q 3 -w 8 >/tmp/srq_manual.out 2>&1 </dev/null &" >/dev/null
+	peer_srq_peer "-M -s -c 37 -l 4096 -q 3 -w 8"
+	sleep 1
 	for _ in $(seq 50); do
 		printf '%s' "role=client,addr=$THERE,flow=manual,count=37,size=4096,qps=3,max_wr=8,timeout_ms=60000" >"$SRQ_ETH" 2>/tmp/run.err && break
 		grep -q "Connection refused" /tmp/run.err || break
@@ -233,11 +252,7 @@ two_hosts_kernel_client_here() {
 	kv_diag <"$SRQ_ETH"
 	grep -q "^result: ok" "$SRQ_ETH" || { kv_msg "kernel client: $(cat /tmp/run.err)"; r=1; }
 	grep -q "^srq: ok: 37 SENDs of 4096 bytes over 3 QPs in 5 rounds, the manual's flow: one at a time, 5 replies of 4096 bytes" "$SRQ_ETH" || r=1
-	for _ in $(seq 20); do
-		out=$(peer "cat /tmp/srq_manual.out")
-		echo "$out" | grep -q "^srq_peer: manual server:" && break
-		sleep 0.5
-	done
+	out=$(peer_srq_peer_output "srq_peer: manual server:")
 	echo "$out" | kv_diag
 	[ "$(echo "$out" | receives_of)" = "13 12 12" ] || { kv_msg "the peer's receives per connection are not 13 12 12"; r=1; }
 	echo "$out" | grep -q "^srq_peer: manual server: 37 messages (0 not of 4096 bytes) in 5 rounds, 5 replies of 4096 bytes" || r=1
