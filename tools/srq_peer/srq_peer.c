@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * srq_peer: a userspace peer of the kverbs `srq` control file, speaking the
+ * srq_peer: a userspace peer of the kverbs `srq` control file on librdmacm
+ * (RDMA_PS_TCP). By default it speaks the kverbs protocol (flow=kverbs), the
  * flow of the RDMA Aware Networks Programming User Manual's SRQ example
- * (srq.c) on librdmacm (RDMA_PS_TCP):
+ * (srq.c) made stricter; with -M the manual's flow as it is (see below):
  *
  *   - the server creates one SRQ of max_wr receives of size bytes and one
  *     receive CQ, and accepts qps connections whose QPs all use the SRQ;
