@@ -16,6 +16,18 @@
 //! receives each QP number got (`wc.qp_num`). With `srq_limit=<n>` the
 //! server arms the SRQ limit each round: `IB_EVENT_SRQ_LIMIT_REACHED` comes
 //! once fewer than `n` receives remain (reported, and in `events`).
+//!
+//! `flow=manual` speaks the manual's srq.c as it is instead, with a peer
+//! that is the manual's program: its messages carry no header (zeroed
+//! payload), its client SENDs one message at a time and waits for each,
+//! and its server answers a round with one message of `size` bytes on the
+//! first accepted connection. The server then checks the sizes, the counts
+//! and that receive `k` of the run came on connection `k % qps` (the
+//! client's round-robin, one message at a time); the client that each
+//! reply has `size` bytes and came on its first connection. The flow is an
+//! option, not detected: message 0 of both flows starts with eight zero
+//! bytes, and a kverbs peer that lost its headers must fail, not pass as
+//! the manual's.
 
 use crate::events::EventLog;
 use crate::rc::{add, need, options, parse_ipv4, parse_num_in, Example, Report, Stats};
@@ -44,6 +56,25 @@ const GO_TAG: &[u8; 6] = b"srq-go";
 /// The largest buffer of a side: `max_wr` messages of `size` bytes.
 const MAX_BUF: usize = 16 << 20;
 
+/// The protocol the peer speaks.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Flow {
+    /// Sequence numbers, QP indexes, the go message (kverbs, srq_peer).
+    Kverbs,
+    /// The manual's srq.c: zeroed messages, a `size`-byte reply on the
+    /// first connection.
+    Manual,
+}
+
+impl Flow {
+    fn name(self) -> &'static str {
+        match self {
+            Flow::Kverbs => "kverbs",
+            Flow::Manual => "manual",
+        }
+    }
+}
+
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Role {
     Server,
@@ -52,6 +83,7 @@ pub(crate) enum Role {
 
 pub(crate) struct Config {
     role: Role,
+    flow: Flow,
     addr: Option<Ipv4>,
     port: u16,
     qps: u32,
@@ -65,6 +97,7 @@ pub(crate) struct Config {
 fn parse(dev: &Device, input: &[u8]) -> Result<Config> {
     let mut cfg = Config {
         role: Role::Server,
+        flow: Flow::Kverbs,
         addr: None,
         port: PORT,
         qps: 4,
@@ -89,6 +122,20 @@ fn parse(dev: &Device, input: &[u8]) -> Result<Config> {
                     }
                 };
                 have_role = true;
+            }
+            "flow" => {
+                cfg.flow = match v {
+                    "kverbs" => Flow::Kverbs,
+                    "manual" => Flow::Manual,
+                    other => {
+                        pr_warn!(
+                            "{}: srq: unknown flow '{}' (kverbs or manual)\n",
+                            dev.name(),
+                            other
+                        );
+                        return Err(EINVAL);
+                    }
+                };
             }
             "addr" => {
                 cfg.addr = Some(parse_ipv4(v).map(Ipv4).ok_or_else(|| {
@@ -177,12 +224,13 @@ impl Example for SrqExample {
     ) -> Result {
         let _ = writeln!(
             rep,
-            "config: role={} qps={} max_wr={} count={} size={} srq_limit={} timeout_ms={}",
+            "config: role={} flow={} qps={} max_wr={} count={} size={} srq_limit={} timeout_ms={}",
             if cfg.role == Role::Server {
                 "server"
             } else {
                 "client"
             },
+            cfg.flow.name(),
             cfg.qps,
             cfg.max_wr,
             cfg.count,
@@ -254,7 +302,20 @@ impl SrqExample {
         if cfg.srq_limit > 0 {
             srq.arm_limit(cfg.srq_limit)?;
         }
-        let gobuf = Arc::new(DmaBuf::new(dev, GO_LEN)?, GFP_KERNEL)?;
+        // The reply of a round: the go message, or the manual's `size`
+        // zeroed bytes.
+        let manual = cfg.flow == Flow::Manual;
+        let reply_len = if manual { size } else { GO_LEN };
+        let gobuf = Arc::new(DmaBuf::new(dev, reply_len)?, GFP_KERNEL)?;
+        let _ = writeln!(
+            rep,
+            "flow: {}",
+            if manual {
+                "manual (the manual's srq.c: zeroed messages, a reply of size bytes on the first connection)"
+            } else {
+                "kverbs (sequence numbers and QP indexes, the go message on the QP of the last receive)"
+            }
+        );
         let _ = writeln!(
             rep,
             "resources_create: ok: SRQ of {} receives of {} bytes, one receive CQ",
@@ -283,6 +344,7 @@ impl SrqExample {
             let caps = QpCaps {
                 max_send_wr: per_qp,
                 max_recv_wr: 0,
+                max_sge: sges(&gobuf, 1, reply_len),
                 ..Default::default()
             };
             // Its events (last WQE reached when it goes) go to `events`.
@@ -330,12 +392,32 @@ impl SrqExample {
                     );
                     return Err(EIO);
                 }
-                rbuf.read(j * size, &mut head)?;
-                let (seq, qi) = (u32_at(&head, 0), u32_at(&head, 4));
-                let Some(c) = conns.iter_mut().find(|c| c.qp.qp_num() == wc.qp_num) else {
+                let Some(ci) = conns.iter().position(|c| c.qp.qp_num() == wc.qp_num) else {
                     let _ = writeln!(rep, "receive from an unknown QP {:#x}", wc.qp_num);
                     return Err(EIO);
                 };
+                if manual {
+                    // One message at a time, round-robin over the
+                    // connections in the order they came.
+                    let k = received + j as u32;
+                    if ci as u32 != k % cfg.qps {
+                        let _ = writeln!(
+                            rep,
+                            "receive {} came on connection {} (qp {:#x}), the manual's round-robin puts it on connection {}",
+                            k,
+                            ci,
+                            wc.qp_num,
+                            k % cfg.qps
+                        );
+                        return Err(EIO);
+                    }
+                    conns[ci].received += 1;
+                    last_qpn = wc.qp_num;
+                    continue;
+                }
+                let c = &mut conns[ci];
+                rbuf.read(j * size, &mut head)?;
+                let (seq, qi) = (u32_at(&head, 0), u32_at(&head, 4));
                 let (w, bit) = (seq as usize / 64, 1u64 << (seq % 64));
                 if seq >= cfg.count || qi >= cfg.qps || seen[w] & bit != 0 || seq < c.next {
                     let _ = writeln!(
@@ -343,6 +425,12 @@ impl SrqExample {
                         "qp {:#x}: message {} (QP index {}) is out of place",
                         wc.qp_num, seq, qi
                     );
+                    if seq == 0 && qi == 0 {
+                        let _ = writeln!(
+                            rep,
+                            "a header of zeros: does the peer speak the manual's flow (flow=manual)?"
+                        );
+                    }
                     return Err(EIO);
                 }
                 seen[w] |= bit;
@@ -362,29 +450,51 @@ impl SrqExample {
                     srq.arm_limit(cfg.srq_limit)?;
                 }
             }
-            // Go on, on the QP of the round's last receive.
-            let mut go = [0u8; GO_LEN];
-            go[..6].copy_from_slice(GO_TAG);
-            go[8..12].copy_from_slice(&rounds.to_le_bytes());
-            go[12..16].copy_from_slice(&received.to_le_bytes());
-            gobuf.write(0, &go)?;
-            let c = conns
-                .iter()
-                .find(|c| c.qp.qp_num() == last_qpn)
-                .ok_or(EIO)?;
-            let id = c.qp.post_send(SendOp::Send, &gobuf, 0, GO_LEN, true)?;
-            crate::rc::complete_wc(&c.qp, id, "SEND (go)", t, cancel, rep)?;
+            let c = if manual {
+                // The manual's reply: `size` zeroed bytes on the first
+                // connection accepted, whichever QP the round came on.
+                &conns[0]
+            } else {
+                // Go on, on the QP of the round's last receive.
+                let mut go = [0u8; GO_LEN];
+                go[..6].copy_from_slice(GO_TAG);
+                go[8..12].copy_from_slice(&rounds.to_le_bytes());
+                go[12..16].copy_from_slice(&received.to_le_bytes());
+                gobuf.write(0, &go)?;
+                conns
+                    .iter()
+                    .find(|c| c.qp.qp_num() == last_qpn)
+                    .ok_or(EIO)?
+            };
+            let what = if manual { "SEND (reply)" } else { "SEND (go)" };
+            let id = c.qp.post_send(SendOp::Send, &gobuf, 0, reply_len, true)?;
+            crate::rc::complete_wc(&c.qp, id, what, t, cancel, rep)?;
             add(&stats.send_msgs, 1);
-            add(&stats.send_bytes, GO_LEN as u64);
+            add(&stats.send_bytes, reply_len as u64);
         }
         for c in conns.iter() {
             let _ = writeln!(rep, "qp {:#x}: {} receives", c.qp.qp_num(), c.received);
         }
-        let _ = writeln!(
-            rep,
-            "srq: ok: {} messages of {} bytes from {} QPs through one SRQ in {} rounds, every sequence number once",
-            received, size, cfg.qps, rounds
-        );
+        if manual {
+            let _ = writeln!(
+                rep,
+                "srq: ok: {} messages of {} bytes from {} QPs through one SRQ in {} rounds, the manual's flow: receive k on connection k % {}, {} replies of {} bytes on qp {:#x}",
+                received,
+                size,
+                cfg.qps,
+                rounds,
+                cfg.qps,
+                rounds,
+                size,
+                conns[0].qp.qp_num()
+            );
+        } else {
+            let _ = writeln!(
+                rep,
+                "srq: ok: {} messages of {} bytes from {} QPs through one SRQ in {} rounds, every sequence number once",
+                received, size, cfg.qps, rounds
+            );
+        }
         for c in conns.iter() {
             let _ = c.id.disconnect();
         }
@@ -409,22 +519,37 @@ fn client(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut 
     let addr = cfg.addr.ok_or(EINVAL)?;
     let events = CmEvents::new()?;
     let pd = Pd::new(dev)?;
-    let sbuf = Arc::new(DmaBuf::new(dev, max_wr as usize * size)?, GFP_KERNEL)?;
-    // A QP may take a whole round; the go messages come to an SRQ of its
-    // own, one receive per QP.
+    let manual = cfg.flow == Flow::Manual;
+    let _ = writeln!(
+        rep,
+        "flow: {}",
+        if manual {
+            "manual (the manual's srq.c: zeroed messages one at a time, a reply of size bytes on the first connection)"
+        } else {
+            "kverbs (sequence numbers and QP indexes, the go message)"
+        }
+    );
+    // The manual's client SENDs one message at a time from one buffer;
+    // ours a round at once, each message in its place.
+    let slots = if manual { 1 } else { max_wr as usize };
+    let sbuf = Arc::new(DmaBuf::new(dev, slots * size)?, GFP_KERNEL)?;
+    // A QP may take a whole round; the replies come to an SRQ of its own,
+    // one receive per QP, each of `size` bytes (the manual's server
+    // answers with a message of `size` bytes; ours with the go message).
     let per_qp = max_wr.div_ceil(qps);
+    let rlen = size.max(GO_LEN);
     let scq = Cq::new(dev, qps * (per_qp + 1), PollCtx::Softirq)?;
     let rcq = Cq::new(dev, qps, PollCtx::Softirq)?;
-    let gsrq = Srq::new(&pd, &rcq, qps, 1)?;
-    let gbuf = Arc::new(DmaBuf::new(dev, qps as usize * GO_LEN)?, GFP_KERNEL)?;
+    let gbuf = Arc::new(DmaBuf::new(dev, qps as usize * rlen)?, GFP_KERNEL)?;
+    let gsrq = Srq::new(&pd, &rcq, qps, sges(&gbuf, qps, rlen))?;
     let mut go_ids: KVec<SrqWrId> = KVec::with_capacity(qps as usize, GFP_KERNEL)?;
     for j in 0..qps as usize {
-        go_ids.push(gsrq.post_recv(&gbuf, j * GO_LEN, GO_LEN)?, GFP_KERNEL)?;
+        go_ids.push(gsrq.post_recv(&gbuf, j * rlen, rlen)?, GFP_KERNEL)?;
     }
     let caps = QpCaps {
         max_send_wr: per_qp,
         max_recv_wr: 0,
-        max_sge: sges(&sbuf, max_wr, size),
+        max_sge: sges(&sbuf, slots as u32, size),
         ..Default::default()
     };
     let mut conns: KVec<(CmId, Qp<Rts>)> = KVec::with_capacity(qps as usize, GFP_KERNEL)?;
@@ -474,6 +599,39 @@ fn client(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut 
     }
     while sent < cfg.count {
         let n = max_wr.min(cfg.count - sent);
+        if manual {
+            // One at a time, each waited for: the buffer stays zeroed.
+            for k in 0..n {
+                let qi = (sent + k) % qps;
+                let qp = &conns[qi as usize].1;
+                let id = qp.post_send(SendOp::Send, &sbuf, 0, size, true)?;
+                crate::rc::complete_wc(qp, id, "SEND", t, cancel, rep)?;
+            }
+            add(&stats.send_msgs, n.into());
+            add(&stats.send_bytes, u64::from(n) * size as u64);
+            sent += n;
+            rounds += 1;
+            let wc = gsrq.wait(go_ids[go_at], t, cancel).inspect_err(|e| {
+                let _ = writeln!(
+                    rep,
+                    "round {}: no reply from the server: error {}",
+                    rounds,
+                    e.to_errno()
+                );
+            })?;
+            let first = conns[0].1.qp_num();
+            if wc.result().is_err() || wc.byte_len as usize != size || wc.qp_num != first {
+                let _ = writeln!(
+                    rep,
+                    "round {}: the reply is wrong ({}, {} bytes on qp {:#x}; want {} bytes on the first connection, qp {:#x})",
+                    rounds, wc.status, wc.byte_len, wc.qp_num, size, first
+                );
+                return Err(EIO);
+            }
+            go_ids[go_at] = gsrq.post_recv(&gbuf, go_at * rlen, rlen)?;
+            go_at = (go_at + 1) % qps as usize;
+            continue;
+        }
         let mut wrs = KVec::with_capacity(n as usize, GFP_KERNEL)?;
         for k in 0..n {
             let seq = sent + k;
@@ -505,37 +663,60 @@ fn client(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut 
             );
         })?;
         let mut go = [0u8; GO_LEN];
-        gbuf.read(go_at * GO_LEN, &mut go)?;
+        gbuf.read(go_at * rlen, &mut go)?;
         if wc.result().is_err()
+            || wc.byte_len as usize != GO_LEN
             || &go[..6] != GO_TAG
             || u32_at(&go, 8) != rounds
             || u32_at(&go, 12) != sent
         {
             let _ = writeln!(
                 rep,
-                "round {}: the go message is wrong ({}, round {}, {} received)",
+                "round {}: the go message is wrong ({}, {} bytes, round {}, {} received)",
                 rounds,
                 wc.status,
+                wc.byte_len,
                 u32_at(&go, 8),
                 u32_at(&go, 12)
             );
+            if wc.result().is_ok() && wc.byte_len as usize == size && &go[..6] != GO_TAG {
+                let _ = writeln!(
+                    rep,
+                    "a reply of {} bytes without the go tag: does the server speak the manual's flow (flow=manual)?",
+                    size
+                );
+            }
             return Err(EIO);
         }
         if rounds == 1 {
             let _ = writeln!(rep, "round 1: go on qp {:#x}", wc.qp_num);
         }
-        go_ids[go_at] = gsrq.post_recv(&gbuf, go_at * GO_LEN, GO_LEN)?;
+        go_ids[go_at] = gsrq.post_recv(&gbuf, go_at * rlen, rlen)?;
         go_at = (go_at + 1) % qps as usize;
     }
     for (i, (_, qp)) in conns.iter().enumerate() {
         let per = (cfg.count / qps) + u32::from((i as u32) < cfg.count % qps);
         let _ = writeln!(rep, "qp {:#x}: {} SENDs", qp.qp_num(), per);
     }
-    let _ = writeln!(
-        rep,
-        "srq: ok: {} SENDs of {} bytes over {} QPs in {} rounds, each acknowledged",
-        sent, size, qps, rounds
-    );
+    if manual {
+        let _ = writeln!(
+            rep,
+            "srq: ok: {} SENDs of {} bytes over {} QPs in {} rounds, the manual's flow: one at a time, {} replies of {} bytes on qp {:#x}",
+            sent,
+            size,
+            qps,
+            rounds,
+            rounds,
+            size,
+            conns[0].1.qp_num()
+        );
+    } else {
+        let _ = writeln!(
+            rep,
+            "srq: ok: {} SENDs of {} bytes over {} QPs in {} rounds, each acknowledged",
+            sent, size, qps, rounds
+        );
+    }
     for (id, _) in conns.iter() {
         let _ = id.disconnect();
     }

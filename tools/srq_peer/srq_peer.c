@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * srq_peer: a userspace peer of the kverbs `srq` control file, speaking the
+ * srq_peer: a userspace peer of the kverbs `srq` control file on librdmacm
+ * (RDMA_PS_TCP). By default it speaks the kverbs protocol (flow=kverbs), the
  * flow of the RDMA Aware Networks Programming User Manual's SRQ example
- * (srq.c) on librdmacm (RDMA_PS_TCP):
+ * (srq.c) made stricter; with -M the manual's flow as it is (see below):
  *
  *   - the server creates one SRQ of max_wr receives of size bytes and one
  *     receive CQ, and accepts qps connections whose QPs all use the SRQ;
@@ -21,6 +22,30 @@
  * Without server_addr it is the server (on any address). The exit status
  * is 0 only if every step succeeded and, on the server, every sequence
  * number came once and in order on each QP.
+ *
+ * srq_peer -M [-s] [-a addr] [-p port] [-c count] [-l msg_length]
+ *             [-q qp_count] [-w max_wr]
+ *
+ * speaks the manual's srq.c as it is instead, with its options and
+ * defaults (-s: the server; count 100, msg_length 100000, qp_count 4,
+ * max_wr 64, port 51216):
+ *
+ *   - each side has one SRQ of max_wr receives of msg_length bytes and one
+ *     receive CQ its QPs share (max_send_wr = max_recv_wr = max_wr, one
+ *     SGE, no inline data);
+ *   - the client opens qp_count connections, one after the other; per
+ *     round it SENDs up to max_wr messages of msg_length bytes round-robin
+ *     (connection i % qp_count), one at a time, each signalled and waited
+ *     for, until count are sent; then it waits for one receive on its SRQ,
+ *     reposts it, and goes on with the next round;
+ *   - the server accepts qp_count connections; per round it takes up to
+ *     max_wr receives (count in all), reposting each, then SENDs one
+ *     message of msg_length bytes on the first connection it accepted and
+ *     waits for its completion.
+ *
+ * Messages carry no header: the buffers are zeroed. It fails on a failed
+ * step or completion only, as the manual does; what came (receives per QP
+ * number, their sizes, the QP of each reply) is printed for the caller.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -48,6 +73,7 @@ static struct ibv_cq *scq, *rcq;
 static struct ibv_srq *srq;
 static struct ibv_mr *mr, *gmr;
 static char *buf, *gbuf;
+static int manual;
 
 static void die(const char *what)
 {
@@ -132,6 +158,12 @@ static void create_qp(struct rdma_cm_id *id, int send_wr)
 		.send_cq = scq, .recv_cq = rcq, .srq = srq, .qp_type = IBV_QPT_RC,
 		.cap = { .max_send_wr = send_wr, .max_send_sge = 1 },
 	};
+
+	/* The manual's QPs: max_send_wr = max_recv_wr = max_wr, one SGE. */
+	if (manual) {
+		qa.cap.max_recv_wr = cfg.max_wr;
+		qa.cap.max_recv_sge = 1;
+	}
 
 	if (rdma_create_qp(id, pd, &qa))
 		die("rdma_create_qp");
@@ -309,10 +341,168 @@ static int client(void)
 	return 0;
 }
 
+/* The manual's send buffer: one message of msg_length zeroed bytes. */
+static char *mbuf;
+static struct ibv_mr *mmr;
+
+static void manual_resources(struct ibv_context *verbs)
+{
+	resources(verbs, cfg.max_wr, cfg.max_wr + 1);
+	for (int j = 0; j < cfg.max_wr; j++)
+		post_srq(buf + (size_t)j * cfg.size, cfg.size, mr, j);
+	mbuf = calloc(1, cfg.size);
+	if (!mbuf)
+		die("calloc");
+	mmr = ibv_reg_mr(pd, mbuf, cfg.size, IBV_ACCESS_LOCAL_WRITE);
+	if (!mmr)
+		die("ibv_reg_mr");
+}
+
+static int manual_server(void)
+{
+	struct rdma_conn_param param = { .responder_resources = 1, .initiator_depth = 1,
+					 .retry_count = 7, .rnr_retry_count = 7 };
+	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons(cfg.port) };
+	struct rdma_cm_id *listen_id;
+	int received[MAX_QPS] = {}, other_size = 0, got = 0, rounds = 0;
+
+	if (rdma_create_id(ec, &listen_id, NULL, RDMA_PS_TCP) ||
+	    rdma_bind_addr(listen_id, (struct sockaddr *)&sin) || rdma_listen(listen_id, cfg.qps))
+		die("rdma_listen");
+	printf("manual server: listening on port %d\n", cfg.port);
+	for (int i = 0; i < cfg.qps; i++) {
+		struct rdma_cm_id *id = cm_event(RDMA_CM_EVENT_CONNECT_REQUEST);
+
+		if (!pd)
+			manual_resources(id->verbs);
+		create_qp(id, cfg.max_wr);
+		if (rdma_accept(id, &param))
+			die("rdma_accept");
+		cm_event(RDMA_CM_EVENT_ESTABLISHED);
+		ids[i] = id;
+		printf("connection %d: qp 0x%x\n", i, id->qp->qp_num);
+	}
+	while (got < cfg.count) {
+		int n = cfg.count - got < cfg.max_wr ? cfg.count - got : cfg.max_wr;
+		struct ibv_wc wc;
+
+		for (int k = 0; k < n; k++) {
+			int q;
+
+			poll_one(rcq, &wc, "SRQ receive");
+			post_srq(buf + wc.wr_id * cfg.size, cfg.size, mr, wc.wr_id);
+			for (q = 0; q < cfg.qps && ids[q]->qp->qp_num != wc.qp_num; q++)
+				;
+			if (q < cfg.qps)
+				received[q]++;
+			if (wc.byte_len != (uint32_t)cfg.size)
+				other_size++;
+		}
+		got += n;
+		rounds++;
+		post_send(ids[0], mbuf, cfg.size, mmr);
+		poll_one(scq, &wc, "SEND (reply)");
+	}
+	for (int q = 0; q < cfg.qps; q++)
+		printf("qp 0x%x: %d receives\n", ids[q]->qp->qp_num, received[q]);
+	printf("srq_peer: manual server: %d messages (%d not of %d bytes) in %d rounds, %d replies of %d bytes on qp 0x%x\n",
+	       got, other_size, cfg.size, rounds, rounds, cfg.size, ids[0]->qp->qp_num);
+	for (int q = 0; q < cfg.qps; q++)
+		rdma_disconnect(ids[q]);
+	return 0;
+}
+
+static int manual_client(void)
+{
+	struct rdma_conn_param param = { .responder_resources = 1, .initiator_depth = 1,
+					 .retry_count = 7, .rnr_retry_count = 7 };
+	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons(cfg.port) };
+	int sent = 0, rounds = 0, on_first = 0, other_size = 0;
+
+	if (inet_pton(AF_INET, cfg.server, &sin.sin_addr) != 1) {
+		fprintf(stderr, "srq_peer: %s is not an IPv4 address\n", cfg.server);
+		return 1;
+	}
+	for (int i = 0; i < cfg.qps; i++) {
+		struct rdma_cm_id *id;
+
+		if (rdma_create_id(ec, &id, NULL, RDMA_PS_TCP) ||
+		    rdma_resolve_addr(id, NULL, (struct sockaddr *)&sin, 2000))
+			die("rdma_resolve_addr");
+		cm_event(RDMA_CM_EVENT_ADDR_RESOLVED);
+		if (rdma_resolve_route(id, 2000))
+			die("rdma_resolve_route");
+		cm_event(RDMA_CM_EVENT_ROUTE_RESOLVED);
+		if (!pd)
+			manual_resources(id->verbs);
+		create_qp(id, cfg.max_wr);
+		if (rdma_connect(id, &param))
+			die("rdma_connect");
+		cm_event(RDMA_CM_EVENT_ESTABLISHED);
+		ids[i] = id;
+		printf("connection %d: qp 0x%x\n", i, id->qp->qp_num);
+	}
+	while (sent < cfg.count) {
+		struct ibv_wc wc;
+
+		for (int k = 0; k < cfg.max_wr && sent < cfg.count; k++, sent++) {
+			post_send(ids[sent % cfg.qps], mbuf, cfg.size, mmr);
+			poll_one(scq, &wc, "SEND");
+		}
+		rounds++;
+		poll_one(rcq, &wc, "reply");
+		post_srq(buf + wc.wr_id * cfg.size, cfg.size, mr, wc.wr_id);
+		printf("round %d: reply of %u bytes on qp 0x%x\n", rounds, wc.byte_len, wc.qp_num);
+		on_first += wc.qp_num == ids[0]->qp->qp_num;
+		other_size += wc.byte_len != (uint32_t)cfg.size;
+	}
+	printf("srq_peer: manual client: %d SENDs of %d bytes over %d QPs in %d rounds, %d replies (%d on the first connection, %d not of %d bytes)\n",
+	       sent, cfg.size, cfg.qps, rounds, rounds, on_first, other_size, cfg.size);
+	for (int q = 0; q < cfg.qps; q++)
+		rdma_disconnect(ids[q]);
+	return 0;
+}
+
+/* srq_peer -M ...: the manual's options. */
+static int manual_main(int argc, char *argv[])
+{
+	int c, is_server = 0;
+
+	manual = 1;
+	optind = 2;
+	while ((c = getopt(argc, argv, "sa:p:c:l:q:w:")) != -1) {
+		switch (c) {
+		case 's': is_server = 1; break;
+		case 'a': cfg.server = optarg; break;
+		case 'p': cfg.port = atoi(optarg); break;
+		case 'c': cfg.count = atoi(optarg); break;
+		case 'l': cfg.size = atoi(optarg); break;
+		case 'q': cfg.qps = atoi(optarg); break;
+		case 'w': cfg.max_wr = atoi(optarg); break;
+		default:
+			goto usage;
+		}
+	}
+	if (optind < argc || is_server == !!cfg.server || cfg.qps < 1 || cfg.qps > MAX_QPS ||
+	    cfg.max_wr < 1 || cfg.count < 1 || cfg.size < 1) {
+usage:
+		fprintf(stderr, "usage: %s -M [-s | -a addr] [-p port] [-c count] [-l msg_length] [-q qp_count] [-w max_wr]\n",
+			argv[0]);
+		return 1;
+	}
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	ec = rdma_create_event_channel();
+	if (!ec)
+		die("rdma_create_event_channel");
+	return is_server ? manual_server() : manual_client();
+}
+
 int main(int argc, char *argv[])
 {
 	int c;
 
+	if (argc > 1 && !strcmp(argv[1], "-M"))
+		return manual_main(argc, argv);
 	while ((c = getopt(argc, argv, "p:q:w:c:s:l:")) != -1) {
 		switch (c) {
 		case 'p': cfg.port = atoi(optarg); break;
