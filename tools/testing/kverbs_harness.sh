@@ -9,7 +9,7 @@
 # before make check and counts it).  KTAP, then "N passed, N failed".
 #
 #   totals_*            tools/vm/ktap-totals.sh on recorded console logs
-#                       (kverbs_harness/logs/*.log, each with its .expect)
+#                       (kverbs_harness/logs/*.expect, each naming its .log)
 #   build_kernel_*      tools/build-kernel.sh on an empty cache
 #                       (XDG_CACHE_HOME in a new temporary directory):
 #                       the fresh path up to the configuration and its
@@ -62,14 +62,20 @@ t() {
 
 # --- tools/vm/ktap-totals.sh on recorded console logs ---------------------
 
-# A .expect file: "nprogs N", "status S", "last LINE" and any number of
-# "says TEXT" (a line of the output that must be there).
+# A .expect file: "nprogs N", "status S", "last LINE", any number of
+# "says TEXT" (a line of the output that must be there), of "env VAR=VALUE"
+# (ktap-totals.sh's environment: CI and KVERBS_SKIP_ASKED are unset
+# unless given) and at most one "log NAME" (the console log, by default
+# the .expect's own name with .log).
 totals_case() {
-	local log=$1 expect=${1%.log}.expect out status nprogs want_status want_last line
+	local expect=$1 log out status nprogs want_status want_last line envs
+	log=$(sed -n 's/^log //p' "$expect")
+	log=$(dirname "$expect")/${log:-$(basename "$expect" .expect).log}
 	nprogs=$(sed -n 's/^nprogs //p' "$expect")
 	want_status=$(sed -n 's/^status //p' "$expect")
 	want_last=$(sed -n 's/^last //p' "$expect")
-	out=$("$top/tools/vm/ktap-totals.sh" "$log" "$nprogs")
+	mapfile -t envs < <(sed -n 's/^env //p' "$expect")
+	out=$(env -u CI -u KVERBS_SKIP_ASKED "${envs[@]}" "$top/tools/vm/ktap-totals.sh" "$log" "$nprogs")
 	status=$?
 	echo "$out" | diag
 	[ "$status" = "$want_status" ] || { msg "exit status $status, want $want_status"; return 1; }
@@ -279,19 +285,20 @@ compile_fail_case() {
 
 # --- make check on a broken guest -----------------------------------------
 
-# vm_broken BREAK WANT: make check with KVERBS_BREAK=BREAK fails, its last
-# line has failures, and it says WANT.
+# vm_broken BREAK WANT [VAR=VALUE...]: make check with KVERBS_BREAK=BREAK
+# (and those variables) fails, its last line has failures, and it says WANT.
 vm_broken() {
-	local out status
-	out=$(cd "$top" && KVERBS_BREAK=$1 KVERBS_TWO_HOSTS=0 KVERBS_TESTS=kverbs_module.sh \
-		KVERBS_VM_DIR=$tmp/vm-$1 KVERBS_VM_TIMEOUT=600 make -s check 2>&1)
+	local out status brk=$1 want=$2
+	shift 2
+	out=$(cd "$top" && env KVERBS_BREAK="$brk" KVERBS_TWO_HOSTS=0 KVERBS_TESTS=kverbs_module.sh \
+		KVERBS_VM_DIR="$tmp/vm-$brk" KVERBS_VM_TIMEOUT=600 "$@" make -s check 2>&1)
 	status=$?
 	echo "$out" | grep -E '^kverbs|passed|failed|^not ok|^ok|insmod' | tail -n 15 | diag
-	cp "$tmp/vm-$1/check.log" "$tmp/vm-$1.log" 2>/dev/null
+	cp "$tmp/vm-$brk/check.log" "$tmp/vm-$brk.log" 2>/dev/null
 	[ $status -ne 0 ] || { msg "make check succeeded"; return 1; }
 	echo "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed' | tail -n 1 |
 		grep -qE '^[0-9]+ passed, [1-9][0-9]* failed' || { msg "no failure counted"; return 1; }
-	echo "$out" | grep -q -- "$2" || { msg "does not say '$2'"; return 1; }
+	echo "$out" | grep -q -- "$want" || { msg "does not say '$want'"; return 1; }
 }
 
 # --- make bench's report --------------------------------------------------
@@ -324,12 +331,12 @@ bench_report_counts_runs_without_result() {
 }
 
 echo "TAP version 13"
-logs=("$here"/logs/*.log)
+logs=("$here"/logs/*.expect)
 mapfile -t examples < <(extract_compile_fail)
-nplan=$((${#logs[@]} + 6 + 2 + 1 + ${#examples[@]} + (vm ? 2 : 0)))
+nplan=$((${#logs[@]} + 6 + 2 + 1 + ${#examples[@]} + (vm ? 3 : 0)))
 echo "1..$nplan"
 for log in "${logs[@]}"; do
-	t "totals_$(basename "$log" .log)" totals_case "$log"
+	t "totals_$(basename "$log" .expect)" totals_case "$log"
 done
 t shellcheck_clean_all_scripts shellcheck_clean_all_scripts
 t build_kernel_no_source_says_setup build_kernel_no_source_says_setup
@@ -351,6 +358,10 @@ done
 if [ $vm = 1 ]; then
 	t vm_init_exits_make_check_fails vm_broken init "the VM printed no test plan"
 	t vm_module_fails_to_load_make_check_fails vm_broken module "invalid module format"
+	# Under CI a program that skips itself, unasked, fails make check.
+	t vm_skipped_program_fails_make_check_under_ci vm_broken skip \
+		"kverbs_module.sh: skipped (broken on purpose (KVERBS_BREAK=skip)), but under CI every program must run" \
+		CI=true KVERBS_SKIP_ASKED=
 fi
 [ "$n" = "$nplan" ] || { echo "not ok $((n + 1)) harness_plan_matches"; fail=$((fail + 1)); }
 echo "# Totals: pass:$pass fail:$fail xfail:0 xpass:0 skip:$skip error:0"
