@@ -9,7 +9,9 @@
 # before make check and counts it).  KTAP, then "N passed, N failed".
 #
 #   totals_*            tools/vm/ktap-totals.sh on recorded console logs
-#                       (kverbs_harness/logs/*.expect, each naming its .log)
+#                       (kverbs_harness/logs/*.expect, each naming its .log;
+#                       the set is TOTALS_FIXTURES, and a fixture not in it
+#                       fails totals_fixtures_all_listed)
 #   build_kernel_*      tools/build-kernel.sh on an empty cache
 #                       (XDG_CACHE_HOME in a new temporary directory):
 #                       the fresh path up to the configuration and its
@@ -20,7 +22,9 @@
 #                       layer and the test kernel: it must fail with that
 #                       error, inside the example (rustdoc cannot run the
 #                       examples of an out-of-tree crate); a control example
-#                       that must build shows the scaffolding works
+#                       that must build shows the scaffolding works; the
+#                       set is COMPILE_FAIL_EXAMPLES (an example missing or
+#                       not listed fails)
 #   bench_report_*      tools/bench/report.py (make bench's tables) on a
 #                       recorded guest log (kverbs_harness/bench/): medians,
 #                       ratios, CSV, and a run without result counted
@@ -330,14 +334,50 @@ bench_report_counts_runs_without_result() {
 	echo "$out" | grep -q "send_bw kverbs 1 64 2" || { msg "the run is not named"; return 1; }
 }
 
+# The recorded console logs' cases (kverbs_harness/logs/NAME.expect): the
+# plan counts this list, not what is found, so a fixture deleted fails its
+# case, and one added but not listed fails totals_fixtures_all_listed.
+TOTALS_FIXTURES=(clean failed_program_with_clean_totals one_case_failed
+	passed_program_with_failed_cases plan_differs_from_request program_never_ran
+	program_without_totals skips skips_asked_under_ci skips_outside_ci
+	vm_died_at_boot vm_died_inside_a_program vm_printed_nothing)
+# The compile_fail examples of rust/, as "CODE FILE" (line numbers move
+# with every edit): each must be found once; one not listed fails too.
+COMPILE_FAIL_EXAMPLES=("E0200 client.rs" "E0505 device.rs" "E0599 qp.rs" "E0382 qp.rs")
+
+totals_listed_case() {
+	[ -f "$here/logs/$1.expect" ] || { msg "no fixture $1.expect"; return 1; }
+	totals_case "$here/logs/$1.expect"
+}
+
+totals_fixtures_all_listed() {
+	local f name r=0
+	for f in "$here"/logs/*.expect; do
+		name=$(basename "$f" .expect)
+		[[ " ${TOTALS_FIXTURES[*]} " == *" $name "* ]] ||
+			{ msg "$name.expect is not in TOTALS_FIXTURES"; r=1; }
+	done
+	return $r
+}
+
+compile_fail_missing() {
+	msg "no \`\`\`compile_fail,$1 example in $2 (COMPILE_FAIL_EXAMPLES lists one)"
+	return 1
+}
+
+compile_fail_unlisted() {
+	msg "example $1 is not in COMPILE_FAIL_EXAMPLES"
+	return 1
+}
+
 echo "TAP version 13"
-logs=("$here"/logs/*.expect)
 mapfile -t examples < <(extract_compile_fail)
-nplan=$((${#logs[@]} + 6 + 2 + 1 + ${#examples[@]} + (vm ? 3 : 0)))
+nplan=$((${#TOTALS_FIXTURES[@]} + 1 + 6 + 2 + 1 + ${#COMPILE_FAIL_EXAMPLES[@]} + (vm ? 3 : 0)))
 echo "1..$nplan"
-for log in "${logs[@]}"; do
-	t "totals_$(basename "$log" .expect)" totals_case "$log"
+for name in "${TOTALS_FIXTURES[@]}"; do
+	t "totals_$name" totals_listed_case "$name"
 done
+t totals_fixtures_all_listed totals_fixtures_all_listed
 t shellcheck_clean_all_scripts shellcheck_clean_all_scripts
 t build_kernel_no_source_says_setup build_kernel_no_source_says_setup
 t build_kernel_fresh_cache_configures build_kernel_fresh_cache_configures
@@ -347,13 +387,30 @@ t build_kernel_perf_flavor_has_no_debug_options build_kernel_perf_flavor_has_no_
 t bench_report_medians_and_ratios bench_report_medians_and_ratios
 t bench_report_counts_runs_without_result bench_report_counts_runs_without_result
 t compile_fail_control_builds compile_fail_control_builds
-for e in "${examples[@]}"; do
+declare -A used
+for want in "${COMPILE_FAIL_EXAMPLES[@]}"; do
+	found=
+	for e in "${examples[@]}"; do
+		where=${e#* }
+		where=${where##*/}
+		if [ -z "${used[$e]:-}" ] && [ "$(cat "$tmp/cf/${e%% *}.code") ${where%%:*}" = "$want" ]; then
+			found=$e
+			used[$e]=1
+			break
+		fi
+	done
+	if [ -z "$found" ]; then
+		t "compile_fail_${want% *}_$(echo "${want#* }" | tr . _)_missing" compile_fail_missing "${want% *}" "${want#* }"
+		continue
+	fi
 	# "N rust/kverbs/qp.rs:42" -> compile_fail_E0599_qp_rs_42
-	where=${e#* }
-	where=${where##*/}
-	where=$(echo "$where" | tr '.:' '__')
-	msg "example ${e#* }"
-	t "compile_fail_$(cat "$tmp/cf/${e%% *}.code")_$where" compile_fail_case "${e%% *}"
+	where=${found#* }
+	where=$(echo "${where##*/}" | tr '.:' '__')
+	msg "example ${found#* }"
+	t "compile_fail_${want% *}_$where" compile_fail_case "${found%% *}"
+done
+for e in "${examples[@]}"; do
+	[ -n "${used[$e]:-}" ] || t "compile_fail_unlisted_example" compile_fail_unlisted "${e#* }"
 done
 if [ $vm = 1 ]; then
 	t vm_init_exits_make_check_fails vm_broken init "the VM printed no test plan"
