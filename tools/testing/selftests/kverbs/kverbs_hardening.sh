@@ -174,6 +174,12 @@ sweep() {
 	fi
 	$clean
 	total=$((1000000 - left))
+	# A sweep that arms nothing proves nothing: the operation must pass
+	# fault-injection points (fail-nth and the filters working).
+	if [ "$total" -le 0 ]; then
+		kv_msg "$name: the counting run passed no fault-injection point ($total)"
+		return 1
+	fi
 	stride=1
 	[ $FULL = 1 ] || stride=$(( total / 8 > 1 ? total / 8 : 1 ))
 	while :; do
@@ -219,6 +225,10 @@ sweep() {
 	done
 	$normal || { kv_msg "$name: the last normal run failed"; return 1; }
 	kv_msg "$name: $total points, $points armed (stride $stride), $refused ended with an errno (${errnos# }), $absorbed absorbed"
+	if [ "$points" -le 0 ]; then
+		kv_msg "$name: no armed run reached its point"
+		return 1
+	fi
 	echo "sweep $name $points $total $refused $absorbed" >>"$SUMMARY"
 	if [ $FULL = 1 ]; then
 		kv_kmemleak_check || return 1
