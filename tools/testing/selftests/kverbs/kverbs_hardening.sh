@@ -381,30 +381,46 @@ sweep_device_add() {
 # than 1 s is interrupted by SIGALRM: the control files end a run on a
 # signal, with EINTR.
 FUZZ_DIR=/tmp/kv_fuzz
-# fuzz_start NAME FILE KEYS VALID...: one fuzzer, in the background.
+# The errnos each control file may give the fuzzer (kv_fuzz fails on any
+# other): Documentation/ABI/testing/debugfs-kverbs's lists, and the
+# refusals up front of Documentation/kverbs.rst ("Device kinds") and of
+# the bad_input cases, without ECANCELED and ENODEV of a device's removal
+# (none is removed while they run). EINTR: the 1 s alarm.
+# rc on rxe_lo: ENODATA (gid_idx of an empty GID entry), ENETUNREACH
+# (gid_idx=0 on lo), ENODEV (rdma_cm on lo, role=cm_*).
+FUZZ_ERRNOS_RC=EINVAL,ERANGE,EBUSY,EINTR,ETIMEDOUT,ECONNREFUSED,EHOSTUNREACH,ECONNRESET,EIO,ENODATA,ENETUNREACH,ENODEV
+# mcast on rxe_dummy: attach and detach by hand give EEXIST and ENOENT.
+FUZZ_ERRNOS_MCAST=EINVAL,ERANGE,EMSGSIZE,EOPNOTSUPP,EBUSY,EINTR,ETIMEDOUT,EIO,EEXIST,ENOENT
+# bench on rxe_lo: bad input (EINVAL, ERANGE), EBUSY, ETIMEDOUT, EINTR,
+# and what a TCP exchange (role=server, client) gives, as rc's.
+FUZZ_ERRNOS_BENCH=EINVAL,ERANGE,EBUSY,EINTR,ETIMEDOUT,ECONNREFUSED,EHOSTUNREACH,ECONNRESET,EPROTO,EIO
+# srq on rxe_dummy: as rc's, rdma_cm's ECONNREFUSED and ETIMEDOUT.
+FUZZ_ERRNOS_SRQ=EINVAL,ERANGE,EBUSY,EINTR,ETIMEDOUT,ECONNREFUSED,EIO
+# fuzz_start NAME FILE ERRNOS KEYS VALID...: one fuzzer, in the background.
 fuzz_start() {
-	local name=$1 file=$2 count=200
-	shift 2
+	local name=$1 file=$2 errnos=$3 count=200
+	shift 3
 	[ $FULL = 1 ] && count=10000
 	(
-		KV_FUZZ_ALARM=1 kv_fuzz "$SEED" "$count" "$file" "$@" >"$FUZZ_DIR/$name.out" 2>&1
+		KV_FUZZ_ALARM=1 KV_FUZZ_ERRNOS=$errnos kv_fuzz "$SEED" "$count" "$file" "$@" \
+			>"$FUZZ_DIR/$name.out" 2>&1
 		echo $? >"$FUZZ_DIR/$name.rc"
 	) &
 }
 fuzz_all() {
 	local name r=0
 	rm -rf "$FUZZ_DIR" && mkdir -p "$FUZZ_DIR" || return 1
-	fuzz_start rc "$RC" role,size,iters,mtu,poll,gid_idx,addr,port,timeout_ms,validate,imm,atomics,linger \
+	fuzz_start rc "$RC" "$FUZZ_ERRNOS_RC" role,size,iters,mtu,poll,gid_idx,addr,port,timeout_ms,validate,imm,atomics,linger \
 		"role=loopback,size=64,validate" "role=loopback,iters=3,size=4096,mtu=1024,poll=direct" \
 		"role=server,port=19999,timeout_ms=200" "role=client,addr=127.0.0.1,port=19999,timeout_ms=200" \
 		"role=loopback,size=64,atomics=2" "role=cm_client,addr=127.0.0.1,timeout_ms=200"
-	fuzz_start mcast "$MC" role,group,count,size,qps,timeout_ms \
+	fuzz_start mcast "$MC" "$FUZZ_ERRNOS_MCAST" role,group,count,size,qps,timeout_ms \
 		"role=both,group=239.1.1.1,qps=2,count=2" "attach 239.3.0.1" "detach 239.3.0.1" \
 		"role=receiver,group=ff0e::1:2,count=1,timeout_ms=200" "role=sender,group=239.1.1.2,count=2"
-	fuzz_start bench "$BENCH" test,size,sizes,iters,tx_depth,cq_mod,qps,bidir,mtu,poll,inline,role,addr,port,timeout_ms \
+	fuzz_start bench "$BENCH" "$FUZZ_ERRNOS_BENCH" test,size,sizes,iters,tx_depth,cq_mod,qps,bidir,mtu,poll,inline,role,addr,port,timeout_ms \
 		"test=write_bw,size=64,iters=50" "test=read_lat,size=8,iters=20" \
 		"test=send_bw,size=1024,iters=20,qps=2,bidir" "test=write_bw,role=server,port=18600,timeout_ms=200"
-	fuzz_start srq "$SRQ" role,addr,port,qps,max_wr,count,size,srq_limit,timeout_ms \
+	fuzz_start srq "$SRQ" "$FUZZ_ERRNOS_SRQ" role,addr,port,qps,max_wr,count,size,srq_limit,timeout_ms \
 		"role=server,addr=169.254.1.1,qps=1,max_wr=4,count=4,size=64,timeout_ms=200" \
 		"role=client,addr=169.254.1.1,qps=2,max_wr=8,count=8,size=256,timeout_ms=200"
 	wait
@@ -414,12 +430,12 @@ fuzz_all() {
 	return $r
 }
 
-# fuzz_result NAME: what NAME's fuzzer found (only success or an errno),
-# then a valid run (NORMAL, the function named after NAME).
+# fuzz_result NAME: what NAME's fuzzer found (only success or an errno of
+# its list), then a valid run (NORMAL, the function named after NAME).
 fuzz_result() {
 	local name=$1 out
 	out=$(cat "$FUZZ_DIR/$name.out") || return 1
-	kv_msg "$out"
+	echo "$out" | kv_diag
 	[ "$(cat "$FUZZ_DIR/$name.rc")" = 0 ] || return 1
 	echo "$out" | awk -v n="$name" '{
 		for (i = 2; i <= NF; i++) {
