@@ -16,6 +16,9 @@ shift 2
 top=$(cd "$(dirname "$0")/../.." && pwd)
 root=$(mktemp -d)
 trap 'rm -rf "$root"' EXIT
+# The guest's / (mktemp made it 0700): others may look up paths in it, as
+# on any system (a non-root user in the tests runs programs and opens files).
+chmod 755 "$root"
 
 mkdir -p "$root"/{bin,sbin,etc,proc,sys,dev,tmp,run,root,lib64,kverbs,usr/bin}
 mkdir -p "$root"/kselftest/{kselftest,kverbs}

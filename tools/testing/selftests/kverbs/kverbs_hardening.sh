@@ -582,9 +582,22 @@ concurrent_writers() {
 }
 
 # The control files are root's: a writer without root's IDs gets EACCES,
-# and no file of the module is writable by group or others.
+# and no file of the module is writable by group or others. debugfs is
+# mounted 0700 (no mode=): that alone refuses everyone but root, whatever
+# the files' modes. For this case it is mounted 0755, so that the files'
+# own modes are what refuses (a non-root reader then reads info, 0444),
+# and 0700 again after.
 root_only() {
+	local r=0
+	mount -o remount,mode=755 /sys/kernel/debug || { kv_msg "remounting debugfs 0755 failed"; return 1; }
+	root_only_modes || r=1
+	mount -o remount,mode=700 /sys/kernel/debug || { kv_msg "remounting debugfs 0700 failed"; r=1; }
+	return $r
+}
+root_only_modes() {
 	local f err r=0 loose
+	kv_as_user 65534 cat "$KV_DEBUGFS/rxe_lo/info" >/dev/null ||
+		{ kv_msg "a non-root reader cannot read info: debugfs still refuses by its mount"; return 1; }
 	for f in "$RC" "$MC" "$BENCH" "$KV_DEBUGFS/selftest" \
 		$(find "$KV_SYSFS" "$KV_DEBUGFS" -type f -perm /222); do
 		if err=$(kv_as_user 65534 bash -c "printf 'role=loopback' >'$f'" 2>&1); then
