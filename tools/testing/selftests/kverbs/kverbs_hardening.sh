@@ -576,7 +576,10 @@ concurrent_writers() {
 	busy=0
 	for i in 1 2 3 4; do grep -q "Device or resource busy" "/tmp/cw.$i" && busy=$((busy + 1)); done
 	kv_msg "4 writers: $ok ran, $busy got EBUSY"
-	[ $ok = 1 ] && [ $busy = 3 ] || { kv_msg "want 1 run and 3 EBUSY"; r=1; }
+	if [ $ok != 1 ] || [ $busy != 3 ]; then
+		kv_msg "want 1 run and 3 EBUSY"
+		r=1
+	fi
 	rc_ok || { kv_msg "the run that ran did not pass"; kv_diag <"$RC"; r=1; }
 	return $r
 }
