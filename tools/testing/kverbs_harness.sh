@@ -9,7 +9,9 @@
 # before make check and counts it).  KTAP, then "N passed, N failed".
 #
 #   totals_*            tools/vm/ktap-totals.sh on recorded console logs
-#                       (kverbs_harness/logs/*.log, each with its .expect)
+#                       (kverbs_harness/logs/*.expect, each naming its .log;
+#                       the set is TOTALS_FIXTURES, and a fixture not in it
+#                       fails totals_fixtures_all_listed)
 #   build_kernel_*      tools/build-kernel.sh on an empty cache
 #                       (XDG_CACHE_HOME in a new temporary directory):
 #                       the fresh path up to the configuration and its
@@ -20,7 +22,9 @@
 #                       layer and the test kernel: it must fail with that
 #                       error, inside the example (rustdoc cannot run the
 #                       examples of an out-of-tree crate); a control example
-#                       that must build shows the scaffolding works
+#                       that must build shows the scaffolding works; the
+#                       set is COMPILE_FAIL_EXAMPLES (an example missing or
+#                       not listed fails)
 #   bench_report_*      tools/bench/report.py (make bench's tables) on a
 #                       recorded guest log (kverbs_harness/bench/): medians,
 #                       ratios, CSV, and a run without result counted
@@ -62,14 +66,20 @@ t() {
 
 # --- tools/vm/ktap-totals.sh on recorded console logs ---------------------
 
-# A .expect file: "nprogs N", "status S", "last LINE" and any number of
-# "says TEXT" (a line of the output that must be there).
+# A .expect file: "nprogs N", "status S", "last LINE", any number of
+# "says TEXT" (a line of the output that must be there), of "env VAR=VALUE"
+# (ktap-totals.sh's environment: CI and KVERBS_SKIP_ASKED are unset
+# unless given) and at most one "log NAME" (the console log, by default
+# the .expect's own name with .log).
 totals_case() {
-	local log=$1 expect=${1%.log}.expect out status nprogs want_status want_last line
+	local expect=$1 log out status nprogs want_status want_last line envs
+	log=$(sed -n 's/^log //p' "$expect")
+	log=$(dirname "$expect")/${log:-$(basename "$expect" .expect).log}
 	nprogs=$(sed -n 's/^nprogs //p' "$expect")
 	want_status=$(sed -n 's/^status //p' "$expect")
 	want_last=$(sed -n 's/^last //p' "$expect")
-	out=$("$top/tools/vm/ktap-totals.sh" "$log" "$nprogs")
+	mapfile -t envs < <(sed -n 's/^env //p' "$expect")
+	out=$(env -u CI -u KVERBS_SKIP_ASKED "${envs[@]}" "$top/tools/vm/ktap-totals.sh" "$log" "$nprogs")
 	status=$?
 	echo "$out" | diag
 	[ "$status" = "$want_status" ] || { msg "exit status $status, want $want_status"; return 1; }
@@ -279,19 +289,20 @@ compile_fail_case() {
 
 # --- make check on a broken guest -----------------------------------------
 
-# vm_broken BREAK WANT: make check with KVERBS_BREAK=BREAK fails, its last
-# line has failures, and it says WANT.
+# vm_broken BREAK WANT [VAR=VALUE...]: make check with KVERBS_BREAK=BREAK
+# (and those variables) fails, its last line has failures, and it says WANT.
 vm_broken() {
-	local out status
-	out=$(cd "$top" && KVERBS_BREAK=$1 KVERBS_TWO_HOSTS=0 KVERBS_TESTS=kverbs_module.sh \
-		KVERBS_VM_DIR=$tmp/vm-$1 KVERBS_VM_TIMEOUT=600 make -s check 2>&1)
+	local out status brk=$1 want=$2
+	shift 2
+	out=$(cd "$top" && env KVERBS_BREAK="$brk" KVERBS_TWO_HOSTS=0 KVERBS_TESTS=kverbs_module.sh \
+		KVERBS_VM_DIR="$tmp/vm-$brk" KVERBS_VM_TIMEOUT=600 "$@" make -s check 2>&1)
 	status=$?
 	echo "$out" | grep -E '^kverbs|passed|failed|^not ok|^ok|insmod' | tail -n 15 | diag
-	cp "$tmp/vm-$1/check.log" "$tmp/vm-$1.log" 2>/dev/null
+	cp "$tmp/vm-$brk/check.log" "$tmp/vm-$brk.log" 2>/dev/null
 	[ $status -ne 0 ] || { msg "make check succeeded"; return 1; }
 	echo "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed' | tail -n 1 |
 		grep -qE '^[0-9]+ passed, [1-9][0-9]* failed' || { msg "no failure counted"; return 1; }
-	echo "$out" | grep -q -- "$2" || { msg "does not say '$2'"; return 1; }
+	echo "$out" | grep -q -- "$want" || { msg "does not say '$want'"; return 1; }
 }
 
 # --- make bench's report --------------------------------------------------
@@ -323,14 +334,50 @@ bench_report_counts_runs_without_result() {
 	echo "$out" | grep -q "send_bw kverbs 1 64 2" || { msg "the run is not named"; return 1; }
 }
 
+# The recorded console logs' cases (kverbs_harness/logs/NAME.expect): the
+# plan counts this list, not what is found, so a fixture deleted fails its
+# case, and one added but not listed fails totals_fixtures_all_listed.
+TOTALS_FIXTURES=(clean failed_program_with_clean_totals one_case_failed
+	passed_program_with_failed_cases plan_differs_from_request program_never_ran
+	program_without_totals skips skips_asked_under_ci skips_outside_ci
+	vm_died_at_boot vm_died_inside_a_program vm_printed_nothing)
+# The compile_fail examples of rust/, as "CODE FILE" (line numbers move
+# with every edit): each must be found once; one not listed fails too.
+COMPILE_FAIL_EXAMPLES=("E0200 client.rs" "E0505 device.rs" "E0599 qp.rs" "E0382 qp.rs")
+
+totals_listed_case() {
+	[ -f "$here/logs/$1.expect" ] || { msg "no fixture $1.expect"; return 1; }
+	totals_case "$here/logs/$1.expect"
+}
+
+totals_fixtures_all_listed() {
+	local f name r=0
+	for f in "$here"/logs/*.expect; do
+		name=$(basename "$f" .expect)
+		[[ " ${TOTALS_FIXTURES[*]} " == *" $name "* ]] ||
+			{ msg "$name.expect is not in TOTALS_FIXTURES"; r=1; }
+	done
+	return $r
+}
+
+compile_fail_missing() {
+	msg "no \`\`\`compile_fail,$1 example in $2 (COMPILE_FAIL_EXAMPLES lists one)"
+	return 1
+}
+
+compile_fail_unlisted() {
+	msg "example $1 is not in COMPILE_FAIL_EXAMPLES"
+	return 1
+}
+
 echo "TAP version 13"
-logs=("$here"/logs/*.log)
 mapfile -t examples < <(extract_compile_fail)
-nplan=$((${#logs[@]} + 6 + 2 + 1 + ${#examples[@]} + (vm ? 2 : 0)))
+nplan=$((${#TOTALS_FIXTURES[@]} + 1 + 6 + 2 + 1 + ${#COMPILE_FAIL_EXAMPLES[@]} + (vm ? 3 : 0)))
 echo "1..$nplan"
-for log in "${logs[@]}"; do
-	t "totals_$(basename "$log" .log)" totals_case "$log"
+for name in "${TOTALS_FIXTURES[@]}"; do
+	t "totals_$name" totals_listed_case "$name"
 done
+t totals_fixtures_all_listed totals_fixtures_all_listed
 t shellcheck_clean_all_scripts shellcheck_clean_all_scripts
 t build_kernel_no_source_says_setup build_kernel_no_source_says_setup
 t build_kernel_fresh_cache_configures build_kernel_fresh_cache_configures
@@ -340,17 +387,38 @@ t build_kernel_perf_flavor_has_no_debug_options build_kernel_perf_flavor_has_no_
 t bench_report_medians_and_ratios bench_report_medians_and_ratios
 t bench_report_counts_runs_without_result bench_report_counts_runs_without_result
 t compile_fail_control_builds compile_fail_control_builds
-for e in "${examples[@]}"; do
+declare -A used
+for want in "${COMPILE_FAIL_EXAMPLES[@]}"; do
+	found=
+	for e in "${examples[@]}"; do
+		where=${e#* }
+		where=${where##*/}
+		if [ -z "${used[$e]:-}" ] && [ "$(cat "$tmp/cf/${e%% *}.code") ${where%%:*}" = "$want" ]; then
+			found=$e
+			used[$e]=1
+			break
+		fi
+	done
+	if [ -z "$found" ]; then
+		t "compile_fail_${want% *}_$(echo "${want#* }" | tr . _)_missing" compile_fail_missing "${want% *}" "${want#* }"
+		continue
+	fi
 	# "N rust/kverbs/qp.rs:42" -> compile_fail_E0599_qp_rs_42
-	where=${e#* }
-	where=${where##*/}
-	where=$(echo "$where" | tr '.:' '__')
-	msg "example ${e#* }"
-	t "compile_fail_$(cat "$tmp/cf/${e%% *}.code")_$where" compile_fail_case "${e%% *}"
+	where=${found#* }
+	where=$(echo "${where##*/}" | tr '.:' '__')
+	msg "example ${found#* }"
+	t "compile_fail_${want% *}_$where" compile_fail_case "${found%% *}"
+done
+for e in "${examples[@]}"; do
+	[ -n "${used[$e]:-}" ] || t "compile_fail_unlisted_example" compile_fail_unlisted "${e#* }"
 done
 if [ $vm = 1 ]; then
 	t vm_init_exits_make_check_fails vm_broken init "the VM printed no test plan"
 	t vm_module_fails_to_load_make_check_fails vm_broken module "invalid module format"
+	# Under CI a program that skips itself, unasked, fails make check.
+	t vm_skipped_program_fails_make_check_under_ci vm_broken skip \
+		"kverbs_module.sh: skipped (broken on purpose (KVERBS_BREAK=skip)), but under CI every program must run" \
+		CI=true KVERBS_SKIP_ASKED=
 fi
 [ "$n" = "$nplan" ] || { echo "not ok $((n + 1)) harness_plan_matches"; fail=$((fail + 1)); }
 echo "# Totals: pass:$pass fail:$fail xfail:0 xpass:0 skip:$skip error:0"

@@ -23,6 +23,12 @@
 #   - no "kverbs-vm: done": one failure more if nothing else failed.
 # A program's failed cases always count, and mark it "not ok", even when
 # it exited with success (or with failure but no failed case: one more).
+#
+# Under CI (CI=true in the environment) every program must run: a program
+# skipped as a whole (exit 4 before its plan) counts as failed, unless it is
+# in KVERBS_SKIP_ASKED (space-separated names: the skips the user asked
+# for, e.g. kverbs_two_hosts.sh with KVERBS_TWO_HOSTS=0; tools/vm/run.sh
+# sets it).  Outside CI it counts as one skip.
 
 set -euo pipefail
 
@@ -32,6 +38,9 @@ if [ $# -lt 1 ] || [ $# -gt 2 ]; then
 fi
 log=$1
 nprogs=${2:-0}
+ci=0
+[ "${CI:-}" = true ] && ci=1
+asked=${KVERBS_SKIP_ASKED:-}
 if [ ! -r "$log" ]; then
 	echo "kverbs: no console log at $log"
 	echo "0 passed, $((nprogs > 0 ? nprogs : 1)) failed"
@@ -40,7 +49,7 @@ fi
 
 # Console lines may end in \r and may be interleaved with kernel messages;
 # only whole lines in the formats above are read.
-sed 's/\r$//' "$log" | awk -v nprogs="$nprogs" '
+sed 's/\r$//' "$log" | awk -v nprogs="$nprogs" -v ci="$ci" -v asked="$asked" '
 function why(s) { problems[++nproblems] = "kverbs: " s }
 # A program has ended (its result line, or the log ran out): count it.
 function close_prog(result,    missing) {
@@ -59,6 +68,12 @@ function close_prog(result,    missing) {
 		if (result == "") {
 			why(prog ": the VM stopped inside it after " sub_seen " of " sub_plan " cases")
 			result = "died"
+		} else if (result == "ok # SKIP" && sub_plan == 0 && ci && !index(" " asked " ", " " prog " ")) {
+			# Skipped as a whole under CI, and not asked for: a failure.
+			why(prog ": skipped (" skip_why "), but under CI every program must run " \
+				"(KVERBS_SKIP_ASKED: " (asked == "" ? "none" : asked) ")")
+			fail += 1 - missing
+			result = "SKIP, failed under CI"
 		} else if (result == "ok # SKIP" && sub_plan == 0) {
 			# Skipped as a whole (exit 4 before any case): one skip.
 			fail -= missing; skip++
@@ -76,10 +91,11 @@ function close_prog(result,    missing) {
 	close_prog("")
 	prog = $4; started++
 	have_totals = 0; sub_plan = 0; sub_seen = 0; sub_ok = 0; sub_notok = 0; sub_skip = 0
-	secs = ""
+	secs = ""; skip_why = "no reason given"
 	next
 }
 prog != "" && /^# 1\.\.[0-9]+$/ { sub_plan = substr($0, 6) + 0; next }
+prog != "" && /^# 1\.\.0 # SKIP/ { skip_why = $0; sub(/^# 1\.\.0 # SKIP */, "", skip_why); next }
 prog != "" && /^# (not )?ok [0-9]+ / {
 	sub_seen++
 	if ($2 == "not") sub_notok++

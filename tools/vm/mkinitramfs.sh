@@ -16,6 +16,9 @@ shift 2
 top=$(cd "$(dirname "$0")/../.." && pwd)
 root=$(mktemp -d)
 trap 'rm -rf "$root"' EXIT
+# The guest's / (mktemp made it 0700): others may look up paths in it, as
+# on any system (a non-root user in the tests runs programs and opens files).
+chmod 755 "$root"
 
 mkdir -p "$root"/{bin,sbin,etc,proc,sys,dev,tmp,run,root,lib64,kverbs,usr/bin}
 mkdir -p "$root"/kselftest/{kselftest,kverbs}
@@ -92,12 +95,19 @@ chmod +x "$root/init" "$root"/kselftest/kverbs/*.sh "$root/kverbs/demo.sh" "$roo
 
 # KVERBS_BREAK breaks the guest on purpose, for the harness's own tests
 # (tools/testing/kverbs_harness.sh): "init" is an /init that exits at once
-# (the kernel panics), "module" a kverbs_example.ko that fails to load.
+# (the kernel panics), "module" a kverbs_example.ko that fails to load,
+# "skip" test programs that all skip themselves (exit 4 before any case).
 case "${KVERBS_BREAK:-}" in
 "") ;;
 init) printf '#!/bin/busybox sh\nexit 1\n' >"$root/init" ;;
 module) for m in "$root"/kverbs/*.ko; do head -c 4096 "$m" >"$m.cut" && mv "$m.cut" "$m"; done ;;
-*) echo "kverbs: unknown KVERBS_BREAK=$KVERBS_BREAK (init, module)" >&2; exit 1 ;;
+skip)
+	for p in "$root"/kselftest/kverbs/kverbs_*.sh; do
+		[ "${p##*/}" = kverbs_lib.sh ] && continue
+		printf '#!/bin/bash\necho "TAP version 13"\necho "1..0 # SKIP broken on purpose (KVERBS_BREAK=skip)"\nexit 4\n' >"$p"
+	done
+	;;
+*) echo "kverbs: unknown KVERBS_BREAK=$KVERBS_BREAK (init, module, skip)" >&2; exit 1 ;;
 esac
 
 (cd "$root" && find . | cpio -o -H newc --quiet) >"$out.tmp"

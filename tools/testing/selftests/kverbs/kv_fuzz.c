@@ -13,9 +13,14 @@
  * $KV_FUZZ_ALARM seconds (default 3) is interrupted by SIGALRM (the
  * control files end a run on a signal).
  *
+ * $KV_FUZZ_ERRNOS (comma separated names, e.g. "EINVAL,ERANGE") lists the
+ * errnos the file may give; a write refused with any other is named, with
+ * its string (the first few), on stderr.
+ *
  * Prints "kv_fuzz: seed S: N strings: K accepted, E refused (errno: count
  * ...)" and exits 1 if a write failed with something that is not an errno
- * a control file gives (a negative count, or errno 0), else 0.
+ * a control file gives (a negative count, or errno 0) or with an errno
+ * not in $KV_FUZZ_ERRNOS (when set), else 0.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -55,6 +60,48 @@ static const char *const numbers[] = {
 static void on_alarm(int sig)
 {
 	(void)sig;
+}
+
+/* allowed[e]: errno e is in $KV_FUZZ_ERRNOS; returns 0 if it is not set. */
+static int parse_errnos(char *allowed, int n)
+{
+	const char *list = getenv("KV_FUZZ_ERRNOS");
+	char *copy, *name, *save;
+	int e;
+
+	if (!list)
+		return 0;
+	copy = strdup(list);
+	for (name = strtok_r(copy, ",", &save); name; name = strtok_r(NULL, ",", &save)) {
+		for (e = 1; e < n; e++) {
+			if (strerrorname_np(e) && !strcmp(strerrorname_np(e), name))
+				break;
+		}
+		if (e == n) {
+			fprintf(stderr, "kv_fuzz: KV_FUZZ_ERRNOS: unknown errno '%s'\n", name);
+			exit(2);
+		}
+		allowed[e] = 1;
+	}
+	free(copy);
+	return 1;
+}
+
+/* Prints len bytes of s on stderr, C-escaped, at most 160 of them. */
+static void print_escaped(const char *s, size_t len)
+{
+	size_t i;
+
+	for (i = 0; i < len && i < 160; i++) {
+		unsigned char c = s[i];
+
+		if (c >= 0x20 && c < 0x7f && c != '\\')
+			fputc(c, stderr);
+		else
+			fprintf(stderr, "\\x%02x", c);
+	}
+	if (len > 160)
+		fprintf(stderr, "... (%zu bytes)", len);
 }
 
 /* Appends s (len bytes) to buf at *len, within MAX_LEN. */
@@ -196,6 +243,9 @@ static size_t generate(char *buf, int *parts, const char *keys, char **valid, in
 int main(int argc, char **argv)
 {
 	static long per_errno[4096];
+	static char allowed[4096];
+	long unexpected = 0;
+	int check;
 	struct sigaction sa = { .sa_handler = on_alarm };
 	unsigned long long seed;
 	long count, accepted = 0, refused = 0, odd = 0, i;
@@ -212,6 +262,7 @@ int main(int argc, char **argv)
 	seed = strtoull(argv[1], NULL, 10);
 	count = strtol(argv[2], NULL, 10);
 	state = seed * 0x9E3779B97F4A7C15ULL + 1;
+	check = parse_errnos(allowed, 4096);
 	sigaction(SIGALRM, &sa, NULL);	/* no SA_RESTART: the write ends */
 	for (i = 0; i < count; i++) {
 		len = generate(buf, &parts, argv[4], argv + 5, argc - 5);
@@ -241,6 +292,12 @@ int main(int argc, char **argv)
 		if (e) {
 			refused++;
 			per_errno[e < 4096 ? e : 0]++;
+			if (check && (e >= 4096 || !allowed[e]) && unexpected++ < 5) {
+				fprintf(stderr, "kv_fuzz: string %ld refused with %s, not in KV_FUZZ_ERRNOS: '",
+					i, e < 4096 && strerrorname_np(e) ? strerrorname_np(e) : "?");
+				print_escaped(buf, len);
+				fprintf(stderr, "'\n");
+			}
 		} else {
 			accepted++;
 		}
@@ -252,5 +309,8 @@ int main(int argc, char **argv)
 			printf("%s%s %ld", p++ ? ", " : "", e ? strerrorname_np(e) : "?", per_errno[e]);
 	}
 	printf(")\n");
-	return odd || per_errno[0] ? 1 : 0;
+	if (unexpected)
+		printf("kv_fuzz: %ld strings refused with an errno not in KV_FUZZ_ERRNOS (%s)\n",
+		       unexpected, getenv("KV_FUZZ_ERRNOS"));
+	return odd || per_errno[0] || unexpected ? 1 : 0;
 }

@@ -19,10 +19,16 @@ setup() {
 	ibv_devinfo -d rxe_dummy | grep -q "link_layer:.*Ethernet"
 }
 
-# refused ROLE_OPTS: EOPNOTSUPP at once, the reason in the report and the
-# log, no connection tried; then the rc example still runs on the device.
+# refused ROLE_OPTS: EOPNOTSUPP at once, the reason in the report (this
+# run's: its config line has ROLE_OPTS's role and migrate_after; the case
+# before refused the other role, with the same reason) and the log, no
+# connection tried; then the rc example still runs on the device (a
+# write that succeeds, so that its report is this run's).
 refused() {
-	local t0 t1
+	local t0 t1 role mig=""
+	role=${1#role=}
+	role=${role%%,*}
+	case $1 in *migrate_after=*) mig=${1#*migrate_after=}; mig=${mig%%,*} ;; esac
 	t0=$(cut -d. -f1 /proc/uptime)
 	kv_write_fails "$APM" "$1,timeout_ms=20000" "Operation not supported" \
 		"rxe_dummy: apm: no path migration: its ports are not InfiniBand" || return 1
@@ -30,10 +36,13 @@ refused() {
 	kv_diag <"$APM"
 	grep -q "^apm: no path migration on rxe_dummy: its ports are not InfiniBand, and the RDMA core loads alternate paths on InfiniBand ports only" "$APM" || return 1
 	grep -q "^result: error -95" "$APM" || return 1
+	grep -qE "^config: role=$role count=[0-9]+ migrate_after=${mig:-[0-9]+} .*timeout_ms=20000\$" "$APM" ||
+		{ kv_msg "the report is not of this run (role=$role${mig:+, migrate_after=$mig})"; return 1; }
 	! grep -q "rdma_cm" "$APM" || { kv_msg "it tried to connect"; return 1; }
 	[ $((t1 - t0)) -le 2 ] || { kv_msg "it took $((t1 - t0)) s"; return 1; }
-	printf '%s' "role=loopback,size=4096,validate" >"$KV_DEBUGFS/rxe_dummy/rc" 2>/dev/null
-	grep -q "^result: ok" "$KV_DEBUGFS/rxe_dummy/rc"
+	printf '%s' "role=loopback,size=4096,validate" >"$KV_DEBUGFS/rxe_dummy/rc" ||
+		{ kv_msg "the rc run after it failed"; kv_diag <"$KV_DEBUGFS/rxe_dummy/rc"; return 1; }
+	grep -q "^result: ok" "$KV_DEBUGFS/rxe_dummy/rc" && grep -q "^validate: ok" "$KV_DEBUGFS/rxe_dummy/rc"
 }
 
 bad() {

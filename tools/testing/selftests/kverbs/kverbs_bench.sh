@@ -106,6 +106,18 @@ bench() {
 	esac
 }
 
+# bench_says TEST SIZE ITERS OPTIONS LINE...: bench TEST SIZE ITERS
+# OPTIONS, and its header has each LINE (whole, blanks around the colon
+# as the header aligns them): what the options asked for.
+bench_says() {
+	local l
+	bench "$1" "$2" "$3" "$4" || return 1
+	shift 4
+	for l in "$@"; do
+		grep -qE "^ ${l%%:*} *: ${l#*: }\$" "$BENCH" || { kv_msg "no '$l' in the header:"; kv_diag <"$BENCH"; return 1; }
+	done
+}
+
 # inline_header TEST SIZE ITERS: a run with the default inline limit,
 # which the header shows (perftest's: 220 B for WRITE, 236 B for SEND).
 inline_header() {
@@ -146,11 +158,12 @@ for t in write_lat read_lat send_lat; do
 	kv_case "bench_loopback_${t}_4096" bench $t 4096 200
 done
 kv_case bench_loopback_atomic_lat_8 bench atomic_lat 8 300
-kv_case bench_loopback_write_lat_8_not_inline bench write_lat 8 300 ",inline=0"
+kv_case bench_loopback_write_lat_8_not_inline bench_says write_lat 8 300 ",inline=0" "Max inline data: 0\\[B\\]"
 kv_case bench_loopback_send_lat_236_inline inline_header send_lat 236 200
 kv_case bench_loopback_write_bw_4_qps bench write_bw 4096 300 ",qps=4"
-kv_case bench_loopback_send_bw_poll_softirq bench send_bw 4096 300 ",poll=softirq"
-kv_case bench_loopback_read_bw_cq_mod_1_tx_depth_16 bench read_bw 1024 300 ",cq_mod=1,tx_depth=16"
+kv_case bench_loopback_send_bw_poll_softirq bench_says send_bw 4096 300 ",poll=softirq" "Polling: softirq"
+kv_case bench_loopback_read_bw_cq_mod_1_tx_depth_16 bench_says read_bw 1024 300 ",cq_mod=1,tx_depth=16" \
+	"CQ Moderation: 1" "TX depth: 16"
 kv_case bench_loopback_write_bw_bidir bidir write_bw
 kv_case bench_loopback_send_bw_bidir bidir send_bw
 kv_case bench_loopback_write_bw_sizes_all sizes_all write_bw 8

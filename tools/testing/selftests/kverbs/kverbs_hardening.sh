@@ -174,6 +174,12 @@ sweep() {
 	fi
 	$clean
 	total=$((1000000 - left))
+	# A sweep that arms nothing proves nothing: the operation must pass
+	# fault-injection points (fail-nth and the filters working).
+	if [ "$total" -le 0 ]; then
+		kv_msg "$name: the counting run passed no fault-injection point ($total)"
+		return 1
+	fi
 	stride=1
 	[ $FULL = 1 ] || stride=$(( total / 8 > 1 ? total / 8 : 1 ))
 	while :; do
@@ -219,6 +225,10 @@ sweep() {
 	done
 	$normal || { kv_msg "$name: the last normal run failed"; return 1; }
 	kv_msg "$name: $total points, $points armed (stride $stride), $refused ended with an errno (${errnos# }), $absorbed absorbed"
+	if [ "$points" -le 0 ]; then
+		kv_msg "$name: no armed run reached its point"
+		return 1
+	fi
 	echo "sweep $name $points $total $refused $absorbed" >>"$SUMMARY"
 	if [ $FULL = 1 ]; then
 		kv_kmemleak_check || return 1
@@ -371,30 +381,46 @@ sweep_device_add() {
 # than 1 s is interrupted by SIGALRM: the control files end a run on a
 # signal, with EINTR.
 FUZZ_DIR=/tmp/kv_fuzz
-# fuzz_start NAME FILE KEYS VALID...: one fuzzer, in the background.
+# The errnos each control file may give the fuzzer (kv_fuzz fails on any
+# other): Documentation/ABI/testing/debugfs-kverbs's lists, and the
+# refusals up front of Documentation/kverbs.rst ("Device kinds") and of
+# the bad_input cases, without ECANCELED and ENODEV of a device's removal
+# (none is removed while they run). EINTR: the 1 s alarm.
+# rc on rxe_lo: ENODATA (gid_idx of an empty GID entry), ENETUNREACH
+# (gid_idx=0 on lo), ENODEV (rdma_cm on lo, role=cm_*).
+FUZZ_ERRNOS_RC=EINVAL,ERANGE,EBUSY,EINTR,ETIMEDOUT,ECONNREFUSED,EHOSTUNREACH,ECONNRESET,EIO,ENODATA,ENETUNREACH,ENODEV
+# mcast on rxe_dummy: attach and detach by hand give EEXIST and ENOENT.
+FUZZ_ERRNOS_MCAST=EINVAL,ERANGE,EMSGSIZE,EOPNOTSUPP,EBUSY,EINTR,ETIMEDOUT,EIO,EEXIST,ENOENT
+# bench on rxe_lo: bad input (EINVAL, ERANGE), EBUSY, ETIMEDOUT, EINTR,
+# and what a TCP exchange (role=server, client) gives, as rc's.
+FUZZ_ERRNOS_BENCH=EINVAL,ERANGE,EBUSY,EINTR,ETIMEDOUT,ECONNREFUSED,EHOSTUNREACH,ECONNRESET,EPROTO,EIO
+# srq on rxe_dummy: as rc's, rdma_cm's ECONNREFUSED and ETIMEDOUT.
+FUZZ_ERRNOS_SRQ=EINVAL,ERANGE,EBUSY,EINTR,ETIMEDOUT,ECONNREFUSED,EIO
+# fuzz_start NAME FILE ERRNOS KEYS VALID...: one fuzzer, in the background.
 fuzz_start() {
-	local name=$1 file=$2 count=200
-	shift 2
+	local name=$1 file=$2 errnos=$3 count=200
+	shift 3
 	[ $FULL = 1 ] && count=10000
 	(
-		KV_FUZZ_ALARM=1 kv_fuzz "$SEED" "$count" "$file" "$@" >"$FUZZ_DIR/$name.out" 2>&1
+		KV_FUZZ_ALARM=1 KV_FUZZ_ERRNOS=$errnos kv_fuzz "$SEED" "$count" "$file" "$@" \
+			>"$FUZZ_DIR/$name.out" 2>&1
 		echo $? >"$FUZZ_DIR/$name.rc"
 	) &
 }
 fuzz_all() {
 	local name r=0
 	rm -rf "$FUZZ_DIR" && mkdir -p "$FUZZ_DIR" || return 1
-	fuzz_start rc "$RC" role,size,iters,mtu,poll,gid_idx,addr,port,timeout_ms,validate,imm,atomics,linger \
+	fuzz_start rc "$RC" "$FUZZ_ERRNOS_RC" role,size,iters,mtu,poll,gid_idx,addr,port,timeout_ms,validate,imm,atomics,linger \
 		"role=loopback,size=64,validate" "role=loopback,iters=3,size=4096,mtu=1024,poll=direct" \
 		"role=server,port=19999,timeout_ms=200" "role=client,addr=127.0.0.1,port=19999,timeout_ms=200" \
 		"role=loopback,size=64,atomics=2" "role=cm_client,addr=127.0.0.1,timeout_ms=200"
-	fuzz_start mcast "$MC" role,group,count,size,qps,timeout_ms \
+	fuzz_start mcast "$MC" "$FUZZ_ERRNOS_MCAST" role,group,count,size,qps,timeout_ms \
 		"role=both,group=239.1.1.1,qps=2,count=2" "attach 239.3.0.1" "detach 239.3.0.1" \
 		"role=receiver,group=ff0e::1:2,count=1,timeout_ms=200" "role=sender,group=239.1.1.2,count=2"
-	fuzz_start bench "$BENCH" test,size,sizes,iters,tx_depth,cq_mod,qps,bidir,mtu,poll,inline,role,addr,port,timeout_ms \
+	fuzz_start bench "$BENCH" "$FUZZ_ERRNOS_BENCH" test,size,sizes,iters,tx_depth,cq_mod,qps,bidir,mtu,poll,inline,role,addr,port,timeout_ms \
 		"test=write_bw,size=64,iters=50" "test=read_lat,size=8,iters=20" \
 		"test=send_bw,size=1024,iters=20,qps=2,bidir" "test=write_bw,role=server,port=18600,timeout_ms=200"
-	fuzz_start srq "$SRQ" role,addr,port,qps,max_wr,count,size,srq_limit,timeout_ms \
+	fuzz_start srq "$SRQ" "$FUZZ_ERRNOS_SRQ" role,addr,port,qps,max_wr,count,size,srq_limit,timeout_ms \
 		"role=server,addr=169.254.1.1,qps=1,max_wr=4,count=4,size=64,timeout_ms=200" \
 		"role=client,addr=169.254.1.1,qps=2,max_wr=8,count=8,size=256,timeout_ms=200"
 	wait
@@ -404,12 +430,12 @@ fuzz_all() {
 	return $r
 }
 
-# fuzz_result NAME: what NAME's fuzzer found (only success or an errno),
-# then a valid run (NORMAL, the function named after NAME).
+# fuzz_result NAME: what NAME's fuzzer found (only success or an errno of
+# its list), then a valid run (NORMAL, the function named after NAME).
 fuzz_result() {
 	local name=$1 out
 	out=$(cat "$FUZZ_DIR/$name.out") || return 1
-	kv_msg "$out"
+	echo "$out" | kv_diag
 	[ "$(cat "$FUZZ_DIR/$name.rc")" = 0 ] || return 1
 	echo "$out" | awk -v n="$name" '{
 		for (i = 2; i <= NF; i++) {
@@ -518,32 +544,63 @@ removal_under_traffic() {
 	kv_unload && kv_load && quiet_drain_fault && loaded
 }
 
-# Writers on one control file: one runs, the others get EBUSY; readers
-# while it runs; a run on the other device at the same time passes.
+# Writers on one control file: one runs, the other three get EBUSY;
+# readers while it runs; a run on the other device at the same time
+# passes. The four write the same server run at once: whichever gets in
+# waits for its client, which starts only once all four have written, so
+# the run cannot end before the others have tried (however slow the
+# machine); then the client comes and that run passes.
 concurrent_writers() {
-	local pids="" r=0 i busy=0 ok=0
+	local pids="" r=0 i busy=0 ok=0 p server="role=server,size=4096,gid_idx=1,validate,timeout_ms=60000"
 	for i in 1 2 3 4; do
-		(printf 'role=loopback,size=65536,iters=100,validate' >"$RC") 2>"/tmp/cw.$i" &
+		(printf '%s' "$server" >"$RC") 2>"/tmp/cw.$i" &
 		pids="$pids $!"
 	done
 	(printf 'role=both,group=239.1.1.1,qps=2,count=3' >"$MC") 2>/tmp/cw.mc &
 	local mc=$!
 	for _ in $(seq 20); do cat "$RC" >/dev/null || r=1; done
+	# The three that lost have ended (EBUSY at once); the winner waits.
+	for _ in $(seq 100); do
+		busy=0
+		for i in 1 2 3 4; do grep -q "Device or resource busy" "/tmp/cw.$i" && busy=$((busy + 1)); done
+		[ $busy -ge 3 ] && break
+		sleep 0.1
+	done
+	grep -q "^status: running" "$RC" || { kv_msg "no run is in progress"; r=1; }
+	rc_peer_client
 	for p in $pids; do
 		if wait "$p"; then ok=$((ok + 1)); fi
 	done
+	peer_stop
 	wait $mc || { kv_msg "the mcast run beside failed: $(cat /tmp/cw.mc)"; r=1; }
+	busy=0
 	for i in 1 2 3 4; do grep -q "Device or resource busy" "/tmp/cw.$i" && busy=$((busy + 1)); done
 	kv_msg "4 writers: $ok ran, $busy got EBUSY"
-	# At least one runs; every other one ran after it or got EBUSY.
-	[ $ok -ge 1 ] && [ $((ok + busy)) = 4 ] && [ $busy -ge 1 ] || r=1
+	if [ $ok != 1 ] || [ $busy != 3 ]; then
+		kv_msg "want 1 run and 3 EBUSY"
+		r=1
+	fi
+	rc_ok || { kv_msg "the run that ran did not pass"; kv_diag <"$RC"; r=1; }
 	return $r
 }
 
 # The control files are root's: a writer without root's IDs gets EACCES,
-# and no file of the module is writable by group or others.
+# and no file of the module is writable by group or others. debugfs is
+# mounted 0700 (no mode=): that alone refuses everyone but root, whatever
+# the files' modes. For this case it is mounted 0755, so that the files'
+# own modes are what refuses (a non-root reader then reads info, 0444),
+# and 0700 again after.
 root_only() {
+	local r=0
+	mount -o remount,mode=755 /sys/kernel/debug || { kv_msg "remounting debugfs 0755 failed"; return 1; }
+	root_only_modes || r=1
+	mount -o remount,mode=700 /sys/kernel/debug || { kv_msg "remounting debugfs 0700 failed"; r=1; }
+	return $r
+}
+root_only_modes() {
 	local f err r=0 loose
+	kv_as_user 65534 cat "$KV_DEBUGFS/rxe_lo/info" >/dev/null ||
+		{ kv_msg "a non-root reader cannot read info: debugfs still refuses by its mount"; return 1; }
 	for f in "$RC" "$MC" "$BENCH" "$KV_DEBUGFS/selftest" \
 		$(find "$KV_SYSFS" "$KV_DEBUGFS" -type f -perm /222); do
 		if err=$(kv_as_user 65534 bash -c "printf 'role=loopback' >'$f'" 2>&1); then

@@ -181,7 +181,11 @@ kv_kmemleak_check() {
 		return 1
 	}
 	# A leak is reported by the second scan that finds it unreferenced and
-	# unchanged, if it is older than 5 s by then; one scan takes longer.
+	# unchanged, if it is at least 5 s old when that scan starts (mm/
+	# kmemleak.c: MSECS_MIN_AGE). Wait those 5 s after the program's last
+	# case first: else the leaks of its last seconds are blamed on the
+	# next program, or, after the last program, never reported.
+	sleep 5
 	echo scan >"$KV_KMEMLEAK"
 	echo scan >"$KV_KMEMLEAK"
 	report=$(cat "$KV_KMEMLEAK")

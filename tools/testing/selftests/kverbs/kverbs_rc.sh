@@ -52,6 +52,26 @@ loopback() {
 		{ kv_msg "write_bytes went from $before to $after"; return 1; }
 }
 
+# loopback_says SIZE OPTIONS PATTERN...: loopback SIZE OPTIONS, and its
+# report has a line beginning with each PATTERN (the poll mode and the MTU
+# the run used, as it prints them).
+loopback_says() {
+	local size=$1 opts=$2 p
+	shift 2
+	loopback "$size" "$opts" || return 1
+	for p in "$@"; do
+		grep -q "^$p" "$RC" || { kv_msg "no '$p' in the report:"; kv_diag <"$RC"; return 1; }
+	done
+}
+loopback_poll() {
+	loopback_says 4096 ",poll=$1" "config: role=loopback size=4096 iters=1 mtu=256 poll=$1 " \
+		"resources_create: ok: pd, 2 cq ($1 polling)"
+}
+loopback_mtu() {
+	loopback_says "$2" ",mtu=$1,iters=20" "config: role=loopback size=$2 iters=20 mtu=$1 poll=softirq " \
+		"connect_qp: ok: both QPs INIT -> RTR -> RTS, path MTU $1\$"
+}
+
 # Atomics: the client's fetch-and-adds and compare-and-swaps on the
 # server's buffer (registered with remote atomic access only for them)
 # return the old values the kernel expects; the server's 8 bytes end as
@@ -162,10 +182,10 @@ kv_case rc_loopback_send_read_write_65536 loopback 65536
 kv_case rc_loopback_send_read_write_1048576 loopback 1048576
 kv_case rc_loopback_send_read_write_4_chunks_3145729 loopback 3145729 ",mtu=4096,timeout_ms=30000"
 kv_case rc_loopback_send_read_write_8_chunks_8388608 loopback 8388608 ",mtu=4096,timeout_ms=30000"
-kv_case rc_loopback_poll_direct_4096 loopback 4096 ",poll=direct"
-kv_case rc_loopback_poll_workqueue_4096 loopback 4096 ",poll=workqueue"
-kv_case rc_loopback_mtu_4096_iters_20 loopback 65536 ",mtu=4096,iters=20"
-kv_case rc_loopback_mtu_1024_iters_20 loopback 5000 ",mtu=1024,iters=20"
+kv_case rc_loopback_poll_direct_4096 loopback_poll direct
+kv_case rc_loopback_poll_workqueue_4096 loopback_poll workqueue
+kv_case rc_loopback_mtu_4096_iters_20 loopback_mtu 4096 65536
+kv_case rc_loopback_mtu_1024_iters_20 loopback_mtu 1024 5000
 kv_case rc_loopback_send_and_write_with_imm loopback_imm
 kv_case rc_loopback_atomics_fetch_add_and_cmp_swap_100 loopback_atomics 100
 kv_case bad_input_rc_atomics_size_under_8 bad "role=loopback,size=4,atomics=1" "Invalid argument" "atomics needs role=loopback, server or client and size >= 8"

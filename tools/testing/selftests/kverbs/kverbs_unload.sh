@@ -42,18 +42,25 @@ read_after_device_removed_fails() {
 	echo "$err" | grep -q "Input/output error"
 }
 
+# readers FILE ID: reads FILE until /tmp/readers_run goes; then writes
+# "OK FAILED" (its reads that succeeded and failed) to /tmp/readers.ID.
 readers() {
-	local f=$1
+	local f=$1 id=$2 ok=0 failed=0
 	while [ -e /tmp/readers_run ]; do
-		cat "$f" >/dev/null 2>&1
+		if cat "$f" >/dev/null 2>&1; then
+			ok=$((ok + 1))
+		else
+			failed=$((failed + 1))
+		fi
 	done
+	echo "$ok $failed" >"/tmp/readers.$id"
 }
 
 link_del_under_readers() {
 	kv_rxe_add rxe_dummy dummy0 || return 1
 	touch /tmp/readers_run
-	for _ in 1 2 3; do
-		readers "$KV_DEBUGFS/rxe_dummy/info" &
+	for i in 1 2 3; do
+		readers "$KV_DEBUGFS/rxe_dummy/info" "$i" &
 	done
 	sleep 1
 	kv_rxe_del rxe_dummy
@@ -65,11 +72,16 @@ link_del_under_readers() {
 	return $r
 }
 
+# rmmod while three readers read info: it must succeed while they are
+# still reading (each read before it, and tried after it, in vain), not
+# once they have stopped.
 rmmod_under_readers() {
-	local unloaded=0
+	local unloaded=0 pids="" p i r=0 ok failed
 	touch /tmp/readers_run
-	for _ in 1 2 3; do
-		readers "$KV_DEBUGFS/rxe_lo/info" &
+	rm -f /tmp/readers.[123]
+	for i in 1 2 3; do
+		readers "$KV_DEBUGFS/rxe_lo/info" "$i" &
+		pids="$pids $!"
 	done
 	sleep 1
 	# The readers' open files pin the module: retry until a moment when
@@ -80,10 +92,21 @@ rmmod_under_readers() {
 			break
 		fi
 	done
+	for p in $pids; do
+		kill -0 "$p" 2>/dev/null || { kv_msg "reader $p had stopped before the unload"; r=1; }
+	done
+	sleep 0.5
 	rm -f /tmp/readers_run
 	wait
-	[ $unloaded = 1 ] || kv_unload || return 1
-	[ ! -e "$KV_DEBUGFS" ]
+	[ $unloaded = 1 ] || { kv_msg "rmmod never succeeded while the readers read"; r=1; }
+	for i in 1 2 3; do
+		read -r ok failed <"/tmp/readers.$i" || { r=1; continue; }
+		kv_msg "reader $i: $ok reads, $failed failed after the unload"
+		[ "$ok" -gt 0 ] && [ "$failed" -gt 0 ] || r=1
+	done
+	kv_loaded && kv_unload
+	[ ! -e "$KV_DEBUGFS" ] || r=1
+	return $r
 }
 
 rmmod_with_devices_present() {
