@@ -205,7 +205,7 @@ sigkill_writer_drains_on_softirq_cq() {
 # The self-test's cases, by name: the module must list exactly these (a
 # case dropped from its table, or one added without a test here, fails
 # selftest_lists_the_expected_cases), and each is run.
-CASES="
+CASES=(
 	qp_refuses_cq_of_other_device
 	qp_refuses_port_out_of_range
 	ah_refuses_port_out_of_range
@@ -237,23 +237,23 @@ CASES="
 	event_ring_of_4096_snapshotted
 	event_sink_sleeps_and_drops_its_objects
 	cm_requests_while_accepted_ids_are_destroyed
-"
-n=$(echo "$CASES" | wc -w)
+)
+n=${#CASES[@]}
 
 # The module lists, before its first run, exactly the cases above, in order.
 selftest_lists_the_expected_cases() {
 	local listed
 	listed=$(sed -n 's/^case //p' "$ST" | tr '\n' ' ')
-	[ "$listed" = "$(echo $CASES) " ] && return 0
+	[ "$listed" = "${CASES[*]} " ] && return 0
 	kv_msg "the module lists: $listed"
-	kv_msg "expected:         $(echo $CASES)"
+	kv_msg "expected:         ${CASES[*]}"
 	return 1
 }
 
 kv_begin $((n + 9))
 kv_case setup_rxe_lo_rxe_dummy_and_load setup
 kv_case selftest_lists_the_expected_cases selftest_lists_the_expected_cases
-for c in $CASES; do
+for c in "${CASES[@]}"; do
 	case $c in
 	ah_resolves_roce_dmac) kv_case "selftest_$c" selftest_dmac ;;
 	*) kv_case "selftest_$c" selftest "$c" ;;
