@@ -120,6 +120,10 @@ pub(crate) struct Config {
     mtu: Option<Mtu>,
     poll: PollCtx,
     timeout_ms: u32,
+    /// The QPs' local ACK timeout, 4.096 us x 2^qp_timeout (perftest's
+    /// `-u`): how long a request waits for its ACK before it is sent
+    /// again, 6 times at most.
+    qp_timeout: u8,
     /// Sends of at most this many bytes go inline (perftest's `-I`).
     inline: u32,
     role: Role,
@@ -152,6 +156,7 @@ fn parse<'a>(dev: &Device, input: &'a [u8]) -> Result<Config> {
         mtu: None,
         poll: PollCtx::Direct,
         timeout_ms: 10_000,
+        qp_timeout: 14,
         inline: 0,
         role: Role::Loopback,
         addr: None,
@@ -190,6 +195,7 @@ fn parse<'a>(dev: &Device, input: &'a [u8]) -> Result<Config> {
             "qps" => cfg.qps = parse_num(dev, key, need(val)?, 1, 16)?,
             "inline" => inline = Some(parse_num(dev, key, need(val)?, 0, 512)?),
             "timeout_ms" => cfg.timeout_ms = parse_num(dev, key, need(val)?, 1, 600_000)?,
+            "qp_timeout" => cfg.qp_timeout = parse_num(dev, key, need(val)?, 1, 31)? as u8,
             "mtu" => {
                 let bytes = parse_num(dev, key, need(val)?, 256, 4096)?;
                 cfg.mtu = Some(Mtu::from_bytes(bytes).ok_or_else(|| {

@@ -144,11 +144,11 @@ impl Params {
                 av: AddressVector::new(dgid, self.gid_idx as u8),
             })?
             .to_rts(&RtsAttr {
-                timeout: 14,
+                timeout: cfg.qp_timeout,
                 // perftest's 7 is "retry forever" to rxe (it never counts
                 // 7 down): a dead peer would hold the run until
-                // timeout_ms. 6 retries of 4.096 us x 2^14 each give up
-                // after about 0.5 s.
+                // timeout_ms. 6 retries of 4.096 us x 2^14 each (the
+                // default qp_timeout) give up after about 0.5 s.
                 retry_cnt: 6,
                 rnr_retry: 7,
                 sq_psn: 0,

@@ -154,7 +154,7 @@ bad() {
 	bench write_bw 64 100
 }
 
-kv_begin 37
+kv_begin 38
 kv_case setup_rxe_lo_and_load setup
 for t in write_bw read_bw send_bw; do
 	kv_case "bench_loopback_${t}_64" bench $t 64 1000
@@ -186,6 +186,7 @@ kv_case bad_input_bench_buffers_over_128mib bad "test=write_bw,size=8388608,qps=
 	"5 QPs of 8388608 bytes take 160 MiB of buffers, more than 128"
 kv_case bad_input_bench_inline_513 bad "test=send_lat,inline=513" "out of range" "inline=513 is out of range"
 kv_case bad_input_bench_qps_17 bad "test=write_bw,qps=17" "out of range" "qps=17 is out of range"
+kv_case bad_input_bench_qp_timeout_32 bad "test=write_bw,qp_timeout=32" "out of range" "qp_timeout=32 is out of range"
 kv_case bad_input_bench_lat_with_qps bad "test=write_lat,qps=2" "Invalid argument" "write_lat runs one QP pair"
 kv_case bad_input_bench_client_without_addr bad "test=write_bw,role=client" "Invalid argument" "role=client needs addr="
 kv_end
