@@ -170,11 +170,36 @@ mcast_by_hand() {
 	printf 'attach 239.3.0.1' >"$mc" && grep -q "^attached: 239.3.0.1 " "$mc" &&
 		printf 'detach 239.3.0.1' >"$mc" && ! grep -q "^attached: 239.3.0.1 " "$mc"
 }
+# bench_works KIND STRING TITLE QPS SIZE ITERS: the run succeeds; its
+# header names the test (perftest's title, "Bidirectional " first with
+# bidir), the device and the QPs; its table has one row, of SIZE with
+# ITERS iterations, its numbers positive (as kverbs_bench.sh checks them:
+# 5 columns for bw, 9 for lat).
+bench_works() {
+	local kind=$1 str=$2 title=$3 qps=$4 size=$5 iters=$6 f=$KV_DEBUGFS/rxe_$1/bench
+	works "$kind" bench "$str" || return 1
+	if ! grep -qx " *$title" "$f" || ! grep -q "^ Device *: rxe_$kind	" "$f" ||
+		! grep -q "^ Number of qps *: $qps	" "$f"; then
+		kv_msg "the header is not of '$title' on rxe_$kind with $qps QPs:"
+		kv_diag <"$f"
+		return 1
+	fi
+	grep -E '^ [0-9]+ ' "$f" | awk -v size="$size" -v iters="$iters" '
+		{
+			rows++
+			if (NF != 5 && NF != 9) { print "row: " NF " fields: " $0; bad = 1; next }
+			if ($1 != size || $2 != iters) { print "row: " $0 ", want " size " bytes, " iters " iterations"; bad = 1 }
+			if (NF == 5 && !($3 >= 0 && $4 >= 0 && $5 >= 0 && ($4 > 0 || $5 > 0))) { print "not positive: " $0; bad = 1 }
+			if (NF == 9 && !($3 > 0 && $3 <= $5 && $5 <= $4)) { print "not t_min <= t_typical <= t_max: " $0; bad = 1 }
+		}
+		END { if (rows != 1) { print rows + 0 " rows, want 1"; bad = 1 }; exit bad }' | kv_diag
+	[ "${PIPESTATUS[1]}" = 0 ] || { kv_diag <"$f"; return 1; }
+}
 bench_tests() {
-	works "$1" bench "test=write_bw,size=4096,iters=50" &&
-		works "$1" bench "test=read_lat,size=8,iters=20" &&
-		works "$1" bench "test=send_bw,size=1024,iters=20,qps=2,bidir" &&
-		works "$1" bench "test=atomic_lat,size=8,iters=20"
+	bench_works "$1" "test=write_bw,size=4096,iters=50" "RDMA_Write BW Test" 1 4096 50 &&
+		bench_works "$1" "test=read_lat,size=8,iters=20" "RDMA_Read Latency Test" 1 8 20 &&
+		bench_works "$1" "test=send_bw,size=1024,iters=20,qps=2,bidir" "Bidirectional Send BW Test" 2 1024 40 &&
+		bench_works "$1" "test=atomic_lat,size=8,iters=20" "Atomic FETCH_AND_ADD Latency Test" 1 8 20
 }
 apm_refused() {
 	refused "$1" apm "role=server,addr=${ADDR[$1]}" 95 \
@@ -191,13 +216,24 @@ lo_rc_loopback_ipv6_link_local_refused() {
 		"rxe_lo: no MAC address for fe80::200:ff:fe00:0: error -101"
 }
 LO_CM="rdma_cm cannot connect over lo, a loopback netdev"
+# logged_times PATTERN N: the kernel logged PATTERN N times in this case.
+logged_times() {
+	local n
+	n=$(kv_log_since "$KV_CASE" | grep -c -- "$1")
+	[ "$n" = "$2" ] || { kv_msg "'$1' logged $n times, want $2"; return 1; }
+}
+# Both roles log the same line: each refusal must log its own.
 lo_rc_cm_refused() {
 	refused lo rc "role=cm_server,addr=127.0.0.1,timeout_ms=5000" 19 "rxe_lo: rc: $LO_CM" &&
-		refused lo rc "role=cm_client,addr=127.0.0.1,timeout_ms=5000" 19 "rxe_lo: rc: $LO_CM"
+		logged_times "rxe_lo: rc: $LO_CM" 1 &&
+		refused lo rc "role=cm_client,addr=127.0.0.1,timeout_ms=5000" 19 "rxe_lo: rc: $LO_CM" &&
+		logged_times "rxe_lo: rc: $LO_CM" 2
 }
 lo_srq_refused() {
 	refused lo srq "role=server,addr=127.0.0.1,timeout_ms=5000" 19 "rxe_lo: srq: $LO_CM" &&
-		refused lo srq "role=client,addr=127.0.0.1,timeout_ms=5000" 19 "rxe_lo: srq: $LO_CM"
+		logged_times "rxe_lo: srq: $LO_CM" 1 &&
+		refused lo srq "role=client,addr=127.0.0.1,timeout_ms=5000" 19 "rxe_lo: srq: $LO_CM" &&
+		logged_times "rxe_lo: srq: $LO_CM" 2
 }
 lo_mcast_ipv4_multicast_off() {
 	ip link set lo multicast off
