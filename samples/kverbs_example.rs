@@ -308,11 +308,11 @@ struct KverbsExample {
 }
 
 impl kernel::Module for KverbsExample {
-    fn init(_module: &'static ThisModule) -> Result<Self> {
+    fn init(module: &'static ThisModule) -> Result<Self> {
         let devices = Arc::pin_init(new_mutex!(KVec::new()), GFP_KERNEL)?;
         let sysfs = KernelDir::new(c_str!("kverbs_example"))?;
         let attr = sysfs.attribute(c_str!("devices"), DeviceList(devices.clone()))?;
-        let root = Dir::new(c_str!("kverbs_example"))?;
+        let root = Dir::new(c_str!("kverbs_example"), module)?;
         let fail_drain = kverbs::qp::DrainFaultInjection::new(&root).ok();
         let selftest_devices = Arc::pin_init(new_mutex!(KVec::new()), GFP_KERNEL)?;
         let selftest = root.control_file(

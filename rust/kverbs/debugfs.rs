@@ -10,9 +10,14 @@
 //!
 //! Files are created with the full debugfs proxy: removing a file waits for
 //! the readers and writers inside its callbacks, and later calls on a file
-//! that is still open fail with `-EIO`.  The file operations are owned by
-//! the module this crate is linked into, so an open file holds a reference
-//! to the module and `rmmod` is refused (`-EBUSY`) until it is closed.
+//! that is still open fail with `-EIO`.
+//!
+//! The file operations are those of this crate, owned by the module it is
+//! built into (`.owner = THIS_MODULE`), but what a file shows and takes is
+//! the data and code of the module that created it, named when its root
+//! directory is ([`Dir::new`]): an open file holds a reference to that
+//! module too, taken in `open` and dropped in `release`, so its `rmmod` is
+//! refused (`-EBUSY`) until the file is closed.
 
 use crate::bindings;
 use crate::show::{Show, Store};
@@ -25,6 +30,7 @@ use kernel::{
     sync::Arc,
     types::Opaque,
     uaccess::UserSlice,
+    ThisModule,
 };
 
 /// The largest write a control file takes in one `write(2)` call.
@@ -38,9 +44,11 @@ pub struct Dir(Arc<DirInner>);
 /// # Invariants
 ///
 /// `dentry` is a debugfs directory created by `debugfs_create_dir` and not
-/// yet removed. `parent`, if any, is the directory it was created in.
+/// yet removed. `parent`, if any, is the directory it was created in, and
+/// `module` is the module of the root directory.
 struct DirInner {
     dentry: *mut bindings::dentry,
+    module: &'static ThisModule,
     _parent: Option<Dir>,
 }
 
@@ -65,17 +73,19 @@ impl Dir {
         self.0.dentry
     }
 
-    /// Creates a directory `name` at the debugfs root.
-    pub fn new(name: &CStr) -> Result<Self> {
-        Self::create(name, None)
+    /// Creates a directory `name` at the debugfs root for the files of
+    /// `module` (the one given to its `init`): while a file of this tree is
+    /// open, `module` cannot be unloaded.
+    pub fn new(name: &CStr, module: &'static ThisModule) -> Result<Self> {
+        Self::create(name, module, None)
     }
 
     /// Creates a directory `name` inside this one.
     pub fn subdir(&self, name: &CStr) -> Result<Self> {
-        Self::create(name, Some(self))
+        Self::create(name, self.0.module, Some(self))
     }
 
-    fn create(name: &CStr, parent: Option<&Dir>) -> Result<Self> {
+    fn create(name: &CStr, module: &'static ThisModule, parent: Option<&Dir>) -> Result<Self> {
         let parent_dentry = parent.map_or(ptr::null_mut(), |p| p.0.dentry);
         // SAFETY: `name` is a valid C string; `parent_dentry` is null or a
         // live directory kept alive by `parent`.
@@ -85,6 +95,7 @@ impl Dir {
         // INVARIANT: `dentry` was just created in `parent`.
         let inner = DirInner {
             dentry,
+            module,
             _parent: parent.cloned(),
         };
         match Arc::new(inner, GFP_KERNEL) {
@@ -116,6 +127,8 @@ struct VTable {
 #[repr(C)]
 struct Header {
     vtable: &'static VTable,
+    /// The module whose data and code the file reaches.
+    module: &'static ThisModule,
 }
 
 /// What `inode->i_private` points to: the operations, then the data.
@@ -189,7 +202,10 @@ impl<T> File<T> {
     ) -> Result<Self> {
         let entry = KBox::new(
             Entry {
-                header: Header { vtable },
+                header: Header {
+                    vtable,
+                    module: dir.0.module,
+                },
                 data,
             },
             GFP_KERNEL,
@@ -233,7 +249,8 @@ struct Fops(bindings::file_operations);
 unsafe impl Sync for Fops {}
 
 extern "C" {
-    /// The module this crate is linked into (defined by modpost).
+    /// The module this crate is built into (defined by modpost), whose
+    /// callbacks the tables hold.
     static __this_module: Opaque<bindings::module>;
 }
 
@@ -247,7 +264,7 @@ static FOPS_RO: Fops = Fops(bindings::file_operations {
     open: Some(open_callback),
     read: Some(bindings::seq_read),
     llseek: Some(bindings::seq_lseek),
-    release: Some(bindings::single_release),
+    release: Some(release_callback),
     ..NO_FOPS
 });
 
@@ -256,7 +273,19 @@ static FOPS_RW: Fops = Fops(bindings::file_operations {
     ..FOPS_RO.0
 });
 
-/// `open` of every kverbs debugfs file: a `seq_file` over its [`Entry`].
+/// What the `seq_file` of an open file points to.
+///
+/// # Invariants
+///
+/// `header` is the header of the file's entry, live while the file is not
+/// removed; this open file holds a reference to `module`.
+struct Opened {
+    header: *const Header,
+    module: *mut kernel::bindings::module,
+}
+
+/// `open` of every kverbs debugfs file: a `seq_file` over its [`Entry`],
+/// holding a reference to the module of the entry until `release`.
 ///
 /// # Safety
 ///
@@ -269,7 +298,66 @@ unsafe extern "C" fn open_callback(
     // SAFETY: `inode` is valid (function safety requirement); its
     // `i_private` is the entry header the file was created with, live while
     // the proxy holds the file (until `File::drop`).
-    unsafe { bindings::single_open(file, Some(show_callback), (*inode).i_private) }
+    let header = unsafe { (*inode).i_private }.cast::<Header>().cast_const();
+    // SAFETY: As above, the header is live.
+    let module = unsafe { (*header).module }.as_ptr();
+    // SAFETY: `module` is live: the entry is, and the module that named
+    // itself in `Dir::new` removes its files (and frees their entries)
+    // before it is freed. This fails only while it is being unloaded; the
+    // open then fails as the proxy fails it for a going owner.
+    if !unsafe { kernel::bindings::try_module_get(module) } {
+        return ENXIO.to_errno();
+    }
+    // INVARIANT: the reference to `module` was taken above;
+    // `release_callback` (or a failure below) drops it.
+    let opened = match KBox::new(Opened { header, module }, GFP_KERNEL) {
+        Ok(opened) => KBox::into_raw(opened),
+        Err(_) => {
+            // SAFETY: The reference taken above.
+            unsafe { kernel::bindings::module_put(module) };
+            return ENOMEM.to_errno();
+        }
+    };
+    // SAFETY: `file` is valid; the `seq_file` keeps `opened` until
+    // `release_callback`.
+    let ret = unsafe { bindings::single_open(file, Some(show_callback), opened.cast()) };
+    if ret != 0 {
+        // SAFETY: Not given to anyone: `single_open` failed.
+        drop(unsafe { KBox::from_raw(opened) });
+        // SAFETY: The reference taken above.
+        unsafe { kernel::bindings::module_put(module) };
+    }
+    ret
+}
+
+/// `release` of every kverbs debugfs file: frees what [`open_callback`] made
+/// and drops its module reference. Called even after the file was removed:
+/// the entry may be gone, and is not touched.
+///
+/// # Safety
+///
+/// Called by the debugfs proxy, once, on a file opened by [`open_callback`].
+unsafe extern "C" fn release_callback(
+    inode: *mut bindings::inode,
+    file: *mut bindings::file,
+) -> c_int {
+    // SAFETY: `single_open` set `private_data` to the `seq_file`, whose
+    // `private` is the `Opened` of this open file, given back once, here.
+    let opened = unsafe {
+        KBox::from_raw(
+            (*(*file).private_data.cast::<bindings::seq_file>())
+                .private
+                .cast::<Opened>(),
+        )
+    };
+    let module = opened.module;
+    drop(opened);
+    // SAFETY: The file was opened by `single_open`.
+    let ret = unsafe { bindings::single_release(inode, file) };
+    // SAFETY: By the invariant of `Opened`, this open file held a reference
+    // to `module`. Nothing of that module is used after this.
+    unsafe { kernel::bindings::module_put(module) };
+    ret
 }
 
 /// `show` of the `seq_file` opened by [`open_callback`].
@@ -278,8 +366,9 @@ unsafe extern "C" fn open_callback(
 ///
 /// Called by `seq_read` on a `seq_file` opened by [`open_callback`].
 unsafe extern "C" fn show_callback(m: *mut bindings::seq_file, _v: *mut c_void) -> c_int {
-    // SAFETY: `m` is valid; `private` is the header given to `single_open`.
-    let header = unsafe { (*m).private }.cast::<Header>();
+    // SAFETY: `m` is valid; `private` is the `Opened` given to `single_open`,
+    // live until `release_callback`.
+    let header = unsafe { (*(*m).private.cast::<Opened>()).header };
     let mut out = SeqWriter(m);
     // SAFETY: The debugfs proxy keeps the file (hence the entry) alive for
     // the duration of this read; `header` is an entry's header.
@@ -314,9 +403,14 @@ unsafe extern "C" fn write_callback(
         return e.to_errno() as isize;
     }
     // SAFETY: `single_open` set `private_data` to the `seq_file`, whose
-    // `private` is the entry header; the proxy keeps the entry alive.
-    let header =
-        unsafe { (*(*file).private_data.cast::<bindings::seq_file>()).private }.cast::<Header>();
+    // `private` is the `Opened` of this open file; the proxy keeps the
+    // entry its header belongs to alive.
+    let header = unsafe {
+        (*(*(*file).private_data.cast::<bindings::seq_file>())
+            .private
+            .cast::<Opened>())
+        .header
+    };
     // SAFETY: As above, `header` is a live entry's header.
     let store = match unsafe { (*header).vtable.store } {
         Some(store) => store,
