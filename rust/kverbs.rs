@@ -5,9 +5,10 @@
 //! This crate is the layer between kernel RDMA upper-layer protocols (ULPs)
 //! written in safe Rust and the C verbs of `drivers/infiniband/core`.  It is
 //! built out of tree with the kernel's Kbuild: the crate is compiled to an
-//! object plus metadata, and every module that uses it (see `samples/`) links
-//! that object into its own `.ko`, together with the C wrappers bindgen
-//! generates for the static inline verbs.
+//! object plus metadata, and linked with the C wrappers bindgen generates
+//! for the static inline verbs into a module of its own, `kverbs.ko`, which
+//! exports its symbols; every module that uses it (see `samples/`) is
+//! compiled against the metadata and resolves the layer from `kverbs.ko`.
 //!
 //! What it offers so far:
 //!

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
  * Helpers for what bindgen cannot wrap: macros.  Implemented in
- * kverbs_helpers.c and linked into every module that uses kverbs.
+ * kverbs_helpers.c, part of kverbs.ko, which exports them.
  */
 #ifndef KVERBS_HELPERS_H
 #define KVERBS_HELPERS_H

@@ -5,7 +5,7 @@
 # with the same loop in C, in one guest.
 #
 # Builds the performance kernel (no debug options, tools/bench/config,
-# cached under its own key), the kverbs example and the C reference module
+# cached under its own key), the kverbs modules and the C reference module
 # (tools/bench/cbench) against it in their own output directory (the tree's
 # objects stay those of the test kernel), boots one guest (TCG, 2 vCPUs),
 # creates rxe on lo and runs perftest, C and kverbs alternately for each
@@ -54,7 +54,8 @@ build=$cache/bench-build
 mkdir -p "$build/src" "$build/cbench"
 cp "$top/Kbuild" "$build/src/"
 (cd "$top" && find rust samples -type f \( -name '*.rs' -o -name '*.c' -o -name '*.h' \) \
-	! -name '*_generated.rs' ! -name 'kverbs_extern.c' -exec cp --parents -t "$build/src" {} +)
+	! -name '*_generated.rs' ! -name '*_generated.h' ! -name 'kverbs_extern.c' \
+	-exec cp --parents -t "$build/src" {} +)
 cp "$top/tools/bench/cbench/Kbuild" "$top/tools/bench/cbench/cbench.c" "$build/cbench/"
 vars=(LLVM=-19 RUSTC=/usr/bin/rustc BINDGEN=bindgen)
 if ! { make -s -C "$kdir" M="$build/src" "${vars[@]}" modules &&
@@ -85,7 +86,7 @@ echo "kverbs: bench: one line per run (test impl qps size round | row of its tab
 
 set +e
 KVERBS_FLAVOR=perf KVERBS_VM_DIR=$out KVERBS_VM_MEM=2048 KVERBS_BENCH_CONF=$conf \
-	KVERBS_MODULES="$build/src/kverbs_example.ko $build/cbench/kverbs_cbench.ko" \
+	KVERBS_MODULES="$build/src/kverbs.ko $build/src/kverbs_example.ko $build/cbench/kverbs_cbench.ko" \
 	KVERBS_VM_TIMEOUT=${KVERBS_VM_TIMEOUT:-7200} \
 	"$top/tools/vm/run.sh" bench | grep --line-buffered '^kverbs-bench:' | sed -u 's/^kverbs-bench: //'
 vm=${PIPESTATUS[0]}

@@ -2,8 +2,8 @@
 # SPDX-License-Identifier: GPL-2.0
 #
 # The guest half of `make bench` (tools/bench/bench.sh): rxe on lo, the
-# kverbs example and the C reference module loaded, then for each test and
-# size the implementations in turn -- perftest, C (write_bw and
+# kverbs layer, its example and the C reference module loaded, then for
+# each test and size the implementations in turn -- perftest, C (write_bw and
 # write_lat only), kverbs, and for bandwidth kverbs with poll=softirq --
 # round after round, so that noise hits all alike. Each run prints one line:
 #
@@ -97,6 +97,7 @@ one() {
 }
 
 rdma link add "$DEV" type rxe netdev lo || exit 1
+insmod /kverbs/kverbs.ko || exit 1
 insmod /kverbs/kverbs_example.ko || exit 1
 insmod /kverbs/kverbs_cbench.ko || exit 1
 GID=$(gid_index)

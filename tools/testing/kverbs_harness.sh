@@ -237,8 +237,8 @@ extract_compile_fail() {
 		{ inside = 0 }' "${sources[@]}"
 }
 
-# cf_build SRC: builds SRC as a module of kverbs_example (Kbuild links the
-# layer into one module only) in a copy of the tree; the output in
+# cf_build SRC: builds SRC as a module of the kverbs_example crate (its
+# object only: no module is linked) in a copy of the tree; the output in
 # $tmp/cf/out.
 cf_build() {
 	local src=$1 kdir

@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: GPL-2.0
 #
 # What `make run` shows inside the test VM: soft-RoCE devices are created,
-# the example module is loaded and says what it found.
+# the layer (kverbs.ko) and the example module are loaded and the example
+# says what it found.
 
 set -u
 step() {
@@ -22,7 +23,8 @@ run rdma link add rxe_lo type rxe netdev lo
 run rdma link add rxe_dummy type rxe netdev dummy0
 run rdma link show
 
-step "Load the kverbs example module"
+step "Load the kverbs layer and the example module"
+run insmod /kverbs/kverbs.ko
 run insmod /kverbs/kverbs_example.ko
 dmesg | grep kverbs_example
 run cat /sys/kernel/kverbs_example/devices
@@ -81,3 +83,4 @@ run rdma link delete rxe_dummy
 run ls /sys/kernel/debug/kverbs_example
 run rmmod kverbs_example
 dmesg | grep kverbs_example | tail -n 3
+run rmmod kverbs

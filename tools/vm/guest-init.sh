@@ -7,8 +7,8 @@
 #   kverbs.mode=check  runs the kverbs kselftests, kselftest style: a KTAP
 #                      header, each test's KTAP output behind "# ", and one
 #                      result line per test program;
-#   kverbs.mode=demo   creates soft-RoCE devices, loads the example module
-#                      and shows what it found;
+#   kverbs.mode=demo   creates soft-RoCE devices, loads the layer and the
+#                      example module and shows what it found;
 #   kverbs.mode=bench  runs the benchmark (tools/bench/guest-bench.sh);
 # and powers the VM off.
 
@@ -76,10 +76,11 @@ run_check() {
 	done
 }
 
-# The other VM of two-host tests: rxe on eth0, the module loaded, and a
+# The other VM of two-host tests: rxe on eth0, the modules loaded, and a
 # command server the tests drive (tools/vm/peer-cmd.sh) until powered off.
 run_peer() {
 	rdma link add rxe_eth type rxe netdev eth0
+	insmod /kverbs/kverbs.ko
 	insmod /kverbs/kverbs_example.ko
 	echo "kverbs-peer: ready"
 	nc -ll -p 7000 -e /kverbs/peer-cmd.sh

@@ -20,8 +20,9 @@ work=${KVERBS_VM_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kverbs/vm}
 mkdir -p "$work"
 
 # KVERBS_MODULES: the modules to put in the guest (make bench builds its
-# own against the performance kernel); else the tree's.
-read -r -a mods <<<"${KVERBS_MODULES:-$top/kverbs_example.ko}"
+# own against the performance kernel); else the tree's: the layer and the
+# example that uses it.
+read -r -a mods <<<"${KVERBS_MODULES:-$top/kverbs.ko $top/kverbs_example.ko}"
 for m in "${mods[@]}"; do
 	[ -f "$m" ] || { echo "kverbs: $m is not built (make modules)" >&2; exit 1; }
 done

@@ -131,6 +131,10 @@ unload_quiet() {
 	kv_loaded && kv_unload
 	return 0
 }
+# Before an armed load of the example: the layer it needs, loaded anew.
+unload_to_layer() {
+	unload_quiet && kv_unload_layer && kv_load_layer
+}
 load_normal() {
 	unload_quiet && kv_load && quiet_drain_fault && loaded
 }
@@ -338,13 +342,14 @@ sweep_bench() {
 	sweep bench_write_bw : bench_ok : bench_normal write "$BENCH" "test=write_bw,size=4096,iters=100"
 }
 sweep_module_load() {
-	sweep module_load unload_quiet loaded : load_normal insmod "$KV_MODDIR/$KV_MOD.ko"
+	sweep module_load unload_to_layer loaded : load_normal insmod "$KV_MODDIR/$KV_MOD.ko"
 }
 # Only the points under the module's code (its add callback and the verbs
 # it calls): rxe's own registration has some 14,000 more. failslab's stack
 # filter (FAULT_INJECTION_STACKTRACE_FILTER) takes the module's address
 # range (fail_page_alloc's the same); fail-nth counts only what they
-# let through.
+# let through. The example's range: the layer's calls (kverbs.ko) from its
+# add callback have the callback on their stack too.
 filter_module() {
 	local base size f
 	base=$(awk -v m="$KV_MOD" '$1 == m { print $6 }' /proc/modules)

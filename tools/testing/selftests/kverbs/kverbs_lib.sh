@@ -2,14 +2,16 @@
 # SPDX-License-Identifier: GPL-2.0
 #
 # Helpers shared by the kverbs kselftests: KTAP through the kernel's
-# ktap_helpers.sh, soft-RoCE devices, the example module, and the checks run
-# after every test case (kernel log) and every test program (kmemleak).
+# ktap_helpers.sh, soft-RoCE devices, the layer (kverbs.ko) and the example
+# module that uses it, and the checks run after every test case (kernel log)
+# and every test program (kmemleak).
 
 KV_DIR="$(dirname "$(readlink -f "$0")")"
 # shellcheck source=/dev/null
 . "$KV_DIR/../kselftest/ktap_helpers.sh"
 
 KV_MODDIR=${KV_MODDIR:-/kverbs}
+KV_LAYER=kverbs
 KV_MOD=kverbs_example
 # shellcheck disable=SC2034 # used by the test programs
 KV_DEBUGFS=/sys/kernel/debug/kverbs_example
@@ -46,18 +48,35 @@ kv_diag() {
 	sed 's/^/# /'
 }
 
-# kv_load [PARAM=VALUE...]: loads the example module with those parameters.
+# kv_load [PARAM=VALUE...]: loads the layer unless it is loaded, then the
+# example module with those parameters.
 # shellcheck disable=SC2120 # the parameters are optional
 kv_load() {
-	insmod "$KV_MODDIR/$KV_MOD.ko" "$@"
+	kv_load_layer && insmod "$KV_MODDIR/$KV_MOD.ko" "$@"
 }
 
+# kv_unload: unloads the example module, then the layer, so that every
+# kv_load starts from a fresh layer (its drain fault attributes at their
+# defaults), as when the layer was linked into the example. Fails at once,
+# both staying loaded, if the example cannot go (a file of it is open).
 kv_unload() {
-	rmmod "$KV_MOD"
+	rmmod "$KV_MOD" && kv_unload_layer
 }
 
 kv_loaded() {
 	grep -q "^$KV_MOD " /proc/modules
+}
+
+kv_load_layer() {
+	kv_layer_loaded || insmod "$KV_MODDIR/$KV_LAYER.ko"
+}
+
+kv_unload_layer() {
+	! kv_layer_loaded || rmmod "$KV_LAYER"
+}
+
+kv_layer_loaded() {
+	grep -q "^$KV_LAYER " /proc/modules
 }
 
 # kv_rxe_add NAME NETDEV: a soft-RoCE device on NETDEV.
@@ -104,6 +123,7 @@ kv_wait() {
 
 kv_cleanup() {
 	kv_loaded && kv_unload
+	kv_unload_layer
 	kv_rxe_del_all
 	return 0
 }

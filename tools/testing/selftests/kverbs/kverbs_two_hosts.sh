@@ -562,11 +562,11 @@ peer_log_clean() {
 	return $st
 }
 
-# The module unloads on the peer, then its kmemleak reports nothing: the
+# The modules unload on the peer, then its kmemleak reports nothing: the
 # scans after the 5 s minimum age (see kv_kmemleak_check).
 peer_kmemleak_clean() {
 	local out
-	out=$(peer "rmmod kverbs_example") || { echo "$out" | kv_diag; kv_msg "rmmod on the peer failed"; return 1; }
+	out=$(peer "rmmod kverbs_example && rmmod kverbs") || { echo "$out" | kv_diag; kv_msg "rmmod on the peer failed"; return 1; }
 	sleep 5
 	out=$(peer "echo scan >$KV_KMEMLEAK && echo scan >$KV_KMEMLEAK && cat $KV_KMEMLEAK") ||
 		{ echo "$out" | kv_diag; kv_msg "the peer's kmemleak scan failed (or the peer does not answer)"; return 1; }
