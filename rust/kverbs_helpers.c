@@ -204,6 +204,19 @@ void *kverbs_current(void)
 	return current;
 }
 
+bool kverbs_module_get_live(struct module *mod)
+{
+	/* As full_proxy_open() reads its owner's state: unlocked. */
+	if (READ_ONCE(mod->state) != MODULE_STATE_LIVE)
+		return false;
+	return try_module_get(mod);
+}
+
+void kverbs_module_put(struct module *mod)
+{
+	module_put(mod);
+}
+
 bool kverbs_signal_pending(void)
 {
 	return signal_pending(current);

@@ -144,6 +144,15 @@ bool kverbs_cancel_work(struct work_struct *work);
 void *kverbs_current(void);
 
 /*
+ * A reference to a module that has finished its init and is not going
+ * (try_module_get() also succeeds during init, and a module whose init
+ * fails is freed whatever its count); and its put.  Functions, also where
+ * CONFIG_MODULE_UNLOAD makes them static inline.
+ */
+bool kverbs_module_get_live(struct module *mod);
+void kverbs_module_put(struct module *mod);
+
+/*
  * Waits up to timeout_ms (uninterruptibly) for the QP's
  * IB_EVENT_QP_LAST_WQE_REACHED (qp->srq_completion, completed by the core's
  * QP event handler); true if it came.

@@ -17,7 +17,13 @@
 //! the data and code of the module that created it, named when its root
 //! directory is ([`Dir::new`]): an open file holds a reference to that
 //! module too, taken in `open` and dropped in `release`, so its `rmmod` is
-//! refused (`-EBUSY`) until the file is closed.
+//! refused ("in use", `-EAGAIN`) until the file is closed. An open while
+//! that module is still in its `init` or already going fails with `ENXIO`.
+//!
+//! Known limit, as for every module-owned object of Rust-for-Linux: a file
+//! or directory that outlives its module (`mem::forget`, a reference cycle,
+//! a handle moved into another module) leaves debugfs pointing at freed
+//! code and data. A module must drop its files before its exit returns.
 
 use crate::bindings;
 use crate::show::{Show, Store};
@@ -303,9 +309,11 @@ unsafe extern "C" fn open_callback(
     let module = unsafe { (*header).module }.as_ptr();
     // SAFETY: `module` is live: the entry is, and the module that named
     // itself in `Dir::new` removes its files (and frees their entries)
-    // before it is freed. This fails only while it is being unloaded; the
-    // open then fails as the proxy fails it for a going owner.
-    if !unsafe { kernel::bindings::try_module_get(module) } {
+    // before it is freed (see the module's documentation for the limit of
+    // this). This fails while the module is in its `init` (a failing init
+    // frees the module whatever its count) or going; the open then fails
+    // as the proxy fails it for a going owner.
+    if !unsafe { bindings::kverbs_module_get_live(module.cast()) } {
         return ENXIO.to_errno();
     }
     // INVARIANT: the reference to `module` was taken above;
@@ -314,7 +322,7 @@ unsafe extern "C" fn open_callback(
         Ok(opened) => KBox::into_raw(opened),
         Err(_) => {
             // SAFETY: The reference taken above.
-            unsafe { kernel::bindings::module_put(module) };
+            unsafe { bindings::kverbs_module_put(module.cast()) };
             return ENOMEM.to_errno();
         }
     };
@@ -325,7 +333,7 @@ unsafe extern "C" fn open_callback(
         // SAFETY: Not given to anyone: `single_open` failed.
         drop(unsafe { KBox::from_raw(opened) });
         // SAFETY: The reference taken above.
-        unsafe { kernel::bindings::module_put(module) };
+        unsafe { bindings::kverbs_module_put(module.cast()) };
     }
     ret
 }
@@ -356,7 +364,7 @@ unsafe extern "C" fn release_callback(
     let ret = unsafe { bindings::single_release(inode, file) };
     // SAFETY: By the invariant of `Opened`, this open file held a reference
     // to `module`. Nothing of that module is used after this.
-    unsafe { kernel::bindings::module_put(module) };
+    unsafe { bindings::kverbs_module_put(module.cast()) };
     ret
 }
 
