@@ -71,8 +71,17 @@ kv_load_layer() {
 	kv_layer_loaded || insmod "$KV_MODDIR/$KV_LAYER.ko"
 }
 
+# The layer's last reference from a closed file of the example is dropped
+# just after the example's (debugfs' proxy puts the fops' owner last):
+# retry for a second.
 kv_unload_layer() {
-	! kv_layer_loaded || rmmod "$KV_LAYER"
+	local _
+	for _ in $(seq 10); do
+		kv_layer_loaded || return 0
+		rmmod "$KV_LAYER" 2>/dev/null && return 0
+		sleep 0.1
+	done
+	rmmod "$KV_LAYER"
 }
 
 kv_layer_loaded() {
