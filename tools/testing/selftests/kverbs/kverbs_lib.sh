@@ -3,8 +3,9 @@
 #
 # Helpers shared by the kverbs kselftests: KTAP through the kernel's
 # ktap_helpers.sh, soft-RoCE devices, the layer (kverbs.ko) and the example
-# module that uses it, and the checks run after every test case (kernel log)
-# and every test program (kmemleak).
+# module that uses it (and the minimal one, kverbs_minimal.sh's), and the
+# checks run after every test case (kernel log) and every test program
+# (kmemleak).
 
 KV_DIR="$(dirname "$(readlink -f "$0")")"
 # shellcheck source=/dev/null
@@ -13,6 +14,7 @@ KV_DIR="$(dirname "$(readlink -f "$0")")"
 KV_MODDIR=${KV_MODDIR:-/kverbs}
 KV_LAYER=kverbs
 KV_MOD=kverbs_example
+KV_MINIMAL=kverbs_minimal
 # shellcheck disable=SC2034 # used by the test programs
 KV_DEBUGFS=/sys/kernel/debug/kverbs_example
 # shellcheck disable=SC2034 # used by the test programs
@@ -88,6 +90,10 @@ kv_layer_loaded() {
 	grep -q "^$KV_LAYER " /proc/modules
 }
 
+kv_minimal_loaded() {
+	grep -q "^$KV_MINIMAL " /proc/modules
+}
+
 # kv_rxe_add NAME NETDEV: a soft-RoCE device on NETDEV.
 kv_rxe_add() {
 	rdma link add "$1" type rxe netdev "$2"
@@ -131,6 +137,7 @@ kv_wait() {
 }
 
 kv_cleanup() {
+	! kv_minimal_loaded || rmmod "$KV_MINIMAL"
 	kv_loaded && kv_unload
 	kv_unload_layer
 	kv_rxe_del_all
