@@ -65,8 +65,13 @@ kv_unload() {
 	rmmod "$KV_MOD" && kv_unload_layer
 }
 
+# kv_mod_loaded NAME: the module NAME is loaded.
+kv_mod_loaded() {
+	grep -q "^$1 " /proc/modules
+}
+
 kv_loaded() {
-	grep -q "^$KV_MOD " /proc/modules
+	kv_mod_loaded "$KV_MOD"
 }
 
 kv_load_layer() {
@@ -87,11 +92,11 @@ kv_unload_layer() {
 }
 
 kv_layer_loaded() {
-	grep -q "^$KV_LAYER " /proc/modules
+	kv_mod_loaded "$KV_LAYER"
 }
 
 kv_minimal_loaded() {
-	grep -q "^$KV_MINIMAL " /proc/modules
+	kv_mod_loaded "$KV_MINIMAL"
 }
 
 # kv_rxe_add NAME NETDEV: a soft-RoCE device on NETDEV.
