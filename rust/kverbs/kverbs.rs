@@ -54,48 +54,27 @@ mod bindings {
     type __kernel_ssize_t = isize;
     type __kernel_ptrdiff_t = isize;
 
-    include!("bindings_generated.rs");
+    include!("../bindings_generated.rs");
 }
 
-// The crate root sits beside its directory, as `rust/kernel/` does not:
-// name the module files.
-#[path = "kverbs/ah.rs"]
 pub mod ah;
-#[path = "kverbs/client.rs"]
 pub mod client;
-#[path = "kverbs/cm.rs"]
 pub mod cm;
-#[path = "kverbs/cq.rs"]
 pub mod cq;
-#[path = "kverbs/debugfs.rs"]
 pub mod debugfs;
-#[path = "kverbs/device.rs"]
 pub mod device;
-#[path = "kverbs/dma.rs"]
 pub mod dma;
-#[path = "kverbs/event.rs"]
 pub mod event;
-#[path = "kverbs/irq_lock.rs"]
 mod irq_lock;
-#[path = "kverbs/mcast.rs"]
 pub mod mcast;
-#[path = "kverbs/mr.rs"]
 pub mod mr;
-#[path = "kverbs/pd.rs"]
 pub mod pd;
-#[path = "kverbs/qp.rs"]
 pub mod qp;
-#[path = "kverbs/show.rs"]
 mod show;
-#[path = "kverbs/srq.rs"]
 pub mod srq;
-#[path = "kverbs/stream.rs"]
 pub mod stream;
-#[path = "kverbs/sysfs.rs"]
 pub mod sysfs;
-#[path = "kverbs/tcp.rs"]
 pub mod tcp;
-#[path = "kverbs/wc.rs"]
 pub mod wc;
 
 pub use show::{Show, Store};
