@@ -325,6 +325,17 @@ impl Ring {
         cq.process_direct(budget)
     }
 
+    /// Busy polling: processes up to `budget` completions of `cq` if it is
+    /// polled directly, then returns the requests done; `EIO` if one failed.
+    fn poll(&self, cq: &Cq, budget: u32, dev: &crate::device::Device, qpn: u32) -> Result<u64> {
+        Self::process(cq, budget);
+        self.check(dev, qpn)?;
+        Ok(self.shared.completed())
+    }
+
+    /// Waits until `upto` requests (at most those posted) are done on `cq`:
+    /// `ETIMEDOUT` after `timeout_ms`, `ECANCELED`, `EINTR`, or `EIO` if a
+    /// request failed.
     fn wait(
         &self,
         cq: &Cq,
@@ -334,6 +345,7 @@ impl Ring {
         dev: &crate::device::Device,
         qpn: u32,
     ) -> Result {
+        let upto = upto.min(self.posted);
         let deadline = crate::Deadline::new(timeout_ms, cancel);
         loop {
             self.check(dev, qpn)?;
@@ -349,6 +361,16 @@ impl Ring {
             } else {
                 cq.wait_u64_ge(&self.shared.counts.completed, upto, 10);
             }
+        }
+    }
+
+    /// On the drop of its stream on `qp`'s receive (`recv`) or send queue:
+    /// gives the slots back to the QP. With requests outstanding (or a
+    /// failure, after which flushed requests may still come), the QP keeps
+    /// the shared part and the slots until it is destroyed.
+    fn detach<S: State, T: Transport>(&self, qp: &Qp<S, T>, recv: bool) {
+        if self.outstanding() == 0 && self.shared.failed().is_none() {
+            qp.detach_stream(recv, self.depth, &self.shared);
         }
     }
 }
@@ -524,35 +546,29 @@ impl<'a> SendStream<'a> {
     /// themselves), then returns [`SendStream::completed`]; `EIO` if a
     /// request failed.
     pub fn poll(&mut self, budget: u32) -> Result<u64> {
-        Ring::process(self.qp.send_cq(), budget);
-        self.ring.check(self.qp.device(), self.qp.qp_num())?;
-        Ok(self.completed())
+        let qp = self.qp;
+        self.ring
+            .poll(qp.send_cq(), budget, qp.device(), qp.qp_num())
     }
 
     /// Waits until `upto` requests are done: `ETIMEDOUT` after
     /// `timeout_ms`, `ECANCELED`, `EINTR`, or `EIO` if a request failed.
     pub fn wait(&mut self, upto: u64, timeout_ms: u32, cancel: &Cancel) -> Result {
-        let upto = upto.min(self.ring.posted);
+        let qp = self.qp;
         self.ring.wait(
-            self.qp.send_cq(),
+            qp.send_cq(),
             upto,
             timeout_ms,
             cancel,
-            self.qp.device(),
-            self.qp.qp_num(),
+            qp.device(),
+            qp.qp_num(),
         )
     }
 }
 
 impl Drop for SendStream<'_> {
     fn drop(&mut self) {
-        // With requests outstanding (or a failure, after which flushed
-        // requests may still come), the QP keeps the shared part and the
-        // slots until it is destroyed.
-        if self.ring.outstanding() == 0 && self.ring.shared.failed().is_none() {
-            self.qp
-                .detach_stream(false, self.ring.depth, &self.ring.shared);
-        }
+        self.ring.detach(self.qp, false);
     }
 }
 
@@ -641,30 +657,27 @@ impl<'a, S: CanPostRecv, T: Transport> RecvStream<'a, S, T> {
 
     /// As [`SendStream::poll`], on the receive CQ.
     pub fn poll(&mut self, budget: u32) -> Result<u64> {
-        Ring::process(self.qp.recv_cq(), budget);
-        self.ring.check(self.qp.device(), self.qp.qp_num())?;
-        Ok(self.completed())
+        let qp = self.qp;
+        self.ring
+            .poll(qp.recv_cq(), budget, qp.device(), qp.qp_num())
     }
 
     /// As [`SendStream::wait`], on the receive CQ.
     pub fn wait(&mut self, upto: u64, timeout_ms: u32, cancel: &Cancel) -> Result {
-        let upto = upto.min(self.ring.posted);
+        let qp = self.qp;
         self.ring.wait(
-            self.qp.recv_cq(),
+            qp.recv_cq(),
             upto,
             timeout_ms,
             cancel,
-            self.qp.device(),
-            self.qp.qp_num(),
+            qp.device(),
+            qp.qp_num(),
         )
     }
 }
 
 impl<S: CanPostRecv, T: Transport> Drop for RecvStream<'_, S, T> {
     fn drop(&mut self) {
-        if self.ring.outstanding() == 0 && self.ring.shared.failed().is_none() {
-            self.qp
-                .detach_stream(true, self.ring.depth, &self.ring.shared);
-        }
+        self.ring.detach(self.qp, true);
     }
 }
