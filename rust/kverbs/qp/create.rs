@@ -13,7 +13,7 @@ use crate::event::{EventQueue, EventSink};
 use crate::pd::Pd;
 use crate::srq::Srq;
 use core::{marker::PhantomData, ptr::NonNull};
-use kernel::{error::from_err_ptr, new_mutex, prelude::*, sync::Arc};
+use kernel::{error::from_err_ptr, new_mutex, prelude::*, sync::Arc, types::ScopeGuard};
 
 /// Completion queue entries a QP takes of a CQ, given back on drop.
 pub(super) struct CqRoom {
@@ -184,13 +184,15 @@ impl<T: Transport> Qp<Reset, T> {
             }
             None => None,
         };
-        let free_events = |events: Option<NonNull<EventQueue>>| {
+        // Dropped on failure after the QP's destruction (declared before
+        // it), dismissed once `QpInner` holds the queue.
+        let events = ScopeGuard::new_with_data(events, |events| {
             if let Some(e) = events {
                 // SAFETY: From `new_raw` above; the QP that used it is
                 // destroyed or was never created.
                 unsafe { EventQueue::release(e) };
             }
-        };
+        });
         let qp = match cm {
             None => {
                 // SAFETY: The PD and CQs are live and on the same device
@@ -208,14 +210,10 @@ impl<T: Transport> Qp<Reset, T> {
                 .map(|()| unsafe { (*cm.as_raw()).qp })
             }
         };
-        let qp = match qp.and_then(|qp| NonNull::new(qp).ok_or(ENOMEM)) {
-            Ok(qp) => qp,
-            Err(e) => {
-                free_events(events);
-                return Err(e);
-            }
-        };
-        let destroy = || {
+        let qp = qp.and_then(|qp| NonNull::new(qp).ok_or(ENOMEM))?;
+        // On failure: destroys the QP, then takes it out of the table of
+        // the SRQ it was added to, if any; dismissed once `QpInner` owns it.
+        let mut destroy = ScopeGuard::new_with_data(None, move |added: Option<&Srq>| {
             // SAFETY: The QP was created above and nothing was posted; the
             // ID, if any, is kept alive by the caller's `cm`.
             unsafe {
@@ -226,24 +224,25 @@ impl<T: Transport> Qp<Reset, T> {
                     }
                 }
             }
-        };
+            if let Some(srq) = added {
+                srq.remove_qp(qp.as_ptr());
+            }
+        });
         if let Some(srq) = srq {
             // SAFETY: The QP is live; its number never changes.
             let qpn = unsafe { (*qp.as_ptr()).qp_num };
-            if let Err(e) = srq.add_qp(qp.as_ptr(), qpn) {
-                destroy();
-                free_events(events);
-                return Err(e);
-            }
+            srq.add_qp(qp.as_ptr(), qpn)?;
+            *destroy = Some(srq);
         }
         // What the driver gave (it updates the attributes it was passed).
         let max_inline = init.cap.max_inline_data;
         let (max_send_sge, max_recv_sge) = (init.cap.max_send_sge, init.cap.max_recv_sge);
         let cm_ref = cm.map(|c| c.inner());
+        let events_raw = *events;
         let inner = KBox::pin_init(
             try_pin_init!(QpInner {
                 qp,
-                events,
+                events: events_raw,
                 srq: srq.cloned(),
                 cm: cm_ref,
                 ud: T::QP_TYPE == bindings::IB_QPT_UD,
@@ -259,22 +258,14 @@ impl<T: Transport> Qp<Reset, T> {
                 pd: pd.clone(),
             }),
             GFP_KERNEL,
-        );
-        match inner {
-            // INVARIANT: created above with these CQs and PD.
-            Ok(inner) => Ok(Qp {
-                inner,
-                _state: PhantomData,
-            }),
-            Err(e) => {
-                destroy();
-                if let Some(srq) = srq {
-                    srq.remove_qp(qp.as_ptr());
-                }
-                free_events(events);
-                Err(e)
-            }
-        }
+        )?;
+        destroy.dismiss();
+        events.dismiss();
+        // INVARIANT: created above with these CQs and PD.
+        Ok(Qp {
+            inner,
+            _state: PhantomData,
+        })
     }
 }
 
