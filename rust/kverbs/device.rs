@@ -338,12 +338,6 @@ impl Name {
     pub fn as_str(&self) -> &str {
         c_text(&self.0)
     }
-
-    /// The name as bytes ending in NUL, for C.
-    pub fn as_bytes_with_nul(&self) -> &[u8] {
-        let len = self.as_str().len();
-        &self.0[..=len]
-    }
 }
 
 impl fmt::Display for Name {

@@ -49,12 +49,4 @@ impl<S: State> Qp<S, Ud> {
         unsafe { book.mcast.set_len(last) };
         Ok(())
     }
-
-    /// The multicast groups the QP is attached to.
-    pub fn mcast_groups(&self) -> Result<KVec<Gid>> {
-        let book = self.inner.book.lock();
-        let mut v = KVec::with_capacity(book.mcast.len(), GFP_KERNEL)?;
-        v.extend_from_slice(&book.mcast, GFP_KERNEL)?;
-        Ok(v)
-    }
 }
