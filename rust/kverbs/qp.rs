@@ -219,13 +219,6 @@ impl<S: State, T: Transport> Qp<S, T> {
         let book = &mut *book;
         let res = if recv { &mut book.recv } else { &mut book.send };
         if res.iter().filter(|r| !r.busy).count() < n as usize {
-            pr_err!(
-                "{}: QP {:#x}: a stream of {} needs as many free {} slots\n",
-                self.device().name(),
-                self.qp_num(),
-                n,
-                if recv { "receive" } else { "send" }
-            );
             return Err(ENOSPC);
         }
         match book.streams.iter_mut().find(|s| s.is_none()) {

@@ -273,14 +273,6 @@ impl Srq {
         buf.check(offset, len)?;
         let n = buf.sge_count(offset, len);
         if n > inner.max_sge as usize {
-            pr_err!(
-                "{}: SRQ: a receive of {} bytes at {} takes {} SGEs, the SRQ {}\n",
-                dev.name(),
-                len,
-                offset,
-                n,
-                inner.max_sge
-            );
             return Err(EINVAL);
         }
         let mut sges = [bindings::ib_sge::default(); crate::dma::MAX_SGES];

@@ -413,12 +413,6 @@ impl<'a> SendStream<'a> {
         inline: bool,
     ) -> Result<Self> {
         if signal_every == 0 || signal_every > depth {
-            pr_err!(
-                "{}: a stream signals one request in 1..=depth ({}), not {}\n",
-                qp.device().name(),
-                depth,
-                signal_every
-            );
             return Err(EINVAL);
         }
         let mut segs = KVec::with_capacity(wrs.len(), GFP_KERNEL)?;
@@ -458,12 +452,6 @@ impl<'a> SendStream<'a> {
     ) -> Result<Self> {
         for (op, seg) in wrs {
             if matches!(op, SendOp::Read(_)) || seg.len > qp.max_inline_data() as usize {
-                pr_err!(
-                    "{}: QP {:#x}: an inline request is a SEND or WRITE of at most {} bytes\n",
-                    qp.device().name(),
-                    qp.qp_num(),
-                    qp.max_inline_data()
-                );
                 return Err(EINVAL);
             }
         }

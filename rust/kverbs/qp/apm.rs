@@ -14,24 +14,13 @@ use kernel::prelude::*;
 /// migrate to it: the device must migrate paths (`IB_DEVICE_AUTO_PATH_MIG`)
 /// and the port must be InfiniBand -- the RDMA core refuses alternate
 /// paths on RoCE ports (`_ib_modify_qp`: EINVAL), even on devices that
-/// advertise migration, as rxe does. `EOPNOTSUPP` otherwise, with a
-/// kernel message saying which.
+/// advertise migration, as rxe does. `EOPNOTSUPP` otherwise.
 pub fn path_mig_supported(dev: &Device, port: PortNum) -> Result {
     if !dev.attrs().auto_path_mig() {
-        pr_err!(
-            "{}: the device does not do automatic path migration (no IB_DEVICE_AUTO_PATH_MIG)\n",
-            dev.name()
-        );
         return Err(crate::errno::eopnotsupp());
     }
     let ll = dev.link_layer(port);
     if ll != crate::device::LinkLayer::InfiniBand {
-        pr_err!(
-            "{}: port {} is {}: the RDMA core loads alternate paths on InfiniBand ports only\n",
-            dev.name(),
-            port,
-            ll.name()
-        );
         return Err(crate::errno::eopnotsupp());
     }
     Ok(())

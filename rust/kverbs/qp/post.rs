@@ -61,19 +61,10 @@ impl Qp<Rts, Rc> {
     ) -> Result<WrId> {
         let dev = self.device();
         if dev.attrs().atomic_cap() == bindings::IB_ATOMIC_NONE {
-            pr_err!("{}: the device has no atomic operations\n", dev.name());
             return Err(crate::errno::eopnotsupp());
         }
         let remote = op.remote();
         if offset % 8 != 0 || remote.addr % 8 != 0 || remote.len < 8 {
-            pr_err!(
-                "{}: QP {:#x}: an atomic needs 8-byte aligned local offset and remote address and 8 remote bytes (offset {}, remote {:#x}, {} bytes)\n",
-                dev.name(),
-                self.qp_num(),
-                offset,
-                remote.addr,
-                remote.len
-            );
             return Err(EINVAL);
         }
         let mut sges = self.sge_list(Queue::Send, buf, offset, 8)?;
@@ -184,11 +175,6 @@ impl<S: CanPostRecv, T: Transport> Qp<S, T> {
     /// Posts a receive into `len` bytes of `buf` at `offset`.
     pub fn post_recv(&self, buf: &Arc<DmaBuf>, offset: usize, len: usize) -> Result<WrId> {
         if self.inner.srq.is_some() {
-            pr_err!(
-                "{}: QP {:#x} receives from an SRQ: post receives to the SRQ\n",
-                self.device().name(),
-                self.qp_num()
-            );
             return Err(EINVAL);
         }
         let mut sges = self.sge_list(Queue::Recv, buf, offset, len)?;
@@ -247,15 +233,6 @@ impl<S: State, T: Transport> Qp<S, T> {
         buf.check(offset, len)?;
         let n = buf.sge_count(offset, len) as u32;
         if n > self.max_sge(q) {
-            pr_err!(
-                "{}: QP {:#x}: a request on {} bytes at {} takes {} SGEs, the QP {}\n",
-                self.device().name(),
-                self.qp_num(),
-                len,
-                offset,
-                n,
-                self.max_sge(q)
-            );
             return Err(EINVAL);
         }
         Ok(n)
@@ -341,11 +318,6 @@ impl<S: State, T: Transport> Qp<S, T> {
     pub fn wait_for(&self, id: WrId, timeout_ms: u32, cancel: &Cancel) -> Result<Waited> {
         let inner = &self.inner;
         if id.qp != inner.id() {
-            pr_err!(
-                "{}: QP {}: a work request of another QP\n",
-                self.device().name(),
-                self.qp_num()
-            );
             return Err(EINVAL);
         }
         let (slots, cq) = match id.queue {
