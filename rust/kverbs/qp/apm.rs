@@ -65,17 +65,7 @@ impl Qp<Rts, Rc> {
     /// The QP's primary path (`ib_query_qp`, `IB_QP_AV`): what apm.c loads
     /// as the alternate path.
     pub fn path(&self) -> Result<AddressVector> {
-        let mut a = bindings::ib_qp_attr::default();
-        let mut init = bindings::ib_qp_init_attr::default();
-        // SAFETY: The QP is live; both attribute sets are valid for writes.
-        kernel::error::to_result(unsafe {
-            bindings::ib_query_qp(
-                self.inner.qp.as_ptr(),
-                &mut a,
-                bindings::IB_QP_AV as i32,
-                &mut init,
-            )
-        })?;
+        let a = self.query(bindings::IB_QP_AV)?;
         // SAFETY: `a.ah_attr` was filled in by the query; the GRH of a
         // RoCE or global path is read from it, not kept.
         let grh = unsafe { &*bindings::rdma_ah_read_grh(&a.ah_attr) };
@@ -94,22 +84,23 @@ impl Qp<Rts, Rc> {
 
     /// The QP's path migration state (`ib_query_qp`).
     pub fn mig_state(&self) -> Result<MigState> {
-        let mut a = bindings::ib_qp_attr::default();
-        let mut init = bindings::ib_qp_init_attr::default();
-        // SAFETY: The QP is live; both attribute sets are valid for writes.
-        kernel::error::to_result(unsafe {
-            bindings::ib_query_qp(
-                self.inner.qp.as_ptr(),
-                &mut a,
-                bindings::IB_QP_PATH_MIG_STATE as i32,
-                &mut init,
-            )
-        })?;
+        let a = self.query(bindings::IB_QP_PATH_MIG_STATE)?;
         Ok(match a.path_mig_state {
             bindings::IB_MIG_MIGRATED => MigState::Migrated,
             bindings::IB_MIG_REARM => MigState::Rearm,
             _ => MigState::Armed,
         })
+    }
+
+    /// The attributes of `mask` of the QP (`ib_query_qp`).
+    fn query(&self, mask: u32) -> Result<bindings::ib_qp_attr> {
+        let mut a = bindings::ib_qp_attr::default();
+        let mut init = bindings::ib_qp_init_attr::default();
+        // SAFETY: The QP is live; both attribute sets are valid for writes.
+        kernel::error::to_result(unsafe {
+            bindings::ib_query_qp(self.inner.qp.as_ptr(), &mut a, mask as i32, &mut init)
+        })?;
+        Ok(a)
     }
 
     /// Changes attributes of the QP in RTS without changing its state.

@@ -276,11 +276,7 @@ impl Qp<Init> {
     ///
     /// An ID has one QP at a time: `EBUSY` if it has one already.
     pub fn new_cm(cm: &CmId, pd: &Pd, send_cq: &Cq, recv_cq: &Cq, caps: QpCaps) -> Result<Self> {
-        let port = cm.port_num();
-        cm.inner().claim_qp()?;
-        Qp::<Reset>::create(pd, port, send_cq, recv_cq, caps, Some(cm), None, None)
-            .map(Qp::retype)
-            .inspect_err(|_| cm.inner().release_qp())
+        Self::create_cm(cm, pd, send_cq, recv_cq, caps, None, None)
     }
 
     /// [`Qp::new_cm`], with the QP's events given to `sink` (see
@@ -293,11 +289,7 @@ impl Qp<Init> {
         caps: QpCaps,
         sink: Arc<dyn EventSink>,
     ) -> Result<Self> {
-        let port = cm.port_num();
-        cm.inner().claim_qp()?;
-        Qp::<Reset>::create(pd, port, send_cq, recv_cq, caps, Some(cm), Some(sink), None)
-            .map(Qp::retype)
-            .inspect_err(|_| cm.inner().release_qp())
+        Self::create_cm(cm, pd, send_cq, recv_cq, caps, Some(sink), None)
     }
 
     /// [`Qp::new_cm`] for a QP that takes its receives from `srq` (see
@@ -311,9 +303,23 @@ impl Qp<Init> {
         caps: QpCaps,
         sink: Option<Arc<dyn EventSink>>,
     ) -> Result<Self> {
+        Self::create_cm(cm, pd, send_cq, srq.cq(), caps, sink, Some(srq))
+    }
+
+    /// Creates the QP of `cm` ([`Qp::new_cm`]): claims the ID's one QP,
+    /// given back if the creation fails.
+    fn create_cm(
+        cm: &CmId,
+        pd: &Pd,
+        send_cq: &Cq,
+        recv_cq: &Cq,
+        caps: QpCaps,
+        events: Option<Arc<dyn EventSink>>,
+        srq: Option<&Srq>,
+    ) -> Result<Self> {
         let port = cm.port_num();
         cm.inner().claim_qp()?;
-        Qp::<Reset>::create(pd, port, send_cq, srq.cq(), caps, Some(cm), sink, Some(srq))
+        Qp::<Reset>::create(pd, port, send_cq, recv_cq, caps, Some(cm), events, srq)
             .map(Qp::retype)
             .inspect_err(|_| cm.inner().release_qp())
     }
