@@ -325,6 +325,18 @@ impl Ring {
         cq.process_direct(budget)
     }
 
+    /// The `n` requests to post next, as a chain: for each its sequence
+    /// number, its position in the ring, and that of the next request
+    /// (`None` for the last).
+    fn next_chain(&self, n: u32) -> impl Iterator<Item = (u64, usize, Option<usize>)> {
+        let (depth, start) = (u64::from(self.depth), self.posted);
+        (0..u64::from(n)).map(move |k| {
+            let seq = start + k;
+            let next = (k + 1 < u64::from(n)).then(|| ((seq + 1) % depth) as usize);
+            (seq, (seq % depth) as usize, next)
+        })
+    }
+
     /// Busy polling: processes up to `budget` completions of `cq` if it is
     /// polled directly, then returns the requests done; `EIO` if one failed.
     fn poll(&self, cq: &Cq, budget: u32, dev: &crate::device::Device, qpn: u32) -> Result<u64> {
@@ -487,13 +499,10 @@ impl<'a> SendStream<'a> {
         if n == 0 {
             return Ok(0);
         }
-        let depth = u64::from(self.ring.depth);
-        let start = self.ring.posted;
-        for k in 0..u64::from(n) {
-            let seq = start + k;
-            let i = (seq % depth) as usize;
+        let first = self.ring.posted % u64::from(self.ring.depth);
+        for (seq, i, next) in self.ring.next_chain(n) {
             let signaled =
-                (seq + 1) % u64::from(self.signal_every) == 0 || (last && k + 1 == u64::from(n));
+                (seq + 1) % u64::from(self.signal_every) == 0 || (last && next.is_none());
             if signaled {
                 // Read by `stream_done` after the request completes; the
                 // previous request of this position is done (room).
@@ -501,11 +510,9 @@ impl<'a> SendStream<'a> {
                     .upto
                     .store(seq + 1, Ordering::Release);
             }
-            let next = if k + 1 < u64::from(n) {
-                let j = ((seq + 1) % depth) as usize;
-                &mut self.wrs[j].wr as *mut bindings::ib_send_wr
-            } else {
-                ptr::null_mut()
+            let next = match next {
+                Some(j) => &mut self.wrs[j].wr as *mut bindings::ib_send_wr,
+                None => ptr::null_mut(),
             };
             let wr = &mut self.wrs[i].wr;
             wr.send_flags = self.inline
@@ -516,7 +523,7 @@ impl<'a> SendStream<'a> {
                 };
             wr.next = next;
         }
-        let first = &self.wrs[(start % depth) as usize].wr as *const bindings::ib_send_wr;
+        let first = &self.wrs[first as usize].wr as *const bindings::ib_send_wr;
         let mut bad = ptr::null();
         // SAFETY: The QP is live and in RTS; the chain's requests are valid
         // for it (built in `new`: SGEs of buffers mapped for its device held
@@ -616,23 +623,17 @@ impl<'a, S: CanPostRecv, T: Transport> RecvStream<'a, S, T> {
         if n == 0 {
             return Ok(0);
         }
-        let depth = u64::from(self.ring.depth);
-        let start = self.ring.posted;
-        for k in 0..u64::from(n) {
-            let seq = start + k;
-            let i = (seq % depth) as usize;
+        let first = self.ring.posted % u64::from(self.ring.depth);
+        for (seq, i, next) in self.ring.next_chain(n) {
             self.ring.shared.cqes[i]
                 .upto
                 .store(seq + 1, Ordering::Release);
-            let next = if k + 1 < u64::from(n) {
-                let j = ((seq + 1) % depth) as usize;
-                &mut self.wrs[j] as *mut bindings::ib_recv_wr
-            } else {
-                ptr::null_mut()
+            self.wrs[i].next = match next {
+                Some(j) => &mut self.wrs[j] as *mut bindings::ib_recv_wr,
+                None => ptr::null_mut(),
             };
-            self.wrs[i].next = next;
         }
-        let first = &self.wrs[(start % depth) as usize] as *const bindings::ib_recv_wr;
+        let first = &self.wrs[first as usize] as *const bindings::ib_recv_wr;
         let mut bad = ptr::null();
         // SAFETY: The QP is live and may take receives (`S`); the requests
         // were built in `new` on mapped buffers and CQEs the shared part
