@@ -189,16 +189,10 @@ impl Mr {
         cancel: &Cancel,
     ) -> Result {
         let inner = &self.0;
-        let dev = inner.pd.device();
         if !qp.pd().same_as(&inner.pd) {
             return Err(EINVAL);
         }
         if !access.is_valid() {
-            pr_err!(
-                "{}: MR access {:#x}: remote write or atomic without local write\n",
-                dev.name(),
-                access.bits()
-            );
             return Err(EINVAL);
         }
         let id = {
