@@ -77,11 +77,6 @@ pub(crate) fn ah_attr(
         // would go to LID 0, which is no port (multicast LIDs, from 0xc000,
         // are a group's).
         if av.dlid == 0 {
-            pr_err!(
-                "{}: port {}: an InfiniBand path needs the LID of the peer, router or multicast group\n",
-                dev.name(),
-                port
-            );
             return Err(EINVAL);
         }
         // SAFETY: `attr` is a valid IB address attribute.

@@ -421,7 +421,6 @@ impl CmIdInner {
     /// Claims the ID's one QP: `EBUSY` if it has one.
     pub(crate) fn claim_qp(&self) -> Result {
         if self.has_qp.swap(true, Ordering::AcqRel) {
-            pr_err!("rdma_cm: the ID has a QP already\n");
             return Err(EBUSY);
         }
         Ok(())
@@ -521,7 +520,6 @@ impl CmId {
                 .iter()
                 .any(|e| e.token == token && e.kind == bindings::RDMA_CM_EVENT_DEVICE_REMOVAL);
             if removed {
-                pr_warn!("rdma_cm: the listener's device is being removed\n");
                 return Err(ENODEV);
             }
             if let Some(e) =
@@ -647,7 +645,6 @@ impl CmId {
         if qp.cm_id_is(&self.0) {
             return Ok(());
         }
-        pr_err!("rdma_cm: connect or accept with a QP not created on this ID\n");
         Err(EINVAL)
     }
 

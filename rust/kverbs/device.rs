@@ -112,8 +112,14 @@ impl Device {
         fw
     }
 
-    /// The interface index of the network device under `port`, if any.
-    pub fn netdev_ifindex(&self, port: PortNum) -> Option<i32> {
+    /// Calls `f` with the network device under `port`, held meanwhile (a
+    /// pointer to a live net device); `None` if the port has none or is not
+    /// a port of this device.
+    fn with_netdev<R>(
+        &self,
+        port: PortNum,
+        f: impl FnOnce(*const bindings::net_device) -> R,
+    ) -> Option<R> {
         if !self.ports().contains(&port) {
             return None;
         }
@@ -123,30 +129,27 @@ impl Device {
         if ndev.is_null() {
             return None;
         }
-        // SAFETY: `ndev` is held.
-        let ifindex = unsafe { (*ndev).ifindex };
+        let r = f(ndev);
         // SAFETY: We hold this reference.
         unsafe { bindings::dev_put(ndev) };
-        Some(ifindex)
+        Some(r)
+    }
+
+    /// The interface index of the network device under `port`, if any.
+    pub fn netdev_ifindex(&self, port: PortNum) -> Option<i32> {
+        self.with_netdev(port, |ndev| {
+            // SAFETY: `ndev` is held.
+            unsafe { (*ndev).ifindex }
+        })
     }
 
     /// The flags (`IFF_*`) of the network device under `port`, if any.
     fn netdev_flags(&self, port: PortNum) -> Option<u32> {
-        if !self.ports().contains(&port) {
-            return None;
-        }
-        // SAFETY: The device is live and `port` valid; the result is null
-        // or a net device with a reference we now hold.
-        let ndev = unsafe { bindings::ib_device_get_netdev(self.as_raw(), port) };
-        if ndev.is_null() {
-            return None;
-        }
-        // SAFETY: `ndev` is held; a racing flag change gives the old or
-        // the new flags.
-        let flags = unsafe { core::ptr::read_volatile(&raw const (*ndev).flags) };
-        // SAFETY: We hold this reference.
-        unsafe { bindings::dev_put(ndev) };
-        Some(flags)
+        self.with_netdev(port, |ndev| {
+            // SAFETY: `ndev` is held; a racing flag change gives the old or
+            // the new flags.
+            unsafe { core::ptr::read_volatile(&raw const (*ndev).flags) }
+        })
     }
 
     /// Whether the network device under `port`, if any, is a loopback
@@ -163,26 +166,22 @@ impl Device {
 
     /// The name of the network device under `port` (RoCE, iWARP), if any.
     pub fn netdev_name(&self, port: PortNum) -> Option<NetdevName> {
-        if !self.ports().contains(&port) {
-            return None;
-        }
-        // SAFETY: The device is live and `port` valid. The result is null or
-        // a net device with a reference we now hold.
-        let ndev = unsafe { bindings::ib_device_get_netdev(self.as_raw(), port) };
-        if ndev.is_null() {
-            return None;
-        }
-        let mut name = NetdevName([0; NETDEV_NAME_MAX]);
-        // SAFETY: `ndev` is held; `name` is a fixed array inside it, which a
-        // concurrent rename may tear but not free. Both sides have
-        // `IFNAMSIZ` bytes.
-        unsafe {
-            let src = &raw const (*ndev).name;
-            core::ptr::copy_nonoverlapping(src.cast::<u8>(), name.0.as_mut_ptr(), NETDEV_NAME_MAX);
-            bindings::dev_put(ndev);
-        }
-        name.0[NETDEV_NAME_MAX - 1] = 0;
-        Some(name)
+        self.with_netdev(port, |ndev| {
+            let mut name = NetdevName([0; NETDEV_NAME_MAX]);
+            // SAFETY: `ndev` is held; `name` is a fixed array inside it, which
+            // a concurrent rename may tear but not free. Both sides have
+            // `IFNAMSIZ` bytes.
+            unsafe {
+                let src = &raw const (*ndev).name;
+                core::ptr::copy_nonoverlapping(
+                    src.cast::<u8>(),
+                    name.0.as_mut_ptr(),
+                    NETDEV_NAME_MAX,
+                );
+            }
+            name.0[NETDEV_NAME_MAX - 1] = 0;
+            name
+        })
     }
 
     /// The kernel driver behind this device (`rxe`, `mlx5`, ...).
@@ -337,12 +336,6 @@ impl Name {
     /// The name as text.
     pub fn as_str(&self) -> &str {
         c_text(&self.0)
-    }
-
-    /// The name as bytes ending in NUL, for C.
-    pub fn as_bytes_with_nul(&self) -> &[u8] {
-        let len = self.as_str().len();
-        &self.0[..=len]
     }
 }
 

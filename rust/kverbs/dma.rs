@@ -92,12 +92,6 @@ impl DmaBuf {
     /// `dev`.
     pub fn new(dev: &Device, len: usize) -> Result<Self> {
         if len == 0 || len > MAX_LEN {
-            pr_err!(
-                "{}: a DMA buffer has 1 to {} bytes, not {}\n",
-                dev.name(),
-                MAX_LEN,
-                len
-            );
             return Err(EINVAL);
         }
         let mut buf = DmaBuf {

@@ -131,12 +131,6 @@ impl Mr {
             return Err(EBUSY);
         }
         if buf.len() > inner.max_len {
-            pr_err!(
-                "{}: an MR of {} bytes cannot map a buffer of {}\n",
-                dev.name(),
-                inner.max_len,
-                buf.len()
-            );
             return Err(EINVAL);
         }
         let len: u32 = buf.len().try_into()?;
@@ -165,14 +159,6 @@ impl Mr {
             )
         };
         if n != nents as i32 {
-            pr_err!(
-                "{}: ib_map_mr_sg of {} bytes in {} chunks ({} B pages) mapped {}\n",
-                dev.name(),
-                len,
-                nents,
-                inner.page_size,
-                n
-            );
             return Err(if n < 0 { Error::from_errno(n) } else { EINVAL });
         }
         // A new key for each registration, so a stale rkey never matches.
@@ -203,20 +189,10 @@ impl Mr {
         cancel: &Cancel,
     ) -> Result {
         let inner = &self.0;
-        let dev = inner.pd.device();
         if !qp.pd().same_as(&inner.pd) {
-            pr_err!(
-                "{}: an MR can be registered only through a QP of its PD\n",
-                dev.name()
-            );
             return Err(EINVAL);
         }
         if !access.is_valid() {
-            pr_err!(
-                "{}: MR access {:#x}: remote write or atomic without local write\n",
-                dev.name(),
-                access.bits()
-            );
             return Err(EINVAL);
         }
         let id = {

@@ -19,7 +19,7 @@ use crate::{
     event::{EventQueue, EventSink},
     irq_lock::IrqLock,
     pd::Pd,
-    qp::{self, Cancel, Slot, SlotRes, SLOT_DONE, SLOT_FREE},
+    qp::{self, Cancel, Slot, SlotRes, SLOT_FREE},
     wc::Wc,
 };
 use core::ptr::{self, NonNull};
@@ -273,14 +273,6 @@ impl Srq {
         buf.check(offset, len)?;
         let n = buf.sge_count(offset, len);
         if n > inner.max_sge as usize {
-            pr_err!(
-                "{}: SRQ: a receive of {} bytes at {} takes {} SGEs, the SRQ {}\n",
-                dev.name(),
-                len,
-                offset,
-                n,
-                inner.max_sge
-            );
             return Err(EINVAL);
         }
         let mut sges = [bindings::ib_sge::default(); crate::dma::MAX_SGES];
@@ -332,11 +324,8 @@ impl Srq {
         if !holds(&inner.book.lock()) {
             return Err(EINVAL);
         }
-        let deadline = crate::Deadline::new(timeout_ms, cancel);
-        while slot.state.load(Ordering::Acquire) != SLOT_DONE {
-            deadline.check()?;
-            let slice = (deadline.left_ns() / 1_000_000).clamp(1, 100) as u32;
-            inner.cq.wait_step(&slot.state, SLOT_DONE, slice);
+        if !slot.wait_done(&inner.cq, timeout_ms, cancel)? {
+            return Err(crate::errno::etimedout());
         }
         let mut book = inner.book.lock();
         if !holds(&book) {

@@ -325,6 +325,29 @@ impl Ring {
         cq.process_direct(budget)
     }
 
+    /// The `n` requests to post next, as a chain: for each its sequence
+    /// number, its position in the ring, and that of the next request
+    /// (`None` for the last).
+    fn next_chain(&self, n: u32) -> impl Iterator<Item = (u64, usize, Option<usize>)> {
+        let (depth, start) = (u64::from(self.depth), self.posted);
+        (0..u64::from(n)).map(move |k| {
+            let seq = start + k;
+            let next = (k + 1 < u64::from(n)).then(|| ((seq + 1) % depth) as usize);
+            (seq, (seq % depth) as usize, next)
+        })
+    }
+
+    /// Busy polling: processes up to `budget` completions of `cq` if it is
+    /// polled directly, then returns the requests done; `EIO` if one failed.
+    fn poll(&self, cq: &Cq, budget: u32, dev: &crate::device::Device, qpn: u32) -> Result<u64> {
+        Self::process(cq, budget);
+        self.check(dev, qpn)?;
+        Ok(self.shared.completed())
+    }
+
+    /// Waits until `upto` requests (at most those posted) are done on `cq`:
+    /// `ETIMEDOUT` after `timeout_ms`, `ECANCELED`, `EINTR`, or `EIO` if a
+    /// request failed.
     fn wait(
         &self,
         cq: &Cq,
@@ -334,6 +357,7 @@ impl Ring {
         dev: &crate::device::Device,
         qpn: u32,
     ) -> Result {
+        let upto = upto.min(self.posted);
         let deadline = crate::Deadline::new(timeout_ms, cancel);
         loop {
             self.check(dev, qpn)?;
@@ -349,6 +373,16 @@ impl Ring {
             } else {
                 cq.wait_u64_ge(&self.shared.counts.completed, upto, 10);
             }
+        }
+    }
+
+    /// On the drop of its stream on `qp`'s receive (`recv`) or send queue:
+    /// gives the slots back to the QP. With requests outstanding (or a
+    /// failure, after which flushed requests may still come), the QP keeps
+    /// the shared part and the slots until it is destroyed.
+    fn detach<S: State, T: Transport>(&self, qp: &Qp<S, T>, recv: bool) {
+        if self.outstanding() == 0 && self.shared.failed().is_none() {
+            qp.detach_stream(recv, self.depth, &self.shared);
         }
     }
 }
@@ -391,12 +425,6 @@ impl<'a> SendStream<'a> {
         inline: bool,
     ) -> Result<Self> {
         if signal_every == 0 || signal_every > depth {
-            pr_err!(
-                "{}: a stream signals one request in 1..=depth ({}), not {}\n",
-                qp.device().name(),
-                depth,
-                signal_every
-            );
             return Err(EINVAL);
         }
         let mut segs = KVec::with_capacity(wrs.len(), GFP_KERNEL)?;
@@ -436,12 +464,6 @@ impl<'a> SendStream<'a> {
     ) -> Result<Self> {
         for (op, seg) in wrs {
             if matches!(op, SendOp::Read(_)) || seg.len > qp.max_inline_data() as usize {
-                pr_err!(
-                    "{}: QP {:#x}: an inline request is a SEND or WRITE of at most {} bytes\n",
-                    qp.device().name(),
-                    qp.qp_num(),
-                    qp.max_inline_data()
-                );
                 return Err(EINVAL);
             }
         }
@@ -477,13 +499,10 @@ impl<'a> SendStream<'a> {
         if n == 0 {
             return Ok(0);
         }
-        let depth = u64::from(self.ring.depth);
-        let start = self.ring.posted;
-        for k in 0..u64::from(n) {
-            let seq = start + k;
-            let i = (seq % depth) as usize;
+        let first = self.ring.posted % u64::from(self.ring.depth);
+        for (seq, i, next) in self.ring.next_chain(n) {
             let signaled =
-                (seq + 1) % u64::from(self.signal_every) == 0 || (last && k + 1 == u64::from(n));
+                (seq + 1) % u64::from(self.signal_every) == 0 || (last && next.is_none());
             if signaled {
                 // Read by `stream_done` after the request completes; the
                 // previous request of this position is done (room).
@@ -491,11 +510,9 @@ impl<'a> SendStream<'a> {
                     .upto
                     .store(seq + 1, Ordering::Release);
             }
-            let next = if k + 1 < u64::from(n) {
-                let j = ((seq + 1) % depth) as usize;
-                &mut self.wrs[j].wr as *mut bindings::ib_send_wr
-            } else {
-                ptr::null_mut()
+            let next = match next {
+                Some(j) => &mut self.wrs[j].wr as *mut bindings::ib_send_wr,
+                None => ptr::null_mut(),
             };
             let wr = &mut self.wrs[i].wr;
             wr.send_flags = self.inline
@@ -506,7 +523,7 @@ impl<'a> SendStream<'a> {
                 };
             wr.next = next;
         }
-        let first = &self.wrs[(start % depth) as usize].wr as *const bindings::ib_send_wr;
+        let first = &self.wrs[first as usize].wr as *const bindings::ib_send_wr;
         let mut bad = ptr::null();
         // SAFETY: The QP is live and in RTS; the chain's requests are valid
         // for it (built in `new`: SGEs of buffers mapped for its device held
@@ -524,35 +541,29 @@ impl<'a> SendStream<'a> {
     /// themselves), then returns [`SendStream::completed`]; `EIO` if a
     /// request failed.
     pub fn poll(&mut self, budget: u32) -> Result<u64> {
-        Ring::process(self.qp.send_cq(), budget);
-        self.ring.check(self.qp.device(), self.qp.qp_num())?;
-        Ok(self.completed())
+        let qp = self.qp;
+        self.ring
+            .poll(qp.send_cq(), budget, qp.device(), qp.qp_num())
     }
 
     /// Waits until `upto` requests are done: `ETIMEDOUT` after
     /// `timeout_ms`, `ECANCELED`, `EINTR`, or `EIO` if a request failed.
     pub fn wait(&mut self, upto: u64, timeout_ms: u32, cancel: &Cancel) -> Result {
-        let upto = upto.min(self.ring.posted);
+        let qp = self.qp;
         self.ring.wait(
-            self.qp.send_cq(),
+            qp.send_cq(),
             upto,
             timeout_ms,
             cancel,
-            self.qp.device(),
-            self.qp.qp_num(),
+            qp.device(),
+            qp.qp_num(),
         )
     }
 }
 
 impl Drop for SendStream<'_> {
     fn drop(&mut self) {
-        // With requests outstanding (or a failure, after which flushed
-        // requests may still come), the QP keeps the shared part and the
-        // slots until it is destroyed.
-        if self.ring.outstanding() == 0 && self.ring.shared.failed().is_none() {
-            self.qp
-                .detach_stream(false, self.ring.depth, &self.ring.shared);
-        }
+        self.ring.detach(self.qp, false);
     }
 }
 
@@ -612,23 +623,17 @@ impl<'a, S: CanPostRecv, T: Transport> RecvStream<'a, S, T> {
         if n == 0 {
             return Ok(0);
         }
-        let depth = u64::from(self.ring.depth);
-        let start = self.ring.posted;
-        for k in 0..u64::from(n) {
-            let seq = start + k;
-            let i = (seq % depth) as usize;
+        let first = self.ring.posted % u64::from(self.ring.depth);
+        for (seq, i, next) in self.ring.next_chain(n) {
             self.ring.shared.cqes[i]
                 .upto
                 .store(seq + 1, Ordering::Release);
-            let next = if k + 1 < u64::from(n) {
-                let j = ((seq + 1) % depth) as usize;
-                &mut self.wrs[j] as *mut bindings::ib_recv_wr
-            } else {
-                ptr::null_mut()
+            self.wrs[i].next = match next {
+                Some(j) => &mut self.wrs[j] as *mut bindings::ib_recv_wr,
+                None => ptr::null_mut(),
             };
-            self.wrs[i].next = next;
         }
-        let first = &self.wrs[(start % depth) as usize] as *const bindings::ib_recv_wr;
+        let first = &self.wrs[first as usize] as *const bindings::ib_recv_wr;
         let mut bad = ptr::null();
         // SAFETY: The QP is live and may take receives (`S`); the requests
         // were built in `new` on mapped buffers and CQEs the shared part
@@ -641,30 +646,27 @@ impl<'a, S: CanPostRecv, T: Transport> RecvStream<'a, S, T> {
 
     /// As [`SendStream::poll`], on the receive CQ.
     pub fn poll(&mut self, budget: u32) -> Result<u64> {
-        Ring::process(self.qp.recv_cq(), budget);
-        self.ring.check(self.qp.device(), self.qp.qp_num())?;
-        Ok(self.completed())
+        let qp = self.qp;
+        self.ring
+            .poll(qp.recv_cq(), budget, qp.device(), qp.qp_num())
     }
 
     /// As [`SendStream::wait`], on the receive CQ.
     pub fn wait(&mut self, upto: u64, timeout_ms: u32, cancel: &Cancel) -> Result {
-        let upto = upto.min(self.ring.posted);
+        let qp = self.qp;
         self.ring.wait(
-            self.qp.recv_cq(),
+            qp.recv_cq(),
             upto,
             timeout_ms,
             cancel,
-            self.qp.device(),
-            self.qp.qp_num(),
+            qp.device(),
+            qp.qp_num(),
         )
     }
 }
 
 impl<S: CanPostRecv, T: Transport> Drop for RecvStream<'_, S, T> {
     fn drop(&mut self) {
-        if self.ring.outstanding() == 0 && self.ring.shared.failed().is_none() {
-            self.qp
-                .detach_stream(true, self.ring.depth, &self.ring.shared);
-        }
+        self.ring.detach(self.qp, true);
     }
 }

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * The C declarations the kverbs safe layer binds to.  bindgen reads this file
- * with the kernel's own C flags (see Kbuild) and writes
+ * The headers bindgen reads: the C declarations the kverbs safe layer binds
+ * to.  bindgen reads this file with the kernel's own C flags (see Kbuild) and
+ * writes
  * rust/bindings_generated.rs plus rust/kverbs_extern.c, the C wrappers that
  * make the static inline verbs callable from Rust.
  */

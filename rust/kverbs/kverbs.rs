@@ -54,51 +54,32 @@ mod bindings {
     type __kernel_ssize_t = isize;
     type __kernel_ptrdiff_t = isize;
 
-    include!("bindings_generated.rs");
+    include!("../bindings_generated.rs");
 }
 
-// The crate root sits beside its directory, as `rust/kernel/` does not:
-// name the module files.
-#[path = "kverbs/ah.rs"]
 pub mod ah;
-#[path = "kverbs/client.rs"]
 pub mod client;
-#[path = "kverbs/cm.rs"]
 pub mod cm;
-#[path = "kverbs/cq.rs"]
 pub mod cq;
-#[path = "kverbs/debugfs.rs"]
 pub mod debugfs;
-#[path = "kverbs/device.rs"]
 pub mod device;
-#[path = "kverbs/dma.rs"]
 pub mod dma;
-#[path = "kverbs/event.rs"]
 pub mod event;
-#[path = "kverbs/irq_lock.rs"]
 mod irq_lock;
-#[path = "kverbs/mcast.rs"]
 pub mod mcast;
-#[path = "kverbs/mr.rs"]
 pub mod mr;
-#[path = "kverbs/pd.rs"]
 pub mod pd;
-#[path = "kverbs/qp.rs"]
 pub mod qp;
-#[path = "kverbs/show.rs"]
 mod show;
-#[path = "kverbs/srq.rs"]
 pub mod srq;
-#[path = "kverbs/stream.rs"]
 pub mod stream;
-#[path = "kverbs/sysfs.rs"]
 pub mod sysfs;
-#[path = "kverbs/tcp.rs"]
 pub mod tcp;
-#[path = "kverbs/wc.rs"]
+mod wait;
 pub mod wc;
 
 pub use show::{Show, Store};
+pub(crate) use wait::Deadline;
 
 /// The monotonic clock, in nanoseconds (`ktime_get_ns`).
 pub fn now_ns() -> u64 {
@@ -134,44 +115,6 @@ pub(crate) fn current_task() -> usize {
 pub fn cond_resched() {
     // SAFETY: Plain helper; process context.
     unsafe { bindings::kverbs_cond_resched() };
-}
-
-/// The bound of a blocking call: a deadline, a [`qp::Cancel`] token, and
-/// the signals of the calling task.
-pub(crate) struct Deadline<'a> {
-    end: u64,
-    cancel: &'a qp::Cancel,
-}
-
-impl<'a> Deadline<'a> {
-    /// `timeout_ms` from now.
-    pub(crate) fn new(timeout_ms: u32, cancel: &'a qp::Cancel) -> Self {
-        Deadline {
-            end: now_ns() + u64::from(timeout_ms) * 1_000_000,
-            cancel,
-        }
-    }
-
-    /// Nanoseconds left.
-    pub(crate) fn left_ns(&self) -> u64 {
-        self.end.saturating_sub(now_ns())
-    }
-
-    /// `Ok` to wait some more, or why not: `ECANCELED`, `EINTR` (a signal
-    /// is pending) or `ETIMEDOUT`.
-    pub(crate) fn check(&self) -> kernel::error::Result {
-        if self.cancel.is_cancelled() {
-            return Err(errno::ecanceled());
-        }
-        // SAFETY: Reads the current task's signal state.
-        if unsafe { bindings::kverbs_signal_pending() } {
-            return Err(kernel::error::code::EINTR);
-        }
-        if self.left_ns() == 0 {
-            return Err(errno::etimedout());
-        }
-        Ok(())
-    }
 }
 
 /// Error codes the `kernel` crate of 6.12 does not name.
