@@ -24,11 +24,8 @@
 //! parameters (they must agree) and RDMA_RC_example's connection data per
 //! QP over TCP; the client measures.
 
-#[path = "bench/bw.rs"]
 mod bw;
-#[path = "bench/conn.rs"]
 mod conn;
-#[path = "bench/lat.rs"]
 mod lat;
 
 use crate::rc::{parse_ipv4, Example, Report, Stats};

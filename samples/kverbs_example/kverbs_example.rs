@@ -11,21 +11,13 @@
 
 #![deny(unsafe_code)]
 
-#[path = "kverbs_example/apm.rs"]
 mod apm;
-#[path = "kverbs_example/bench.rs"]
 mod bench;
-#[path = "kverbs_example/events.rs"]
 mod events;
-#[path = "kverbs_example/mcast.rs"]
 mod mcast;
-#[path = "kverbs_example/rc.rs"]
 mod rc;
-#[path = "kverbs_example/rping.rs"]
 mod rping;
-#[path = "kverbs_example/selftest.rs"]
 mod selftest;
-#[path = "kverbs_example/srq.rs"]
 mod srq;
 
 use core::fmt::Write;
