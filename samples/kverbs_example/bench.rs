@@ -28,7 +28,10 @@ mod bw;
 mod conn;
 mod lat;
 
-use crate::rc::{parse_ipv4, Example, Report, Stats};
+use crate::control::Example;
+use crate::options::{need, options, parse_ipv4, parse_num_in};
+use crate::report::Report;
+use crate::stats::Stats;
 use core::fmt::Write;
 use kernel::prelude::*;
 use kverbs::{
@@ -137,7 +140,7 @@ pub(crate) enum Role {
 }
 
 fn parse_num(dev: &Device, key: &str, v: &str, min: u64, max: u64) -> Result<u32> {
-    crate::rc::parse_num_in("bench", dev, key, v, min, max)
+    parse_num_in("bench", dev, key, v, min, max)
 }
 
 fn parse<'a>(dev: &Device, input: &'a [u8]) -> Result<Config> {
@@ -160,8 +163,8 @@ fn parse<'a>(dev: &Device, input: &'a [u8]) -> Result<Config> {
         port: PORT,
     };
     let (mut iters, mut tx_depth, mut cq_mod, mut inline) = (None, None, None, None);
-    for (key, val) in crate::rc::options(dev, "bench", input)? {
-        let need = |v: Option<&'a str>| crate::rc::need(dev, "bench", key, v);
+    for (key, val) in options(dev, "bench", input)? {
+        let need = |v: Option<&'a str>| need(dev, "bench", key, v);
         match key {
             "test" => {
                 let v = need(val)?;
@@ -482,7 +485,7 @@ fn run_two_hosts(dev: &Device, cfg: &Config, cancel: &Cancel, rep: &mut Report) 
     }
     // Each size starts when both sides are ready (their receives posted)
     // and ends when both are done.
-    let mut ready = |rep: &mut Report| crate::rc::sync(&sock, b'S', t, cancel, rep);
+    let mut ready = |rep: &mut Report| crate::conn::sync(&sock, b'S', t, cancel, rep);
     for size in sizes(cfg) {
         if cfg.test.is_bw() {
             if !sends && !recvs {
@@ -506,7 +509,7 @@ fn run_two_hosts(dev: &Device, cfg: &Config, cancel: &Cancel, rep: &mut Report) 
                 &mut ready,
             )?;
         }
-        crate::rc::sync(&sock, b'E', t, cancel, rep)?;
+        crate::conn::sync(&sock, b'E', t, cancel, rep)?;
     }
     let _ = writeln!(rep, "{}", LINE);
     Ok(())

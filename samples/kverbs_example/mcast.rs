@@ -9,7 +9,9 @@
 //! does) and checks that every receiver got every message, payload and
 //! immediate data. `role=receiver` only receives, `role=sender` only sends.
 
-use crate::rc::{Example, Report, Stats};
+use crate::control::Example;
+use crate::report::Report;
+use crate::stats::{add, Stats};
 use core::fmt::Write;
 use kernel::{new_mutex, prelude::*, sync::Arc, sync::Mutex};
 use kverbs::{
@@ -586,6 +588,6 @@ fn run(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut Rep
 }
 
 fn stats_add(stats: &Stats, size: usize) {
-    crate::rc::add(&stats.send_msgs, 1);
-    crate::rc::add(&stats.send_bytes, size as u64);
+    add(&stats.send_msgs, 1);
+    add(&stats.send_bytes, size as u64);
 }

@@ -8,23 +8,25 @@
 //! iters=2,validate`) runs the example and blocks the writer until it is
 //! done; reading the file returns the report of the last run.
 
+use crate::conn::{complete_wc, pick_gid, sync, tcp_connect, ConData, CON_DATA_LEN};
+use crate::control::Example;
+use crate::options::{need, options, parse_ipv4, parse_num_in};
+use crate::report::Report;
+use crate::stats::{add, Stats};
 use core::fmt::{self, Write};
-use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use kernel::{new_mutex, prelude::*, sync::Arc, sync::Mutex, types::ARef};
+use kernel::{prelude::*, sync::Arc};
 use kverbs::{
     cq::{Cq, PollCtx},
-    device::{Device, GidType, Mtu, PortState},
+    device::{Device, Mtu},
     dma::DmaBuf,
-    errno,
     mr::Mr,
     pd::Pd,
     qp::{
         Access, AddressVector, AtomicOp, Cancel, InitAttr, Qp, QpCaps, RemoteBuf, RtrAttr, Rts,
         RtsAttr, SendOp, WrId,
     },
-    tcp::{Ipv4, TcpListener, TcpStream},
+    tcp::Ipv4,
     wc::WcOpcode,
-    Show, Store,
 };
 
 /// rping's default port, and its buffer size limits.
@@ -116,93 +118,6 @@ impl Config {
 
 fn parse_num<T: TryFrom<u64>>(dev: &Device, key: &str, v: &str, min: u64, max: u64) -> Result<T> {
     parse_num_in("rc", dev, key, v, min, max)
-}
-
-/// `key=v` of the control file `file`: a decimal or `0x` number in
-/// `min..=max` (`ERANGE` outside, `EINVAL` if not a number, each with a
-/// kernel log line).
-pub(crate) fn parse_num_in<T: TryFrom<u64>>(
-    file: &str,
-    dev: &Device,
-    key: &str,
-    v: &str,
-    min: u64,
-    max: u64,
-) -> Result<T> {
-    let n = match v.strip_prefix("0x") {
-        Some(hex) => u64::from_str_radix(hex, 16),
-        None => v.parse::<u64>(),
-    };
-    match n {
-        Ok(n) if (min..=max).contains(&n) => T::try_from(n).map_err(|_| EINVAL),
-        Ok(n) => {
-            pr_warn!(
-                "{}: {}: {}={} is out of range [{}, {}]\n",
-                dev.name(),
-                file,
-                key,
-                n,
-                min,
-                max
-            );
-            Err(ERANGE)
-        }
-        Err(_) => {
-            pr_warn!(
-                "{}: {}: {}: '{}' is not a number\n",
-                dev.name(),
-                file,
-                key,
-                v
-            );
-            Err(EINVAL)
-        }
-    }
-}
-
-pub(crate) fn parse_ipv4(v: &str) -> Option<[u8; 4]> {
-    let mut out = [0u8; 4];
-    let mut parts = v.split('.');
-    for b in out.iter_mut() {
-        *b = parts.next()?.parse().ok()?;
-    }
-    parts.next().is_none().then_some(out)
-}
-
-/// Parses `key=value` options separated by commas, blanks or newlines.
-/// The options of a control string of the file `file`: `key` or
-/// `key=value`, separated by commas, blanks or newlines. `EINVAL` (and a
-/// log line) if the string is not text.
-pub(crate) fn options<'a>(
-    dev: &Device,
-    file: &str,
-    input: &'a [u8],
-) -> Result<impl Iterator<Item = (&'a str, Option<&'a str>)>> {
-    let text = core::str::from_utf8(input).map_err(|_| {
-        pr_warn!("{}: {}: the control string is not text\n", dev.name(), file);
-        EINVAL
-    })?;
-    Ok(text
-        .split(|c: char| c == ',' || c.is_ascii_whitespace())
-        .filter(|opt| !opt.is_empty())
-        .map(|opt| match opt.split_once('=') {
-            Some((k, v)) => (k, Some(v)),
-            None => (opt, None),
-        }))
-}
-
-/// The value of option `key` of the file `file`, or `EINVAL` (and a log
-/// line) if it has none.
-pub(crate) fn need<'a>(
-    dev: &Device,
-    file: &str,
-    key: &str,
-    val: Option<&'a str>,
-) -> Result<&'a str> {
-    val.ok_or_else(|| {
-        pr_warn!("{}: {}: '{}' needs a value\n", dev.name(), file, key);
-        EINVAL
-    })
 }
 
 fn parse<'a>(dev: &Device, input: &'a [u8]) -> Result<Config> {
@@ -331,253 +246,6 @@ fn parse<'a>(dev: &Device, input: &'a [u8]) -> Result<Config> {
     Ok(cfg)
 }
 
-/// Transfer counters of a device, shown by its `stats` file.
-#[derive(Default)]
-pub(crate) struct Stats {
-    pub(crate) send_msgs: AtomicU64,
-    pub(crate) send_bytes: AtomicU64,
-    pub(crate) recv_msgs: AtomicU64,
-    pub(crate) recv_bytes: AtomicU64,
-    pub(crate) read_msgs: AtomicU64,
-    pub(crate) read_bytes: AtomicU64,
-    pub(crate) write_msgs: AtomicU64,
-    pub(crate) write_bytes: AtomicU64,
-    pub(crate) runs_ok: AtomicU64,
-    pub(crate) runs_failed: AtomicU64,
-}
-
-pub(crate) fn add(counter: &AtomicU64, n: u64) {
-    counter.fetch_add(n, Ordering::Relaxed);
-}
-
-/// The `stats` file.
-pub(crate) struct StatsFile(pub(crate) Arc<Stats>);
-
-impl Show for StatsFile {
-    fn show(&self, out: &mut dyn Write) -> Result {
-        let rows: [(&str, &AtomicU64); 10] = [
-            ("send_msgs", &self.0.send_msgs),
-            ("send_bytes", &self.0.send_bytes),
-            ("recv_msgs", &self.0.recv_msgs),
-            ("recv_bytes", &self.0.recv_bytes),
-            ("read_msgs", &self.0.read_msgs),
-            ("read_bytes", &self.0.read_bytes),
-            ("write_msgs", &self.0.write_msgs),
-            ("write_bytes", &self.0.write_bytes),
-            ("runs_ok", &self.0.runs_ok),
-            ("runs_failed", &self.0.runs_failed),
-        ];
-        for (name, v) in rows {
-            writeln!(out, "{}: {}", name, v.load(Ordering::Relaxed))?;
-        }
-        Ok(())
-    }
-}
-
-/// Room for "result: error <errno> (<us> us)\n", the last line of a report.
-const RESULT_LINE: usize = 64;
-
-/// The report of a run, kept for readers of `rc`.
-pub(crate) struct Report(KVec<u8>, bool);
-
-impl Report {
-    pub(crate) fn new() -> Self {
-        Report(KVec::new(), false)
-    }
-
-    pub(crate) fn as_bytes(&self) -> &[u8] {
-        &self.0
-    }
-
-    /// Whether a write found no memory: the text lacks something.
-    pub(crate) fn lost(&self) -> bool {
-        self.1
-    }
-
-    /// Makes room for `n` more bytes; false, and the text marked as
-    /// lacking, if there is no memory.
-    pub(crate) fn reserve(&mut self, n: usize) -> bool {
-        let ok = self.0.reserve(n, GFP_KERNEL).is_ok();
-        self.1 |= !ok;
-        ok
-    }
-}
-
-impl Write for Report {
-    fn write_str(&mut self, s: &str) -> fmt::Result {
-        self.0
-            .extend_from_slice(s.as_bytes(), GFP_KERNEL)
-            .map_err(|_| {
-                self.1 = true;
-                fmt::Error
-            })
-    }
-}
-
-/// What a control file runs: it parses the written string, then runs.
-pub(crate) trait Example: Send + Sync + 'static {
-    /// The file's name, in messages.
-    const NAME: &'static str;
-    /// A parsed control string.
-    type Config;
-    /// Parses a control string; says what is wrong in the kernel log.
-    fn parse(dev: &Device, input: &[u8]) -> Result<Self::Config>;
-    /// Runs, writing the report.
-    fn run(
-        &self,
-        dev: &Device,
-        cfg: &Self::Config,
-        cancel: &Cancel,
-        stats: &Stats,
-        rep: &mut Report,
-    ) -> Result;
-
-    /// State to show before the last report, if the example keeps any.
-    fn show_state(&self, out: &mut dyn Write) -> Result {
-        let _ = out;
-        Ok(())
-    }
-}
-
-/// A control file of a device (`rc`, `mcast`): a write runs the example
-/// `E` and blocks until it is done, one run at a time; a read shows the
-/// last run's report.
-pub(crate) struct Control<E> {
-    dev: ARef<Device>,
-    busy: AtomicBool,
-    cancel: Cancel,
-    report: Pin<KBox<Mutex<KVec<u8>>>>,
-    stats: Arc<Stats>,
-    example: E,
-}
-
-impl<E: Example> Control<E> {
-    pub(crate) fn new(dev: &Device, stats: Arc<Stats>, example: E) -> Result<Self> {
-        Ok(Control {
-            dev: dev.into(),
-            busy: AtomicBool::new(false),
-            cancel: Cancel::new(),
-            report: KBox::pin_init(new_mutex!(KVec::new()), GFP_KERNEL)?,
-            stats,
-            example,
-        })
-    }
-
-    /// Makes a run in progress end (with `ECANCELED`) within 100 ms, and
-    /// every later write fail with `ENODEV`: the device is going away.
-    pub(crate) fn cancel(&self) {
-        self.cancel.close();
-    }
-}
-
-impl<E: Example> Show for Control<E> {
-    fn show(&self, out: &mut dyn Write) -> Result {
-        if self.busy.load(Ordering::Acquire) {
-            writeln!(out, "status: running")?;
-        }
-        self.example.show_state(out)?;
-        let report = self.report.lock();
-        out.write_str(core::str::from_utf8(&report).unwrap_or("(report is not text)\n"))?;
-        Ok(())
-    }
-}
-
-impl<E: Example> Store for Control<E> {
-    fn store(&self, input: &[u8]) -> Result {
-        let dev = &*self.dev;
-        let cfg = E::parse(dev, input)?;
-        if self.busy.swap(true, Ordering::AcqRel) {
-            pr_warn!(
-                "{}: {}: a run is already in progress\n",
-                dev.name(),
-                E::NAME
-            );
-            return Err(EBUSY);
-        }
-        if self.cancel.is_closed() {
-            self.busy.store(false, Ordering::Release);
-            pr_warn!("{}: {}: the device is being removed\n", dev.name(), E::NAME);
-            return Err(ENODEV);
-        }
-        let mut rep = Report::new();
-        let start = kverbs::now_ns();
-        let mut result = self
-            .example
-            .run(dev, &cfg, &self.cancel, &self.stats, &mut rep);
-        if let Err(e) = result {
-            result = Err(port_down(dev, E::NAME, e, &mut rep));
-        }
-        // Room for the result line first: a success must not lose it
-        // (found by the allocation-failure sweep of srq, whose report
-        // grew past its allocation exactly there).
-        rep.reserve(RESULT_LINE);
-        if result.is_ok() && rep.lost() {
-            // The run went well but its report lacks lines, which are its
-            // result here: it cannot be called a success (found by the
-            // allocation-failure sweep of mcast).
-            pr_err!(
-                "{}: {}: the report is incomplete (out of memory)\n",
-                dev.name(),
-                E::NAME
-            );
-            result = Err(ENOMEM);
-        }
-        let us = (kverbs::now_ns() - start) / 1000;
-        match result {
-            Ok(()) => {
-                let _ = writeln!(rep, "result: ok ({} us)", us);
-                add(&self.stats.runs_ok, 1);
-            }
-            Err(e) => {
-                let _ = writeln!(rep, "result: error {} ({} us)", e.to_errno(), us);
-                pr_err!(
-                    "{}: {}: run failed: error {}\n",
-                    dev.name(),
-                    E::NAME,
-                    e.to_errno()
-                );
-                add(&self.stats.runs_failed, 1);
-            }
-        }
-        *self.report.lock() = rep.0;
-        self.cancel.reset();
-        self.busy.store(false, Ordering::Release);
-        result
-    }
-}
-
-/// The error a failed run ends with: `ENETDOWN` instead of a failed or
-/// missing completion (`EIO`, `ETIMEDOUT`) when a port of `dev` is no
-/// longer active -- its netdev went down or away during the run (rxe sets
-/// the port down at once, and unregisters the device only later, when the
-/// run would end with `ECANCELED`) -- so the report names the cause, not
-/// a flushed work request.
-fn port_down(dev: &Device, name: &str, e: Error, rep: &mut Report) -> Error {
-    let (eio, etimedout) = (EIO.to_errno(), errno::etimedout().to_errno());
-    if e.to_errno() != eio && e.to_errno() != etimedout {
-        return e;
-    }
-    for port in dev.ports() {
-        let state = match dev.query_port(port) {
-            Ok(attr) if attr.state() == PortState::Active => continue,
-            Ok(attr) => attr.state().name(),
-            // rxe: the netdev is gone.
-            Err(q) if q.to_errno() == ENODEV.to_errno() => "without a netdev",
-            Err(_) => continue,
-        };
-        let _ = writeln!(rep, "port {} is {}: the link went down", port, state);
-        pr_warn!(
-            "{}: {}: port {} is {}: the link went down during the run\n",
-            dev.name(),
-            name,
-            port,
-            state
-        );
-        return errno::enetdown();
-    }
-    e
-}
-
 /// The RC example.
 pub(crate) struct Rc;
 
@@ -614,7 +282,19 @@ impl Example for Rc {
         match cfg.role {
             Role::Loopback => run_loopback(dev, cfg, cancel, stats, rep),
             Role::Server | Role::Client => run_tcp(dev, cfg, cancel, stats, rep),
-            Role::CmServer | Role::CmClient => crate::rping::run(dev, cfg, cancel, stats, rep),
+            Role::CmServer | Role::CmClient => {
+                let rping = crate::rping::Config {
+                    server: cfg.role == Role::CmServer,
+                    addr: cfg.addr,
+                    port: cfg.port,
+                    size: cfg.size,
+                    iters: cfg.iters,
+                    poll: cfg.poll,
+                    validate: cfg.validate,
+                    timeout_ms: cfg.timeout_ms,
+                };
+                crate::rping::run(dev, &rping, cancel, stats, rep)
+            }
         }
     }
 }
@@ -868,40 +548,6 @@ const RTS_ATTR: RtsAttr = RtsAttr {
     max_rd_atomic: 1,
 };
 
-/// Picks the GID index: the one asked for, or the first RoCE v2 GID that
-/// is an IPv4 address, or the first valid one.
-pub(crate) fn pick_gid(
-    dev: &Device,
-    port: u32,
-    want: Option<u32>,
-) -> Result<(u32, kverbs::device::Gid)> {
-    if let Some(i) = want {
-        let g = dev.gid_attr(port, i).inspect_err(|_| {
-            pr_warn!(
-                "{}: rc: gid_idx {} is not a valid GID of port {}\n",
-                dev.name(),
-                i,
-                port
-            );
-        })?;
-        return Ok((i, g.gid()));
-    }
-    let len = dev.query_port(port)?.gid_tbl_len();
-    let mut first = None;
-    for i in 0..len {
-        if let Ok(g) = dev.gid_attr(port, i) {
-            if g.gid_type() == GidType::RoceV2 && g.gid().is_v4_mapped() {
-                return Ok((i, g.gid()));
-            }
-            first.get_or_insert((i, g.gid()));
-        }
-    }
-    first.ok_or_else(|| {
-        pr_warn!("{}: rc: port {} has no GID\n", dev.name(), port);
-        ENODEV
-    })
-}
-
 /// Waits for a completion that must succeed, and says what failed.
 pub(crate) fn complete<S: kverbs::qp::State>(
     qp: &Qp<S>,
@@ -912,32 +558,6 @@ pub(crate) fn complete<S: kverbs::qp::State>(
     rep: &mut Report,
 ) -> Result<kverbs::wc::Wc> {
     complete_wc(qp, id, what, cfg.timeout_ms, cancel, rep)
-}
-
-/// [`complete`] with a timeout of `timeout_ms`.
-pub(crate) fn complete_wc<S: kverbs::qp::State>(
-    qp: &Qp<S>,
-    id: WrId,
-    what: &str,
-    timeout_ms: u32,
-    cancel: &Cancel,
-    rep: &mut Report,
-) -> Result<kverbs::wc::Wc> {
-    match qp.wait(id, timeout_ms, cancel) {
-        Ok(wc) if wc.result().is_ok() => Ok(wc),
-        Ok(wc) => {
-            let _ = writeln!(
-                rep,
-                "{}: completion with error: {} (vendor error {:#x})",
-                what, wc.status, wc.vendor_err
-            );
-            Err(EIO)
-        }
-        Err(e) => {
-            let _ = writeln!(rep, "{}: no completion: error {}", what, e.to_errno());
-            Err(e)
-        }
-    }
 }
 
 /// The whole RDMA_RC_example flow between two QPs of one device.
@@ -1153,126 +773,6 @@ fn run_loopback(
     drop(server);
     let _ = writeln!(rep, "resources_destroy: ok");
     Ok(())
-}
-
-/// The connection data RDMA_RC_example exchanges (`struct cm_con_data_t`,
-/// packed, big endian): 34 bytes.
-pub(crate) struct ConData {
-    pub(crate) addr: u64,
-    pub(crate) rkey: u32,
-    pub(crate) qp_num: u32,
-    pub(crate) lid: u16,
-    pub(crate) gid: kverbs::device::Gid,
-}
-
-pub(crate) const CON_DATA_LEN: usize = 34;
-
-impl ConData {
-    pub(crate) fn to_bytes(&self) -> [u8; CON_DATA_LEN] {
-        let mut b = [0u8; CON_DATA_LEN];
-        b[0..8].copy_from_slice(&self.addr.to_be_bytes());
-        b[8..12].copy_from_slice(&self.rkey.to_be_bytes());
-        b[12..16].copy_from_slice(&self.qp_num.to_be_bytes());
-        b[16..18].copy_from_slice(&self.lid.to_be_bytes());
-        b[18..34].copy_from_slice(&self.gid.0);
-        b
-    }
-
-    pub(crate) fn from_bytes(b: &[u8; CON_DATA_LEN]) -> Self {
-        let mut gid = [0u8; 16];
-        gid.copy_from_slice(&b[18..34]);
-        ConData {
-            addr: u64::from_be_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]),
-            rkey: u32::from_be_bytes([b[8], b[9], b[10], b[11]]),
-            qp_num: u32::from_be_bytes([b[12], b[13], b[14], b[15]]),
-            lid: u16::from_be_bytes([b[16], b[17]]),
-            gid: kverbs::device::Gid(gid),
-        }
-    }
-}
-
-/// RDMA_RC_example's `sock_sync_data` of one byte: write ours, read theirs.
-pub(crate) fn sync(
-    sock: &TcpStream,
-    c: u8,
-    timeout_ms: u32,
-    cancel: &Cancel,
-    rep: &mut Report,
-) -> Result {
-    let mut peer = [0u8];
-    let r = sock
-        .send_all(&[c], timeout_ms, cancel)
-        .and_then(|()| sock.recv_exact(&mut peer, timeout_ms, cancel));
-    if let Err(e) = r {
-        let _ = writeln!(rep, "sync '{}': error {}", c as char, e.to_errno());
-        return Err(e);
-    }
-    if peer[0] != c {
-        let _ = writeln!(
-            rep,
-            "sync '{}': the peer sent '{}'",
-            c as char, peer[0] as char
-        );
-        return Err(errno::eproto());
-    }
-    Ok(())
-}
-
-/// The TCP connection of a two-host run of the control file `file`:
-/// accepted on `port` (of `addr`, or of any address) by a server, made to
-/// `addr:port` by a client. Failures are reported and logged.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn tcp_connect(
-    dev: &Device,
-    file: &str,
-    server: bool,
-    addr: Option<Ipv4>,
-    port: u16,
-    timeout_ms: u32,
-    cancel: &Cancel,
-    rep: &mut Report,
-) -> Result<TcpStream> {
-    if server {
-        let listener = TcpListener::bind(addr.unwrap_or(Ipv4::ANY), port).inspect_err(|e| {
-            pr_warn!(
-                "{}: {}: cannot listen on TCP port {}: error {}\n",
-                dev.name(),
-                file,
-                port,
-                e.to_errno()
-            );
-        })?;
-        let _ = writeln!(rep, "waiting on port {} for TCP connection", port);
-        listener.accept(timeout_ms, cancel).inspect_err(|e| {
-            let _ = writeln!(rep, "no client connected: error {}", e.to_errno());
-            pr_warn!(
-                "{}: {}: no client connected on port {}: error {}\n",
-                dev.name(),
-                file,
-                port,
-                e.to_errno()
-            );
-        })
-    } else {
-        let addr = addr.ok_or(EINVAL)?;
-        TcpStream::connect(addr, port, timeout_ms, cancel).inspect_err(|e| {
-            let _ = writeln!(
-                rep,
-                "cannot connect to {}:{}: error {}",
-                addr,
-                port,
-                e.to_errno()
-            );
-            pr_warn!(
-                "{}: {}: cannot connect to {}:{}: error {}\n",
-                dev.name(),
-                file,
-                addr,
-                port,
-                e.to_errno()
-            );
-        })
-    }
 }
 
 /// RDMA_RC_example's server or client, with a peer over TCP.

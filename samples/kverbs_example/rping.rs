@@ -11,12 +11,14 @@
 //! client checks that the sink now equals the start buffer. The server
 //! serves until the client disconnects.
 
-use crate::rc::{add, Config, Report, Role, Stats};
+use crate::conn::{cm_device_check, cm_listen, cm_on_device};
+use crate::report::Report;
+use crate::stats::{add, Stats};
 use core::fmt::Write;
 use kernel::{prelude::*, sync::Arc};
 use kverbs::{
     cm::{CmEvents, CmId},
-    cq::Cq,
+    cq::{Cq, PollCtx},
     device::Device,
     dma::DmaBuf,
     errno,
@@ -26,6 +28,19 @@ use kverbs::{
     tcp::Ipv4,
     wc::WcStatus,
 };
+
+/// What a run does: the `rc` file's options for role=cm_server or
+/// role=cm_client.
+pub(crate) struct Config {
+    pub(crate) server: bool,
+    pub(crate) addr: Option<Ipv4>,
+    pub(crate) port: u16,
+    pub(crate) size: usize,
+    pub(crate) iters: u32,
+    pub(crate) poll: PollCtx,
+    pub(crate) validate: bool,
+    pub(crate) timeout_ms: u32,
+}
 
 /// `struct rping_rdma_info`.
 const INFO_LEN: usize = 16;
@@ -179,7 +194,7 @@ pub(crate) fn run(
     rep: &mut Report,
 ) -> Result {
     cm_device_check(dev, "rc", rep)?;
-    let server = cfg.role == Role::CmServer;
+    let server = cfg.server;
     let t = cfg.timeout_ms;
     let size = cfg.size;
     let events = CmEvents::new()?;
@@ -416,82 +431,5 @@ pub(crate) fn run(
     sink_mr.invalidate(&qp, t, cancel)?;
     let _ = id.disconnect();
     let _ = writeln!(rep, "rdma_cm: disconnected");
-    Ok(())
-}
-
-/// A listener on `addr` (any if `None`) and `port` for the control file
-/// `file`, its events to `events`; a failure is logged, a success
-/// reported.
-pub(crate) fn cm_listen(
-    dev: &Device,
-    file: &str,
-    events: &CmEvents,
-    addr: Option<Ipv4>,
-    port: u16,
-    rep: &mut Report,
-) -> Result<CmId> {
-    let listener = CmId::new(events)?;
-    let addr = addr.unwrap_or(Ipv4::ANY);
-    listener.listen(addr, port).inspect_err(|e| {
-        pr_warn!(
-            "{}: {}: rdma_cm cannot listen on {}:{}: error {}\n",
-            dev.name(),
-            file,
-            addr,
-            port,
-            e.to_errno()
-        );
-    })?;
-    let _ = writeln!(rep, "rdma_cm: listening on {}:{}", addr, port);
-    Ok(listener)
-}
-
-/// `ENODEV`, reported and logged, if a port of `dev` sits on a loopback
-/// netdev (rxe over `lo`): the RDMA core resolves no address to such a
-/// port, so no rdma_cm connection can be made on it, by either side (a
-/// client there fails to resolve; a listener there waits for a request
-/// that cannot come).
-pub(crate) fn cm_device_check(dev: &Device, file: &str, rep: &mut Report) -> Result {
-    for port in dev.ports() {
-        if dev.netdev_loopback(port) == Some(true) {
-            let netdev = dev.netdev_name(port);
-            let name = netdev.as_ref().map(|n| n.as_str()).unwrap_or("?");
-            let _ = writeln!(
-                rep,
-                "rdma_cm: no connection over {}, a loopback netdev",
-                name
-            );
-            pr_warn!(
-                "{}: {}: rdma_cm cannot connect over {}, a loopback netdev: the RDMA core resolves no address to it; use rxe on another netdev\n",
-                dev.name(),
-                file,
-                name
-            );
-            return Err(ENODEV);
-        }
-    }
-    Ok(())
-}
-
-/// Checks that the connection of `id` (resolved, or a request) is on
-/// `dev`, the device of the control file `file`: `EINVAL`, reported and
-/// logged, if the connection manager put it on another one.
-pub(crate) fn cm_on_device(dev: &Device, file: &str, id: &CmId, rep: &mut Report) -> Result {
-    let cm_dev = id.device().ok_or(ENODEV)?;
-    if !cm_dev.same_as(dev) {
-        let _ = writeln!(
-            rep,
-            "rdma_cm: the connection is on {}, not on {}",
-            cm_dev.name(),
-            dev.name()
-        );
-        pr_warn!(
-            "{}: {}: the rdma_cm connection is on {}, not on this device\n",
-            dev.name(),
-            file,
-            cm_dev.name()
-        );
-        return Err(EINVAL);
-    }
     Ok(())
 }

@@ -29,8 +29,12 @@
 //! bytes, and a kverbs peer that lost its headers must fail, not pass as
 //! the manual's.
 
+use crate::conn::{cm_device_check, cm_listen, cm_on_device, complete_wc};
+use crate::control::Example;
 use crate::events::EventLog;
-use crate::rc::{add, need, options, parse_ipv4, parse_num_in, Example, Report, Stats};
+use crate::options::{need, options, parse_ipv4, parse_num_in};
+use crate::report::Report;
+use crate::stats::{add, Stats};
 use core::fmt::Write;
 use core::sync::atomic::{AtomicU32, Ordering};
 use kernel::{prelude::*, sync::Arc};
@@ -238,7 +242,7 @@ impl Example for SrqExample {
             cfg.srq_limit,
             cfg.timeout_ms
         );
-        crate::rping::cm_device_check(dev, "srq", rep)?;
+        cm_device_check(dev, "srq", rep)?;
         match cfg.role {
             Role::Server => self.server(dev, cfg, cancel, stats, rep),
             Role::Client => client(dev, cfg, cancel, stats, rep),
@@ -279,7 +283,7 @@ impl SrqExample {
         let t = cfg.timeout_ms;
         let (size, max_wr) = (cfg.size, cfg.max_wr);
         let events = CmEvents::with_requests(cfg.qps)?;
-        let listener = crate::rping::cm_listen(dev, "srq", &events, cfg.addr, cfg.port, rep)?;
+        let listener = cm_listen(dev, "srq", &events, cfg.addr, cfg.port, rep)?;
 
         // The SRQ, its CQ and its receives, before the first connection.
         let pd = Pd::new(dev)?;
@@ -340,7 +344,7 @@ impl SrqExample {
                     e.to_errno()
                 );
             })?;
-            crate::rping::cm_on_device(dev, "srq", &id, rep)?;
+            cm_on_device(dev, "srq", &id, rep)?;
             let caps = QpCaps {
                 max_send_wr: per_qp,
                 max_recv_wr: 0,
@@ -468,7 +472,7 @@ impl SrqExample {
             };
             let what = if manual { "SEND (reply)" } else { "SEND (go)" };
             let id = c.qp.post_send(SendOp::Send, &gobuf, 0, reply_len, true)?;
-            crate::rc::complete_wc(&c.qp, id, what, t, cancel, rep)?;
+            complete_wc(&c.qp, id, what, t, cancel, rep)?;
             add(&stats.send_msgs, 1);
             add(&stats.send_bytes, reply_len as u64);
         }
@@ -563,7 +567,7 @@ fn client(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut 
                 e.to_errno()
             );
         })?;
-        crate::rping::cm_on_device(dev, "srq", &id, rep)?;
+        cm_on_device(dev, "srq", &id, rep)?;
         let qp = Qp::new_cm_srq(&id, &pd, &scq, &gsrq, caps, None)?;
         let qp = id.connect(qp, t, cancel).inspect_err(|e| {
             let _ = writeln!(
@@ -605,7 +609,7 @@ fn client(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut 
                 let qi = (sent + k) % qps;
                 let qp = &conns[qi as usize].1;
                 let id = qp.post_send(SendOp::Send, &sbuf, 0, size, true)?;
-                crate::rc::complete_wc(qp, id, "SEND", t, cancel, rep)?;
+                complete_wc(qp, id, "SEND", t, cancel, rep)?;
             }
             add(&stats.send_msgs, n.into());
             add(&stats.send_bytes, u64::from(n) * size as u64);
@@ -647,7 +651,7 @@ fn client(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut 
             )?;
         }
         for (qi, id) in wrs.into_iter() {
-            crate::rc::complete_wc(&conns[qi as usize].1, id, "SEND", t, cancel, rep)?;
+            complete_wc(&conns[qi as usize].1, id, "SEND", t, cancel, rep)?;
         }
         add(&stats.send_msgs, n.into());
         add(&stats.send_bytes, u64::from(n) * size as u64);

@@ -4,7 +4,7 @@
 //! report.
 
 use super::{conn::Side, Config, Fixed, Test, POLL_BATCH};
-use crate::rc::Report;
+use crate::report::Report;
 use core::fmt::Write;
 use kernel::prelude::*;
 use kverbs::{

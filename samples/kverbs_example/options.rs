@@ -1,0 +1,94 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The option strings of the control files: `key` or `key=value`
+//! options, numbers in a range, dotted IPv4 addresses.
+
+use kernel::prelude::*;
+use kverbs::device::Device;
+
+/// `key=v` of the control file `file`: a decimal or `0x` number in
+/// `min..=max` (`ERANGE` outside, `EINVAL` if not a number, each with a
+/// kernel log line).
+pub(crate) fn parse_num_in<T: TryFrom<u64>>(
+    file: &str,
+    dev: &Device,
+    key: &str,
+    v: &str,
+    min: u64,
+    max: u64,
+) -> Result<T> {
+    let n = match v.strip_prefix("0x") {
+        Some(hex) => u64::from_str_radix(hex, 16),
+        None => v.parse::<u64>(),
+    };
+    match n {
+        Ok(n) if (min..=max).contains(&n) => T::try_from(n).map_err(|_| EINVAL),
+        Ok(n) => {
+            pr_warn!(
+                "{}: {}: {}={} is out of range [{}, {}]\n",
+                dev.name(),
+                file,
+                key,
+                n,
+                min,
+                max
+            );
+            Err(ERANGE)
+        }
+        Err(_) => {
+            pr_warn!(
+                "{}: {}: {}: '{}' is not a number\n",
+                dev.name(),
+                file,
+                key,
+                v
+            );
+            Err(EINVAL)
+        }
+    }
+}
+
+pub(crate) fn parse_ipv4(v: &str) -> Option<[u8; 4]> {
+    let mut out = [0u8; 4];
+    let mut parts = v.split('.');
+    for b in out.iter_mut() {
+        *b = parts.next()?.parse().ok()?;
+    }
+    parts.next().is_none().then_some(out)
+}
+
+/// Parses `key=value` options separated by commas, blanks or newlines.
+/// The options of a control string of the file `file`: `key` or
+/// `key=value`, separated by commas, blanks or newlines. `EINVAL` (and a
+/// log line) if the string is not text.
+pub(crate) fn options<'a>(
+    dev: &Device,
+    file: &str,
+    input: &'a [u8],
+) -> Result<impl Iterator<Item = (&'a str, Option<&'a str>)>> {
+    let text = core::str::from_utf8(input).map_err(|_| {
+        pr_warn!("{}: {}: the control string is not text\n", dev.name(), file);
+        EINVAL
+    })?;
+    Ok(text
+        .split(|c: char| c == ',' || c.is_ascii_whitespace())
+        .filter(|opt| !opt.is_empty())
+        .map(|opt| match opt.split_once('=') {
+            Some((k, v)) => (k, Some(v)),
+            None => (opt, None),
+        }))
+}
+
+/// The value of option `key` of the file `file`, or `EINVAL` (and a log
+/// line) if it has none.
+pub(crate) fn need<'a>(
+    dev: &Device,
+    file: &str,
+    key: &str,
+    val: Option<&'a str>,
+) -> Result<&'a str> {
+    val.ok_or_else(|| {
+        pr_warn!("{}: {}: '{}' needs a value\n", dev.name(), file, key);
+        EINVAL
+    })
+}
