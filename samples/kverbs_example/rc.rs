@@ -627,133 +627,27 @@ fn run_loopback(
         remote.addr, remote.rkey, remote.len
     );
 
+    let pair = Pair {
+        server: &server,
+        client: &client,
+        server_buf: &server_buf,
+        client_buf: &client_buf,
+        imm_buf: &imm_buf,
+        remote,
+        cfg,
+        cancel,
+        stats,
+    };
     for iter in 0..cfg.iters {
         let recv = match first_recv.take() {
             Some(recv) => recv,
             None => client.post_recv(&client_buf, 0, size)?,
         };
-        // SEND: the server sends its buffer, the client's receive gets it.
-        fill(&server_buf, size, MSG_SEND, iter)?;
-        let t0 = kverbs::now_ns();
-        let op = match cfg.imm {
-            true => SendOp::SendWithImm(IMM_SEND ^ iter),
-            false => SendOp::Send,
-        };
-        let send = server.post_send(op, &server_buf, 0, size, true)?;
-        complete(&server, send, "SEND", cfg, cancel, rep)?;
-        let wc = complete(&client, recv, "RECV", cfg, cancel, rep)?;
-        let dt = kverbs::now_ns() - t0;
-        if wc.byte_len as usize != size {
-            let _ = writeln!(rep, "RECV: {} bytes received, {} sent", wc.byte_len, size);
-            return Err(EIO);
-        }
-        let want_imm = cfg.imm.then_some(IMM_SEND ^ iter);
-        if wc.opcode != WcOpcode::Recv || wc.imm != want_imm {
-            let _ = writeln!(
-                rep,
-                "RECV: {:?} with immediate {:?}, expected {:?}",
-                wc.opcode, wc.imm, want_imm
-            );
-            return Err(EIO);
-        }
-        if cfg.validate {
-            check(&client_buf, size, MSG_SEND, iter, "SEND", rep)?;
-        }
-        add(&stats.send_msgs, 1);
-        add(&stats.send_bytes, size as u64);
-        add(&stats.recv_msgs, 1);
-        add(&stats.recv_bytes, size as u64);
-        if iter == 0 {
-            report_op(rep, "SEND operation", size, dt, "Message is", &client_buf);
-        }
-
-        // RDMA READ: the server changes its buffer, the client reads it.
-        fill(&server_buf, size, MSG_READ, iter)?;
-        let t0 = kverbs::now_ns();
-        let read = client.post_send(SendOp::Read(remote), &client_buf, 0, size, true)?;
-        complete(&client, read, "RDMA READ", cfg, cancel, rep)?;
-        let dt = kverbs::now_ns() - t0;
-        if cfg.validate {
-            check(&client_buf, size, MSG_READ, iter, "RDMA READ", rep)?;
-        }
-        add(&stats.read_msgs, 1);
-        add(&stats.read_bytes, size as u64);
-        if iter == 0 {
-            report_op(
-                rep,
-                "RDMA read operation",
-                size,
-                dt,
-                "Contents of server's buffer",
-                &client_buf,
-            );
-        }
-
-        // RDMA WRITE: the client writes the server's buffer.
-        fill(&client_buf, size, MSG_WRITE, iter)?;
-        let t0 = kverbs::now_ns();
-        // With immediate data the write consumes a receive of the server,
-        // whose completion carries the immediate.
-        let (op, server_recv) = match cfg.imm {
-            true => (
-                SendOp::WriteWithImm(remote, IMM_WRITE ^ iter),
-                Some(server.post_recv(&imm_buf, 0, 1)?),
-            ),
-            false => (SendOp::Write(remote), None),
-        };
-        let write = client.post_send(op, &client_buf, 0, size, true)?;
-        complete(&client, write, "RDMA WRITE", cfg, cancel, rep)?;
-        if let Some(id) = server_recv {
-            let wc = complete(
-                &server,
-                id,
-                "RECV (RDMA WRITE with immediate)",
-                cfg,
-                cancel,
-                rep,
-            )?;
-            if wc.opcode != WcOpcode::RecvRdmaWithImm || wc.imm != Some(IMM_WRITE ^ iter) {
-                let _ = writeln!(
-                    rep,
-                    "RDMA WRITE with immediate: got {:?} {:?}",
-                    wc.opcode, wc.imm
-                );
-                return Err(EIO);
-            }
-        }
-        let dt = kverbs::now_ns() - t0;
-        if cfg.validate {
-            check(&server_buf, size, MSG_WRITE, iter, "RDMA WRITE", rep)?;
-        }
-        add(&stats.write_msgs, 1);
-        add(&stats.write_bytes, size as u64);
-        if iter == 0 {
-            report_op(
-                rep,
-                "RDMA write operation",
-                size,
-                dt,
-                "Contents of server buffer",
-                &server_buf,
-            );
-        }
+        pair.send(recv, iter, rep)?;
+        pair.read(iter, rep)?;
+        pair.write(iter, rep)?;
     }
-    if cfg.iters > 1 {
-        let _ = writeln!(
-            rep,
-            "iterations: {} of SEND, RDMA READ, RDMA WRITE",
-            cfg.iters
-        );
-    }
-    if cfg.validate {
-        let _ = writeln!(rep, "validate: ok: every payload checked byte for byte");
-    }
-    if cfg.imm {
-        let _ = writeln!(
-            rep,
-            "imm: ok: SEND and RDMA WRITE with immediate data delivered it"
-        );
-    }
+    report_checked(cfg, rep);
     if cfg.atomics > 0 {
         atomics(&client, remote, cfg, cancel, rep)?;
         atomics_landed(&server_buf, rep)?;
@@ -773,6 +667,169 @@ fn run_loopback(
     drop(server);
     let _ = writeln!(rep, "resources_destroy: ok");
     Ok(())
+}
+
+/// The two connected QPs of a loopback run and what their transfers use.
+struct Pair<'a> {
+    server: &'a Qp<Rts>,
+    client: &'a Qp<Rts>,
+    server_buf: &'a Arc<DmaBuf>,
+    client_buf: &'a Arc<DmaBuf>,
+    /// The (unused) receive buffer of RDMA WRITE with immediate.
+    imm_buf: &'a Arc<DmaBuf>,
+    /// The server's buffer, registered.
+    remote: RemoteBuf,
+    cfg: &'a Config,
+    cancel: &'a Cancel,
+    stats: &'a Stats,
+}
+
+impl Pair<'_> {
+    /// SEND: the server sends its buffer, the client's receive `recv`
+    /// gets it.
+    fn send(&self, recv: WrId, iter: u32, rep: &mut Report) -> Result {
+        let (server, client, cfg, cancel, stats) =
+            (self.server, self.client, self.cfg, self.cancel, self.stats);
+        let (server_buf, client_buf, size) = (self.server_buf, self.client_buf, cfg.size);
+        fill(server_buf, size, MSG_SEND, iter)?;
+        let t0 = kverbs::now_ns();
+        let op = match cfg.imm {
+            true => SendOp::SendWithImm(IMM_SEND ^ iter),
+            false => SendOp::Send,
+        };
+        let send = server.post_send(op, server_buf, 0, size, true)?;
+        complete(server, send, "SEND", cfg, cancel, rep)?;
+        let wc = complete(client, recv, "RECV", cfg, cancel, rep)?;
+        let dt = kverbs::now_ns() - t0;
+        if wc.byte_len as usize != size {
+            let _ = writeln!(rep, "RECV: {} bytes received, {} sent", wc.byte_len, size);
+            return Err(EIO);
+        }
+        let want_imm = cfg.imm.then_some(IMM_SEND ^ iter);
+        if wc.opcode != WcOpcode::Recv || wc.imm != want_imm {
+            let _ = writeln!(
+                rep,
+                "RECV: {:?} with immediate {:?}, expected {:?}",
+                wc.opcode, wc.imm, want_imm
+            );
+            return Err(EIO);
+        }
+        if cfg.validate {
+            check(client_buf, size, MSG_SEND, iter, "SEND", rep)?;
+        }
+        add(&stats.send_msgs, 1);
+        add(&stats.send_bytes, size as u64);
+        add(&stats.recv_msgs, 1);
+        add(&stats.recv_bytes, size as u64);
+        if iter == 0 {
+            report_op(rep, "SEND operation", size, dt, "Message is", client_buf);
+        }
+        Ok(())
+    }
+
+    /// RDMA READ: the server changes its buffer, the client reads it.
+    fn read(&self, iter: u32, rep: &mut Report) -> Result {
+        let (client, cfg, stats) = (self.client, self.cfg, self.stats);
+        let (server_buf, client_buf, size) = (self.server_buf, self.client_buf, cfg.size);
+        fill(server_buf, size, MSG_READ, iter)?;
+        let t0 = kverbs::now_ns();
+        let read = client.post_send(SendOp::Read(self.remote), client_buf, 0, size, true)?;
+        complete(client, read, "RDMA READ", cfg, self.cancel, rep)?;
+        let dt = kverbs::now_ns() - t0;
+        if cfg.validate {
+            check(client_buf, size, MSG_READ, iter, "RDMA READ", rep)?;
+        }
+        add(&stats.read_msgs, 1);
+        add(&stats.read_bytes, size as u64);
+        if iter == 0 {
+            report_op(
+                rep,
+                "RDMA read operation",
+                size,
+                dt,
+                "Contents of server's buffer",
+                client_buf,
+            );
+        }
+        Ok(())
+    }
+
+    /// RDMA WRITE: the client writes the server's buffer.
+    fn write(&self, iter: u32, rep: &mut Report) -> Result {
+        let (server, client, cfg, cancel, stats) =
+            (self.server, self.client, self.cfg, self.cancel, self.stats);
+        let (server_buf, client_buf, size) = (self.server_buf, self.client_buf, cfg.size);
+        let remote = self.remote;
+        fill(client_buf, size, MSG_WRITE, iter)?;
+        let t0 = kverbs::now_ns();
+        // With immediate data the write consumes a receive of the server,
+        // whose completion carries the immediate.
+        let (op, server_recv) = match cfg.imm {
+            true => (
+                SendOp::WriteWithImm(remote, IMM_WRITE ^ iter),
+                Some(server.post_recv(self.imm_buf, 0, 1)?),
+            ),
+            false => (SendOp::Write(remote), None),
+        };
+        let write = client.post_send(op, client_buf, 0, size, true)?;
+        complete(client, write, "RDMA WRITE", cfg, cancel, rep)?;
+        if let Some(id) = server_recv {
+            let wc = complete(
+                server,
+                id,
+                "RECV (RDMA WRITE with immediate)",
+                cfg,
+                cancel,
+                rep,
+            )?;
+            if wc.opcode != WcOpcode::RecvRdmaWithImm || wc.imm != Some(IMM_WRITE ^ iter) {
+                let _ = writeln!(
+                    rep,
+                    "RDMA WRITE with immediate: got {:?} {:?}",
+                    wc.opcode, wc.imm
+                );
+                return Err(EIO);
+            }
+        }
+        let dt = kverbs::now_ns() - t0;
+        if cfg.validate {
+            check(server_buf, size, MSG_WRITE, iter, "RDMA WRITE", rep)?;
+        }
+        add(&stats.write_msgs, 1);
+        add(&stats.write_bytes, size as u64);
+        if iter == 0 {
+            report_op(
+                rep,
+                "RDMA write operation",
+                size,
+                dt,
+                "Contents of server buffer",
+                server_buf,
+            );
+        }
+        Ok(())
+    }
+}
+
+/// The lines after the iterations of a loopback run: how many, and what
+/// was checked.
+fn report_checked(cfg: &Config, rep: &mut Report) {
+    if cfg.iters > 1 {
+        let _ = writeln!(
+            rep,
+            "iterations: {} of SEND, RDMA READ, RDMA WRITE",
+            cfg.iters
+        );
+    }
+    if cfg.validate {
+        let _ = writeln!(rep, "validate: ok: every payload checked byte for byte");
+    }
+    if cfg.imm {
+        let _ = writeln!(
+            rep,
+            "imm: ok: SEND and RDMA WRITE with immediate data delivered it"
+        );
+    }
 }
 
 /// RDMA_RC_example's server or client, with a peer over TCP.
