@@ -25,7 +25,7 @@ use kverbs::{
         Access, AddressVector, AtomicOp, Cancel, InitAttr, Qp, QpCaps, RemoteBuf, RtrAttr, Rts,
         RtsAttr, SendOp, WrId,
     },
-    tcp::Ipv4,
+    tcp::{Ipv4, TcpStream},
     wc::WcOpcode,
 };
 
@@ -832,6 +832,146 @@ fn report_checked(cfg: &Config, rep: &mut Report) {
     }
 }
 
+/// RDMA_RC_example's `sock_sync_data` of the connection data: sends
+/// ours, returns the peer's and reports it.
+fn exchange_con_data(
+    sock: &TcpStream,
+    ours: &ConData,
+    t: u32,
+    cancel: &Cancel,
+    rep: &mut Report,
+) -> Result<ConData> {
+    let mut theirs = [0u8; CON_DATA_LEN];
+    sock.send_all(&ours.to_bytes(), t, cancel)?;
+    sock.recv_exact(&mut theirs, t, cancel).inspect_err(|e| {
+        let _ = writeln!(
+            rep,
+            "no connection data from the peer: error {}",
+            e.to_errno()
+        );
+    })?;
+    let peer = ConData::from_bytes(&theirs);
+    let _ = writeln!(rep, "Remote address = {:#x}", peer.addr);
+    let _ = writeln!(rep, "Remote rkey = {:#x}", peer.rkey);
+    let _ = writeln!(rep, "Remote QP number = {:#x}", peer.qp_num);
+    let _ = writeln!(rep, "Remote LID = {:#x}", peer.lid);
+    let _ = writeln!(rep, "Remote GID = {}", peer.gid.ipv6());
+    Ok(peer)
+}
+
+/// This side of a two-host run, connected: its QP, the TCP connection to
+/// the peer, its buffer and the peer's.
+struct TcpSide<'a> {
+    qp: &'a Qp<Rts>,
+    sock: &'a TcpStream,
+    buf: &'a Arc<DmaBuf>,
+    remote: RemoteBuf,
+    server: bool,
+    cfg: &'a Config,
+    cancel: &'a Cancel,
+    stats: &'a Stats,
+}
+
+impl TcpSide<'_> {
+    /// SEND from the server to the client's receive `recv`.
+    fn send(&self, recv: Option<WrId>, rep: &mut Report) -> Result {
+        let (qp, buf, cfg, cancel, stats) = (self.qp, self.buf, self.cfg, self.cancel, self.stats);
+        let size = cfg.size;
+        if self.server {
+            let id = qp.post_send(SendOp::Send, buf, 0, size, true)?;
+            complete(qp, id, "SEND", cfg, cancel, rep)?;
+            add(&stats.send_msgs, 1);
+            add(&stats.send_bytes, size as u64);
+            let _ = writeln!(rep, "SEND operation: ok: {} bytes sent", size);
+            fill(buf, size, MSG_READ, 0)?;
+        } else if let Some(recv) = recv {
+            let wc = complete(qp, recv, "RECV", cfg, cancel, rep)?;
+            add(&stats.recv_msgs, 1);
+            add(&stats.recv_bytes, u64::from(wc.byte_len));
+            let _ = writeln!(rep, "Message is: '{}'", Msg::of(buf, size));
+            if cfg.validate {
+                check(buf, size, MSG_SEND, 0, "SEND", rep)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The client's RDMA READ of the server's buffer, then its RDMA WRITE
+    /// into it; the server checks what was written.
+    fn read_write(&self, rep: &mut Report) -> Result {
+        let (qp, buf, cfg, cancel, stats) = (self.qp, self.buf, self.cfg, self.cancel, self.stats);
+        let (size, remote) = (cfg.size, self.remote);
+        // The server's buffer now holds the read message.
+        sync(self.sock, b'R', cfg.timeout_ms, cancel, rep)?;
+        if !self.server {
+            let id = qp.post_send(SendOp::Read(remote), buf, 0, size, true)?;
+            complete(qp, id, "RDMA READ", cfg, cancel, rep)?;
+            add(&stats.read_msgs, 1);
+            add(&stats.read_bytes, size as u64);
+            let _ = writeln!(rep, "Contents of server's buffer: '{}'", Msg::of(buf, size));
+            if cfg.validate {
+                check(buf, size, MSG_READ, 0, "RDMA READ", rep)?;
+            }
+            fill(buf, size, MSG_WRITE, 0)?;
+            let _ = writeln!(rep, "Now replacing it with: '{}'", Msg::of(buf, size));
+            let id = qp.post_send(SendOp::Write(remote), buf, 0, size, true)?;
+            complete(qp, id, "RDMA WRITE", cfg, cancel, rep)?;
+            add(&stats.write_msgs, 1);
+            add(&stats.write_bytes, size as u64);
+        }
+        // The client is done with the server's memory.
+        sync(self.sock, b'W', cfg.timeout_ms, cancel, rep)?;
+        if self.server {
+            let _ = writeln!(rep, "Contents of server buffer: '{}'", Msg::of(buf, size));
+            if cfg.validate {
+                check(buf, size, MSG_WRITE, 0, "RDMA WRITE", rep)?;
+            }
+        }
+        if cfg.validate {
+            let _ = writeln!(rep, "validate: ok: every payload checked byte for byte");
+        }
+        Ok(())
+    }
+}
+
+/// `linger`: after invalidating `rkey`, lets the peer probe it and checks
+/// that `buf` did not change.
+#[allow(clippy::too_many_arguments)]
+fn linger(
+    dev: &Device,
+    sock: &TcpStream,
+    buf: &DmaBuf,
+    size: usize,
+    rkey: u32,
+    t: u32,
+    cancel: &Cancel,
+    rep: &mut Report,
+) -> Result {
+    // The peer still holds the rkey and address we advertised: while
+    // the QP, the registration and the buffer all still exist, it
+    // tries them ('I': invalidated, 'P': probed). Its READ and WRITE
+    // must fail with a remote access error and leave the buffer as it
+    // was.
+    let before = digest(buf, size)?;
+    sync(sock, b'I', t, cancel, rep)?;
+    sync(sock, b'P', t, cancel, rep)?;
+    if digest(buf, size)? != before {
+        let _ = writeln!(rep, "linger: the buffer changed after invalidation");
+        pr_err!(
+            "{}: rc: the buffer changed after its rkey {:#x} was invalidated\n",
+            dev.name(),
+            rkey
+        );
+        return Err(EIO);
+    }
+    let _ = writeln!(
+        rep,
+        "linger: ok: the peer probed rkey {:#x}, the buffer is unchanged",
+        rkey
+    );
+    Ok(())
+}
+
 /// RDMA_RC_example's server or client, with a peer over TCP.
 fn run_tcp(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut Report) -> Result {
     let server = cfg.role == Role::Server;
@@ -878,21 +1018,7 @@ fn run_tcp(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut
         lid: dev.query_port(port)?.lid() as u16,
         gid,
     };
-    let mut theirs = [0u8; CON_DATA_LEN];
-    sock.send_all(&ours.to_bytes(), t, cancel)?;
-    sock.recv_exact(&mut theirs, t, cancel).inspect_err(|e| {
-        let _ = writeln!(
-            rep,
-            "no connection data from the peer: error {}",
-            e.to_errno()
-        );
-    })?;
-    let peer = ConData::from_bytes(&theirs);
-    let _ = writeln!(rep, "Remote address = {:#x}", peer.addr);
-    let _ = writeln!(rep, "Remote rkey = {:#x}", peer.rkey);
-    let _ = writeln!(rep, "Remote QP number = {:#x}", peer.qp_num);
-    let _ = writeln!(rep, "Remote LID = {:#x}", peer.lid);
-    let _ = writeln!(rep, "Remote GID = {}", peer.gid.ipv6());
+    let peer = exchange_con_data(&sock, &ours, t, cancel, rep)?;
     let remote = RemoteBuf {
         addr: peer.addr,
         rkey: peer.rkey,
@@ -917,57 +1043,18 @@ fn run_tcp(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut
     sync(&sock, b'Q', cfg.timeout_ms, cancel, rep)?;
     let _ = writeln!(rep, "connect_qp: ok: QP state was change to RTS");
 
-    // SEND from the server to the client's receive.
-    if server {
-        let id = qp.post_send(SendOp::Send, &buf, 0, size, true)?;
-        complete(&qp, id, "SEND", cfg, cancel, rep)?;
-        add(&stats.send_msgs, 1);
-        add(&stats.send_bytes, size as u64);
-        let _ = writeln!(rep, "SEND operation: ok: {} bytes sent", size);
-        fill(&buf, size, MSG_READ, 0)?;
-    } else if let Some(recv) = recv {
-        let wc = complete(&qp, recv, "RECV", cfg, cancel, rep)?;
-        add(&stats.recv_msgs, 1);
-        add(&stats.recv_bytes, u64::from(wc.byte_len));
-        let _ = writeln!(rep, "Message is: '{}'", Msg::of(&buf, size));
-        if cfg.validate {
-            check(&buf, size, MSG_SEND, 0, "SEND", rep)?;
-        }
-    }
-
-    // The server's buffer now holds the read message.
-    sync(&sock, b'R', cfg.timeout_ms, cancel, rep)?;
-    if !server {
-        let id = qp.post_send(SendOp::Read(remote), &buf, 0, size, true)?;
-        complete(&qp, id, "RDMA READ", cfg, cancel, rep)?;
-        add(&stats.read_msgs, 1);
-        add(&stats.read_bytes, size as u64);
-        let _ = writeln!(
-            rep,
-            "Contents of server's buffer: '{}'",
-            Msg::of(&buf, size)
-        );
-        if cfg.validate {
-            check(&buf, size, MSG_READ, 0, "RDMA READ", rep)?;
-        }
-        fill(&buf, size, MSG_WRITE, 0)?;
-        let _ = writeln!(rep, "Now replacing it with: '{}'", Msg::of(&buf, size));
-        let id = qp.post_send(SendOp::Write(remote), &buf, 0, size, true)?;
-        complete(&qp, id, "RDMA WRITE", cfg, cancel, rep)?;
-        add(&stats.write_msgs, 1);
-        add(&stats.write_bytes, size as u64);
-    }
-    // The client is done with the server's memory.
-    sync(&sock, b'W', cfg.timeout_ms, cancel, rep)?;
-    if server {
-        let _ = writeln!(rep, "Contents of server buffer: '{}'", Msg::of(&buf, size));
-        if cfg.validate {
-            check(&buf, size, MSG_WRITE, 0, "RDMA WRITE", rep)?;
-        }
-    }
-    if cfg.validate {
-        let _ = writeln!(rep, "validate: ok: every payload checked byte for byte");
-    }
+    let side = TcpSide {
+        qp: &qp,
+        sock: &sock,
+        buf: &buf,
+        remote,
+        server,
+        cfg,
+        cancel,
+        stats,
+    };
+    side.send(recv, rep)?;
+    side.read_write(rep)?;
     if cfg.atomics > 0 {
         // Both sides were told atomics=<n>: the client's atomics on the
         // server's buffer, then 'A'.
@@ -988,28 +1075,7 @@ fn run_tcp(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut
         local.rkey
     );
     if cfg.linger {
-        // The peer still holds the rkey and address we advertised: while
-        // the QP, the registration and the buffer all still exist, it
-        // tries them ('I': invalidated, 'P': probed). Its READ and WRITE
-        // must fail with a remote access error and leave the buffer as it
-        // was.
-        let before = digest(&buf, size)?;
-        sync(&sock, b'I', t, cancel, rep)?;
-        sync(&sock, b'P', t, cancel, rep)?;
-        if digest(&buf, size)? != before {
-            let _ = writeln!(rep, "linger: the buffer changed after invalidation");
-            pr_err!(
-                "{}: rc: the buffer changed after its rkey {:#x} was invalidated\n",
-                dev.name(),
-                local.rkey
-            );
-            return Err(EIO);
-        }
-        let _ = writeln!(
-            rep,
-            "linger: ok: the peer probed rkey {:#x}, the buffer is unchanged",
-            local.rkey
-        );
+        linger(dev, &sock, &buf, size, local.rkey, t, cancel, rep)?;
     }
     drop(mr);
     drop(qp);
