@@ -8,243 +8,36 @@
 //! iters=2,validate`) runs the example and blocks the writer until it is
 //! done; reading the file returns the report of the last run.
 
+mod atomics;
+mod config;
+mod payload;
+
 use crate::conn::{complete_wc, pick_gid, sync, tcp_connect, ConData, CON_DATA_LEN};
 use crate::control::Example;
-use crate::options::{need, options, parse_ipv4, parse_num_in};
 use crate::report::Report;
 use crate::stats::{add, Stats};
-use core::fmt::{self, Write};
+use atomics::{atomics, atomics_landed, server_access, Atomics};
+use config::{parse, Config, Role};
+use core::fmt::Write;
 use kernel::{prelude::*, sync::Arc};
 use kverbs::{
-    cq::{Cq, PollCtx},
-    device::{Device, Mtu},
+    cq::Cq,
+    device::Device,
     dma::DmaBuf,
     mr::Mr,
     pd::Pd,
     qp::{
-        Access, AddressVector, AtomicOp, Cancel, InitAttr, Qp, QpCaps, RemoteBuf, RtrAttr, Rts,
-        RtsAttr, SendOp, WrId,
+        AddressVector, Cancel, InitAttr, Qp, QpCaps, RemoteBuf, RtrAttr, Rts, RtsAttr, SendOp, WrId,
     },
-    tcp::{Ipv4, TcpStream},
+    tcp::TcpStream,
     wc::WcOpcode,
 };
-
-/// rping's default port, and its buffer size limits.
-const RPING_PORT: u16 = 7174;
-const RPING_MIN_SIZE: usize = 26;
-const RPING_MAX_SIZE: usize = 65535;
+use payload::{check, digest, fill, report_op, Msg, MSG_READ, MSG_SEND, MSG_WRITE};
 
 /// The immediate data of SEND and RDMA WRITE with immediate, XORed with
 /// the iteration.
 const IMM_SEND: u32 = 0x5e4d_0000;
 const IMM_WRITE: u32 = 0x3a17_0000;
-
-/// The largest buffer a run uses.
-const MAX_SIZE: usize = 8 << 20;
-/// The buffer of RDMA_RC_example: a 20-character message and its NUL.
-const MSG_SIZE: usize = 21;
-/// RDMA_RC_example's messages.
-const MSG_SEND: &[u8; 20] = b"SEND operation      ";
-const MSG_READ: &[u8; 20] = b"RDMA read operation ";
-const MSG_WRITE: &[u8; 20] = b"RDMA write operation";
-
-/// Who this side is.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) enum Role {
-    /// Server and client QPs on one device, in this kernel.
-    Loopback,
-    /// The RDMA_RC_example server, over TCP.
-    Server,
-    /// The RDMA_RC_example client, over TCP.
-    Client,
-    /// rping's server, connected by the RDMA connection manager.
-    CmServer,
-    /// rping's client, connected by the RDMA connection manager.
-    CmClient,
-}
-
-impl Role {
-    fn name(self) -> &'static str {
-        match self {
-            Role::Loopback => "loopback",
-            Role::Server => "server",
-            Role::Client => "client",
-            Role::CmServer => "cm_server",
-            Role::CmClient => "cm_client",
-        }
-    }
-}
-
-/// A parsed control string.
-pub(crate) struct Config {
-    pub(crate) role: Role,
-    pub(crate) addr: Option<Ipv4>,
-    pub(crate) port: u16,
-    pub(crate) gid_idx: Option<u32>,
-    pub(crate) size: usize,
-    pub(crate) iters: u32,
-    pub(crate) mtu: Mtu,
-    pub(crate) validate: bool,
-    pub(crate) imm: bool,
-    /// Keep the invalidated registration's QP and buffer until the peer
-    /// has probed the stale rkey, then check the buffer did not change.
-    pub(crate) linger: bool,
-    /// Fetch-and-adds the client does on the server's buffer, followed by
-    /// two compare-and-swaps; 0: none, and no remote atomic access.
-    pub(crate) atomics: u32,
-    pub(crate) poll: PollCtx,
-    pub(crate) timeout_ms: u32,
-}
-
-impl Config {
-    fn defaults() -> Self {
-        Config {
-            role: Role::Loopback,
-            addr: None,
-            port: 19875,
-            gid_idx: None,
-            size: MSG_SIZE,
-            iters: 1,
-            mtu: Mtu::MTU_256,
-            validate: false,
-            imm: false,
-            linger: false,
-            atomics: 0,
-            poll: PollCtx::Softirq,
-            timeout_ms: 5000,
-        }
-    }
-}
-
-fn parse_num<T: TryFrom<u64>>(dev: &Device, key: &str, v: &str, min: u64, max: u64) -> Result<T> {
-    parse_num_in("rc", dev, key, v, min, max)
-}
-
-fn parse<'a>(dev: &Device, input: &'a [u8]) -> Result<Config> {
-    let mut cfg = Config::defaults();
-    let mut have_role = false;
-    let (mut port_set, mut size_set) = (false, false);
-    for (key, val) in options(dev, "rc", input)? {
-        let need = |v: Option<&'a str>| need(dev, "rc", key, v);
-        match key {
-            "role" => {
-                cfg.role = match need(val)? {
-                    "loopback" => Role::Loopback,
-                    "server" => Role::Server,
-                    "client" => Role::Client,
-                    "cm_server" => Role::CmServer,
-                    "cm_client" => Role::CmClient,
-                    other => {
-                        pr_warn!("{}: rc: unknown role '{}'\n", dev.name(), other);
-                        return Err(EINVAL);
-                    }
-                };
-                have_role = true;
-            }
-            "addr" => {
-                let v = need(val)?;
-                cfg.addr = Some(parse_ipv4(v).map(Ipv4).ok_or_else(|| {
-                    pr_warn!("{}: rc: addr '{}' is not an IPv4 address\n", dev.name(), v);
-                    EINVAL
-                })?);
-            }
-            "port" => {
-                cfg.port = parse_num(dev, key, need(val)?, 1, 65535)?;
-                port_set = true;
-            }
-            "gid_idx" => cfg.gid_idx = Some(parse_num(dev, key, need(val)?, 0, 255)?),
-            "size" => {
-                cfg.size = parse_num(dev, key, need(val)?, 1, MAX_SIZE as u64)?;
-                size_set = true;
-            }
-            "iters" => cfg.iters = parse_num(dev, key, need(val)?, 1, 1_000_000)?,
-            "atomics" => cfg.atomics = parse_num(dev, key, need(val)?, 0, 100_000)?,
-            "timeout_ms" => cfg.timeout_ms = parse_num(dev, key, need(val)?, 1, 600_000)?,
-            "mtu" => {
-                let bytes: u32 = parse_num(dev, key, need(val)?, 256, 4096)?;
-                cfg.mtu = Mtu::from_bytes(bytes).ok_or_else(|| {
-                    pr_warn!(
-                        "{}: rc: mtu {} is not 256, 512, 1024, 2048 or 4096\n",
-                        dev.name(),
-                        bytes
-                    );
-                    EINVAL
-                })?;
-            }
-            "poll" => {
-                let v = need(val)?;
-                cfg.poll = PollCtx::from_name(v).ok_or_else(|| {
-                    pr_warn!(
-                        "{}: rc: poll '{}' is not direct, softirq or workqueue\n",
-                        dev.name(),
-                        v
-                    );
-                    EINVAL
-                })?;
-            }
-            "validate" | "imm" | "linger" => {
-                if val.is_some() {
-                    pr_warn!("{}: rc: '{}' takes no value\n", dev.name(), key);
-                    return Err(EINVAL);
-                }
-                match key {
-                    "imm" => cfg.imm = true,
-                    "linger" => cfg.linger = true,
-                    _ => cfg.validate = true,
-                }
-            }
-            _ => {
-                pr_warn!("{}: rc: unknown key '{}'\n", dev.name(), key);
-                return Err(EINVAL);
-            }
-        }
-    }
-    if !have_role {
-        pr_warn!(
-            "{}: rc: role= is missing (loopback, server or client)\n",
-            dev.name()
-        );
-        return Err(EINVAL);
-    }
-    if matches!(cfg.role, Role::Client | Role::CmClient) && cfg.addr.is_none() {
-        pr_warn!("{}: rc: role={} needs addr=\n", dev.name(), cfg.role.name());
-        return Err(EINVAL);
-    }
-    if cfg.atomics > 0 && (cfg.size < 8 || matches!(cfg.role, Role::CmServer | Role::CmClient)) {
-        pr_warn!(
-            "{}: rc: atomics needs role=loopback, server or client and size >= 8\n",
-            dev.name()
-        );
-        return Err(EINVAL);
-    }
-    if cfg.linger && !matches!(cfg.role, Role::Server | Role::Client) {
-        pr_warn!(
-            "{}: rc: linger needs role=server or role=client (a peer to probe the rkey)\n",
-            dev.name()
-        );
-        return Err(EINVAL);
-    }
-    if matches!(cfg.role, Role::CmServer | Role::CmClient) {
-        // rping's defaults and limits.
-        if !port_set {
-            cfg.port = RPING_PORT;
-        }
-        if !size_set {
-            cfg.size = 64;
-        }
-        if !(RPING_MIN_SIZE..=RPING_MAX_SIZE).contains(&cfg.size) {
-            pr_warn!(
-                "{}: rc: role={} takes size={}..{}, as rping does\n",
-                dev.name(),
-                cfg.role.name(),
-                RPING_MIN_SIZE,
-                RPING_MAX_SIZE
-            );
-            return Err(ERANGE);
-        }
-    }
-    Ok(cfg)
-}
 
 /// The RC example.
 pub(crate) struct Rc;
@@ -299,215 +92,6 @@ impl Example for Rc {
     }
 }
 
-/// The byte at `offset` of the payload of iteration `iter` for `msg`: the
-/// message, its NUL, then a pattern that differs per iteration and message.
-fn pattern(msg: &[u8; 20], iter: u32, offset: usize) -> u8 {
-    match offset {
-        0..=19 => msg[offset],
-        20 => 0,
-        _ => (offset as u32)
-            .wrapping_mul(31)
-            .wrapping_add(iter.wrapping_mul(7))
-            .wrapping_add(u32::from(msg[0])) as u8,
-    }
-}
-
-fn fill(buf: &DmaBuf, len: usize, msg: &[u8; 20], iter: u32) -> Result {
-    let mut chunk = [0u8; 256];
-    let mut off = 0;
-    while off < len {
-        let n = chunk.len().min(len - off);
-        for (i, b) in chunk[..n].iter_mut().enumerate() {
-            *b = pattern(msg, iter, off + i);
-        }
-        buf.write(off, &chunk[..n])?;
-        off += n;
-    }
-    Ok(())
-}
-
-/// Checks the payload byte for byte; reports the first difference.
-fn check(
-    buf: &DmaBuf,
-    len: usize,
-    msg: &[u8; 20],
-    iter: u32,
-    what: &str,
-    rep: &mut Report,
-) -> Result {
-    let mut chunk = [0u8; 256];
-    let mut off = 0;
-    while off < len {
-        let n = chunk.len().min(len - off);
-        buf.read(off, &mut chunk[..n])?;
-        for (i, b) in chunk[..n].iter().enumerate() {
-            let want = pattern(msg, iter, off + i);
-            if *b != want {
-                let _ = writeln!(
-                    rep,
-                    "{}: validation failed at byte {}: {:#04x}, expected {:#04x}",
-                    what,
-                    off + i,
-                    b,
-                    want
-                );
-                return Err(EIO);
-            }
-        }
-        off += n;
-    }
-    Ok(())
-}
-
-/// " atomics=<n>" in the configuration line, if asked for.
-struct Atomics(u32);
-
-impl fmt::Display for Atomics {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.0 {
-            0 => Ok(()),
-            n => write!(f, " atomics={}", n),
-        }
-    }
-}
-
-/// The value the second compare-and-swap stores ("kverbs!!").
-const ATOMIC_SWAP: u64 = u64::from_ne_bytes(*b"kverbs!!");
-
-/// The server's access rights: remote atomics only when asked for.
-fn server_access(cfg: &Config) -> Access {
-    let access = Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE;
-    match cfg.atomics {
-        0 => access,
-        _ => access | Access::REMOTE_ATOMIC,
-    }
-}
-
-/// The client's atomics on the first 8 bytes of the server's buffer, which
-/// start as those of RDMA_RC_example's write message: `cfg.atomics`
-/// fetch-and-adds (of 1, 2, 3, ...), a compare-and-swap that must swap
-/// ([`ATOMIC_SWAP`] in), and one with a wrong compare value that must not;
-/// every old value is checked. The server's 8 bytes end as [`ATOMIC_SWAP`].
-fn atomics(
-    qp: &Qp<Rts>,
-    remote: RemoteBuf,
-    cfg: &Config,
-    cancel: &Cancel,
-    rep: &mut Report,
-) -> Result {
-    let dev = qp.device();
-    let old_buf = Arc::new(DmaBuf::new(dev, 8)?, GFP_KERNEL)?;
-    let mut head = [0u8; 8];
-    head.copy_from_slice(&MSG_WRITE[..8]);
-    let mut want = u64::from_ne_bytes(head);
-    let one = |op: AtomicOp, what: &str, want: u64, rep: &mut Report| -> Result {
-        let id = qp.post_atomic(op, &old_buf, 0, true)?;
-        complete(qp, id, what, cfg, cancel, rep)?;
-        let mut old = [0u8; 8];
-        old_buf.read(0, &mut old)?;
-        let old = u64::from_ne_bytes(old);
-        if old != want {
-            let _ = writeln!(rep, "{}: old value {:#x}, expected {:#x}", what, old, want);
-            return Err(EIO);
-        }
-        Ok(())
-    };
-    for i in 0..u64::from(cfg.atomics) {
-        let add = i + 1;
-        one(
-            AtomicOp::FetchAdd { remote, add },
-            "FETCH_AND_ADD",
-            want,
-            rep,
-        )?;
-        want = want.wrapping_add(add);
-    }
-    let swap = AtomicOp::CmpSwap {
-        remote,
-        compare: want,
-        swap: ATOMIC_SWAP,
-    };
-    one(swap, "CMP_AND_SWP", want, rep)?;
-    let no_swap = AtomicOp::CmpSwap {
-        remote,
-        compare: want,
-        swap: 0,
-    };
-    one(no_swap, "CMP_AND_SWP (no match)", ATOMIC_SWAP, rep)?;
-    let _ = writeln!(
-        rep,
-        "atomics: ok: {} fetch-and-adds and 2 compare-and-swaps returned the expected old values",
-        cfg.atomics
-    );
-    Ok(())
-}
-
-/// Checks the server's first 8 bytes after the client's atomics.
-fn atomics_landed(buf: &DmaBuf, rep: &mut Report) -> Result {
-    let mut v = [0u8; 8];
-    buf.read(0, &mut v)?;
-    let v = u64::from_ne_bytes(v);
-    if v != ATOMIC_SWAP {
-        let _ = writeln!(
-            rep,
-            "atomics: the server's 8 bytes hold {:#x}, expected {:#x}",
-            v, ATOMIC_SWAP
-        );
-        return Err(EIO);
-    }
-    let _ = writeln!(rep, "atomics: ok: the server's 8 bytes hold 'kverbs!!'");
-    Ok(())
-}
-
-/// FNV-1a over the first `len` bytes of `buf`.
-fn digest(buf: &DmaBuf, len: usize) -> Result<u64> {
-    let mut chunk = [0u8; 256];
-    let (mut off, mut h) = (0, 0xcbf2_9ce4_8422_2325u64);
-    while off < len {
-        let n = chunk.len().min(len - off);
-        buf.read(off, &mut chunk[..n])?;
-        for &b in &chunk[..n] {
-            h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
-        }
-        off += n;
-    }
-    Ok(h)
-}
-
-/// The message at the start of `buf`, as RDMA_RC_example prints it.
-struct Msg([u8; 20], usize);
-
-impl Msg {
-    fn of(buf: &DmaBuf, len: usize) -> Self {
-        let mut m = [0u8; 20];
-        let n = len.min(20);
-        let _ = buf.read(0, &mut m[..n]);
-        let n = m[..n].iter().position(|&b| b == 0).unwrap_or(n);
-        Msg(m, n)
-    }
-}
-
-impl fmt::Display for Msg {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for &b in &self.0[..self.1] {
-            let c = if b.is_ascii_graphic() || b == b' ' {
-                b as char
-            } else {
-                '.'
-            };
-            f.write_char(c)?;
-        }
-        Ok(())
-    }
-}
-
-/// Reports an operation that took `dt_ns`, and the message `buf` then
-/// starts with, as RDMA_RC_example prints it (`<what>: '<message>'`).
-fn report_op(rep: &mut Report, op: &str, size: usize, dt_ns: u64, what: &str, buf: &DmaBuf) {
-    let _ = writeln!(rep, "{}: ok: {} bytes in {} us", op, size, dt_ns / 1000);
-    let _ = writeln!(rep, "{}: '{}'", what, Msg::of(buf, size));
-}
-
 /// The port and source GID of a run, reported.
 fn port_and_gid(
     dev: &Device,
@@ -549,7 +133,7 @@ const RTS_ATTR: RtsAttr = RtsAttr {
 };
 
 /// Waits for a completion that must succeed, and says what failed.
-pub(crate) fn complete<S: kverbs::qp::State>(
+fn complete<S: kverbs::qp::State>(
     qp: &Qp<S>,
     id: WrId,
     what: &str,

@@ -1,0 +1,222 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The `rc` file's control string: its options, their defaults and the
+//! roles they allow.
+
+use crate::options::{need, options, parse_ipv4, parse_num_in};
+use kernel::prelude::*;
+use kverbs::{cq::PollCtx, device::Device, device::Mtu, tcp::Ipv4};
+
+/// rping's default port, and its buffer size limits.
+pub(super) const RPING_PORT: u16 = 7174;
+pub(super) const RPING_MIN_SIZE: usize = 26;
+pub(super) const RPING_MAX_SIZE: usize = 65535;
+/// The largest buffer a run uses.
+pub(super) const MAX_SIZE: usize = 8 << 20;
+
+/// The buffer of RDMA_RC_example: a 20-character message and its NUL.
+pub(super) const MSG_SIZE: usize = 21;
+
+/// Who this side is.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Role {
+    /// Server and client QPs on one device, in this kernel.
+    Loopback,
+    /// The RDMA_RC_example server, over TCP.
+    Server,
+    /// The RDMA_RC_example client, over TCP.
+    Client,
+    /// rping's server, connected by the RDMA connection manager.
+    CmServer,
+    /// rping's client, connected by the RDMA connection manager.
+    CmClient,
+}
+
+impl Role {
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Role::Loopback => "loopback",
+            Role::Server => "server",
+            Role::Client => "client",
+            Role::CmServer => "cm_server",
+            Role::CmClient => "cm_client",
+        }
+    }
+}
+
+/// A parsed control string.
+pub(crate) struct Config {
+    pub(crate) role: Role,
+    pub(crate) addr: Option<Ipv4>,
+    pub(crate) port: u16,
+    pub(crate) gid_idx: Option<u32>,
+    pub(crate) size: usize,
+    pub(crate) iters: u32,
+    pub(crate) mtu: Mtu,
+    pub(crate) validate: bool,
+    pub(crate) imm: bool,
+    /// Keep the invalidated registration's QP and buffer until the peer
+    /// has probed the stale rkey, then check the buffer did not change.
+    pub(crate) linger: bool,
+    /// Fetch-and-adds the client does on the server's buffer, followed by
+    /// two compare-and-swaps; 0: none, and no remote atomic access.
+    pub(crate) atomics: u32,
+    pub(crate) poll: PollCtx,
+    pub(crate) timeout_ms: u32,
+}
+
+impl Config {
+    pub(super) fn defaults() -> Self {
+        Config {
+            role: Role::Loopback,
+            addr: None,
+            port: 19875,
+            gid_idx: None,
+            size: MSG_SIZE,
+            iters: 1,
+            mtu: Mtu::MTU_256,
+            validate: false,
+            imm: false,
+            linger: false,
+            atomics: 0,
+            poll: PollCtx::Softirq,
+            timeout_ms: 5000,
+        }
+    }
+}
+
+pub(super) fn parse_num<T: TryFrom<u64>>(
+    dev: &Device,
+    key: &str,
+    v: &str,
+    min: u64,
+    max: u64,
+) -> Result<T> {
+    parse_num_in("rc", dev, key, v, min, max)
+}
+
+pub(super) fn parse<'a>(dev: &Device, input: &'a [u8]) -> Result<Config> {
+    let mut cfg = Config::defaults();
+    let mut have_role = false;
+    let (mut port_set, mut size_set) = (false, false);
+    for (key, val) in options(dev, "rc", input)? {
+        let need = |v: Option<&'a str>| need(dev, "rc", key, v);
+        match key {
+            "role" => {
+                cfg.role = match need(val)? {
+                    "loopback" => Role::Loopback,
+                    "server" => Role::Server,
+                    "client" => Role::Client,
+                    "cm_server" => Role::CmServer,
+                    "cm_client" => Role::CmClient,
+                    other => {
+                        pr_warn!("{}: rc: unknown role '{}'\n", dev.name(), other);
+                        return Err(EINVAL);
+                    }
+                };
+                have_role = true;
+            }
+            "addr" => {
+                let v = need(val)?;
+                cfg.addr = Some(parse_ipv4(v).map(Ipv4).ok_or_else(|| {
+                    pr_warn!("{}: rc: addr '{}' is not an IPv4 address\n", dev.name(), v);
+                    EINVAL
+                })?);
+            }
+            "port" => {
+                cfg.port = parse_num(dev, key, need(val)?, 1, 65535)?;
+                port_set = true;
+            }
+            "gid_idx" => cfg.gid_idx = Some(parse_num(dev, key, need(val)?, 0, 255)?),
+            "size" => {
+                cfg.size = parse_num(dev, key, need(val)?, 1, MAX_SIZE as u64)?;
+                size_set = true;
+            }
+            "iters" => cfg.iters = parse_num(dev, key, need(val)?, 1, 1_000_000)?,
+            "atomics" => cfg.atomics = parse_num(dev, key, need(val)?, 0, 100_000)?,
+            "timeout_ms" => cfg.timeout_ms = parse_num(dev, key, need(val)?, 1, 600_000)?,
+            "mtu" => {
+                let bytes: u32 = parse_num(dev, key, need(val)?, 256, 4096)?;
+                cfg.mtu = Mtu::from_bytes(bytes).ok_or_else(|| {
+                    pr_warn!(
+                        "{}: rc: mtu {} is not 256, 512, 1024, 2048 or 4096\n",
+                        dev.name(),
+                        bytes
+                    );
+                    EINVAL
+                })?;
+            }
+            "poll" => {
+                let v = need(val)?;
+                cfg.poll = PollCtx::from_name(v).ok_or_else(|| {
+                    pr_warn!(
+                        "{}: rc: poll '{}' is not direct, softirq or workqueue\n",
+                        dev.name(),
+                        v
+                    );
+                    EINVAL
+                })?;
+            }
+            "validate" | "imm" | "linger" => {
+                if val.is_some() {
+                    pr_warn!("{}: rc: '{}' takes no value\n", dev.name(), key);
+                    return Err(EINVAL);
+                }
+                match key {
+                    "imm" => cfg.imm = true,
+                    "linger" => cfg.linger = true,
+                    _ => cfg.validate = true,
+                }
+            }
+            _ => {
+                pr_warn!("{}: rc: unknown key '{}'\n", dev.name(), key);
+                return Err(EINVAL);
+            }
+        }
+    }
+    if !have_role {
+        pr_warn!(
+            "{}: rc: role= is missing (loopback, server or client)\n",
+            dev.name()
+        );
+        return Err(EINVAL);
+    }
+    if matches!(cfg.role, Role::Client | Role::CmClient) && cfg.addr.is_none() {
+        pr_warn!("{}: rc: role={} needs addr=\n", dev.name(), cfg.role.name());
+        return Err(EINVAL);
+    }
+    if cfg.atomics > 0 && (cfg.size < 8 || matches!(cfg.role, Role::CmServer | Role::CmClient)) {
+        pr_warn!(
+            "{}: rc: atomics needs role=loopback, server or client and size >= 8\n",
+            dev.name()
+        );
+        return Err(EINVAL);
+    }
+    if cfg.linger && !matches!(cfg.role, Role::Server | Role::Client) {
+        pr_warn!(
+            "{}: rc: linger needs role=server or role=client (a peer to probe the rkey)\n",
+            dev.name()
+        );
+        return Err(EINVAL);
+    }
+    if matches!(cfg.role, Role::CmServer | Role::CmClient) {
+        // rping's defaults and limits.
+        if !port_set {
+            cfg.port = RPING_PORT;
+        }
+        if !size_set {
+            cfg.size = 64;
+        }
+        if !(RPING_MIN_SIZE..=RPING_MAX_SIZE).contains(&cfg.size) {
+            pr_warn!(
+                "{}: rc: role={} takes size={}..{}, as rping does\n",
+                dev.name(),
+                cfg.role.name(),
+                RPING_MIN_SIZE,
+                RPING_MAX_SIZE
+            );
+            return Err(ERANGE);
+        }
+    }
+    Ok(cfg)
+}
