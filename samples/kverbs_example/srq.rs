@@ -48,6 +48,7 @@ use kverbs::{
     qp::{Cancel, Qp, QpCaps, Rts, SendOp},
     srq::{Srq, SrqWrId},
     tcp::Ipv4,
+    wc::Wc,
 };
 
 /// The port of srq.c.
@@ -327,121 +328,37 @@ impl SrqExample {
             size
         );
 
+        let caps = QpCaps {
+            max_send_wr: per_qp,
+            max_recv_wr: 0,
+            max_sge: sges(&gobuf, 1, reply_len),
+            ..Default::default()
+        };
         let mut conns: KVec<ServerConn> = KVec::with_capacity(cfg.qps as usize, GFP_KERNEL)?;
         for i in 0..cfg.qps {
-            let id = listener.get_request(t, cancel).inspect_err(|e| {
-                let _ = writeln!(
-                    rep,
-                    "rdma_cm: connection {} did not come: error {}",
-                    i,
-                    e.to_errno()
-                );
-                pr_warn!(
-                    "{}: srq: no rdma_cm connection request {} on port {}: error {}\n",
-                    dev.name(),
-                    i,
-                    cfg.port,
-                    e.to_errno()
-                );
-            })?;
-            cm_on_device(dev, "srq", &id, rep)?;
-            let caps = QpCaps {
-                max_send_wr: per_qp,
-                max_recv_wr: 0,
-                max_sge: sges(&gobuf, 1, reply_len),
-                ..Default::default()
-            };
-            // Its events (last WQE reached when it goes) go to `events`.
-            let qp = Qp::new_cm_srq(&id, &pd, &scq, &srq, caps, Some(sink.clone()))?;
-            let qp = id.accept(qp, t, cancel)?;
-            let _ = writeln!(
-                rep,
-                "rdma_cm: connection {} accepted: qp {:#x}",
-                i,
-                qp.qp_num()
-            );
-            conns.push(
-                ServerConn {
-                    id,
-                    qp,
-                    received: 0,
-                    next: 0,
-                },
-                GFP_KERNEL,
+            let conn = accept_conn(
+                dev, cfg, &listener, i, &pd, &scq, &srq, &sink, caps, cancel, rep,
             )?;
+            conns.push(conn, GFP_KERNEL)?;
         }
 
         // Every sequence number once.
         let mut seen = KVec::from_elem(0u64, (cfg.count as usize).div_ceil(64), GFP_KERNEL)?;
         let (mut received, mut rounds) = (0u32, 0u32);
-        let mut head = [0u8; HDR];
         while received < cfg.count {
             let n = max_wr.min(cfg.count - received);
-            let mut last_qpn = 0;
-            for (j, id) in ids.iter().take(n as usize).enumerate() {
-                let wc = srq.wait(*id, t, cancel).inspect_err(|e| {
-                    let _ = writeln!(
-                        rep,
-                        "round {}: receive {} did not come: error {}",
-                        rounds,
-                        j,
-                        e.to_errno()
-                    );
-                })?;
-                if wc.result().is_err() || wc.byte_len as usize != size {
-                    let _ = writeln!(
-                        rep,
-                        "round {}: receive {}: {} ({} bytes)",
-                        rounds, j, wc.status, wc.byte_len
-                    );
-                    return Err(EIO);
-                }
-                let Some(ci) = conns.iter().position(|c| c.qp.qp_num() == wc.qp_num) else {
-                    let _ = writeln!(rep, "receive from an unknown QP {:#x}", wc.qp_num);
-                    return Err(EIO);
-                };
-                if manual {
-                    // One message at a time, round-robin over the
-                    // connections in the order they came.
-                    let k = received + j as u32;
-                    if ci as u32 != k % cfg.qps {
-                        let _ = writeln!(
-                            rep,
-                            "receive {} came on connection {} (qp {:#x}), the manual's round-robin puts it on connection {}",
-                            k,
-                            ci,
-                            wc.qp_num,
-                            k % cfg.qps
-                        );
-                        return Err(EIO);
-                    }
-                    conns[ci].received += 1;
-                    last_qpn = wc.qp_num;
-                    continue;
-                }
-                let c = &mut conns[ci];
-                rbuf.read(j * size, &mut head)?;
-                let (seq, qi) = (u32_at(&head, 0), u32_at(&head, 4));
-                let (w, bit) = (seq as usize / 64, 1u64 << (seq % 64));
-                if seq >= cfg.count || qi >= cfg.qps || seen[w] & bit != 0 || seq < c.next {
-                    let _ = writeln!(
-                        rep,
-                        "qp {:#x}: message {} (QP index {}) is out of place",
-                        wc.qp_num, seq, qi
-                    );
-                    if seq == 0 && qi == 0 {
-                        let _ = writeln!(
-                            rep,
-                            "a header of zeros: does the peer speak the manual's flow (flow=manual)?"
-                        );
-                    }
-                    return Err(EIO);
-                }
-                seen[w] |= bit;
-                c.next = seq + 1;
-                c.received += 1;
-                last_qpn = wc.qp_num;
-            }
+            let last_qpn = receive_round(
+                &srq,
+                &ids[..n as usize],
+                rounds,
+                received,
+                &mut conns,
+                &rbuf,
+                &mut seen,
+                cfg,
+                cancel,
+                rep,
+            )?;
             received += n;
             rounds += 1;
             add(&stats.recv_msgs, n.into());
@@ -460,11 +377,7 @@ impl SrqExample {
                 &conns[0]
             } else {
                 // Go on, on the QP of the round's last receive.
-                let mut go = [0u8; GO_LEN];
-                go[..6].copy_from_slice(GO_TAG);
-                go[8..12].copy_from_slice(&rounds.to_le_bytes());
-                go[12..16].copy_from_slice(&received.to_le_bytes());
-                gobuf.write(0, &go)?;
+                gobuf.write(0, &go_message(rounds, received))?;
                 conns
                     .iter()
                     .find(|c| c.qp.qp_num() == last_qpn)
@@ -476,29 +389,7 @@ impl SrqExample {
             add(&stats.send_msgs, 1);
             add(&stats.send_bytes, reply_len as u64);
         }
-        for c in conns.iter() {
-            let _ = writeln!(rep, "qp {:#x}: {} receives", c.qp.qp_num(), c.received);
-        }
-        if manual {
-            let _ = writeln!(
-                rep,
-                "srq: ok: {} messages of {} bytes from {} QPs through one SRQ in {} rounds, the manual's flow: receive k on connection k % {}, {} replies of {} bytes on qp {:#x}",
-                received,
-                size,
-                cfg.qps,
-                rounds,
-                cfg.qps,
-                rounds,
-                size,
-                conns[0].qp.qp_num()
-            );
-        } else {
-            let _ = writeln!(
-                rep,
-                "srq: ok: {} messages of {} bytes from {} QPs through one SRQ in {} rounds, every sequence number once",
-                received, size, cfg.qps, rounds
-            );
-        }
+        server_report(cfg, &conns, received, rounds, rep);
         for c in conns.iter() {
             let _ = c.id.disconnect();
         }
@@ -514,6 +405,196 @@ impl SrqExample {
             );
         }
         Ok(())
+    }
+}
+
+/// rdma_cm's connection `i` to the server: its request, accepted with a
+/// QP of `srq`.
+#[allow(clippy::too_many_arguments)]
+fn accept_conn(
+    dev: &Device,
+    cfg: &Config,
+    listener: &CmId,
+    i: u32,
+    pd: &Pd,
+    scq: &Cq,
+    srq: &Srq,
+    sink: &Arc<RunSink>,
+    caps: QpCaps,
+    cancel: &Cancel,
+    rep: &mut Report,
+) -> Result<ServerConn> {
+    let t = cfg.timeout_ms;
+    let id = listener.get_request(t, cancel).inspect_err(|e| {
+        let _ = writeln!(
+            rep,
+            "rdma_cm: connection {} did not come: error {}",
+            i,
+            e.to_errno()
+        );
+        pr_warn!(
+            "{}: srq: no rdma_cm connection request {} on port {}: error {}\n",
+            dev.name(),
+            i,
+            cfg.port,
+            e.to_errno()
+        );
+    })?;
+    cm_on_device(dev, "srq", &id, rep)?;
+    // Its events (last WQE reached when it goes) go to `events`.
+    let qp = Qp::new_cm_srq(&id, pd, scq, srq, caps, Some(sink.clone()))?;
+    let qp = id.accept(qp, t, cancel)?;
+    let _ = writeln!(
+        rep,
+        "rdma_cm: connection {} accepted: qp {:#x}",
+        i,
+        qp.qp_num()
+    );
+    Ok(ServerConn {
+        id,
+        qp,
+        received: 0,
+        next: 0,
+    })
+}
+
+/// The receives `ids` of round `rounds` (`received` before it) on the
+/// SRQ, each checked; returns the QP number of the last.
+#[allow(clippy::too_many_arguments)]
+fn receive_round(
+    srq: &Srq,
+    ids: &[SrqWrId],
+    rounds: u32,
+    received: u32,
+    conns: &mut [ServerConn],
+    rbuf: &DmaBuf,
+    seen: &mut [u64],
+    cfg: &Config,
+    cancel: &Cancel,
+    rep: &mut Report,
+) -> Result<u32> {
+    let (t, size) = (cfg.timeout_ms, cfg.size);
+    let mut last_qpn = 0;
+    for (j, id) in ids.iter().enumerate() {
+        let wc = srq.wait(*id, t, cancel).inspect_err(|e| {
+            let _ = writeln!(
+                rep,
+                "round {}: receive {} did not come: error {}",
+                rounds,
+                j,
+                e.to_errno()
+            );
+        })?;
+        if wc.result().is_err() || wc.byte_len as usize != size {
+            let _ = writeln!(
+                rep,
+                "round {}: receive {}: {} ({} bytes)",
+                rounds, j, wc.status, wc.byte_len
+            );
+            return Err(EIO);
+        }
+        last_qpn = note_receive(&wc, j, received, conns, rbuf, seen, cfg, rep)?;
+    }
+    Ok(last_qpn)
+}
+
+/// Receive `j` of a round (`received` before it) on the SRQ, from a QP of
+/// `conns`: in the manual's flow, on the connection round-robin puts it
+/// on; in ours, a sequence number not seen yet and in order on its QP.
+/// Returns the QP's number.
+#[allow(clippy::too_many_arguments)]
+fn note_receive(
+    wc: &Wc,
+    j: usize,
+    received: u32,
+    conns: &mut [ServerConn],
+    rbuf: &DmaBuf,
+    seen: &mut [u64],
+    cfg: &Config,
+    rep: &mut Report,
+) -> Result<u32> {
+    let (size, manual) = (cfg.size, cfg.flow == Flow::Manual);
+    let mut head = [0u8; HDR];
+    let Some(ci) = conns.iter().position(|c| c.qp.qp_num() == wc.qp_num) else {
+        let _ = writeln!(rep, "receive from an unknown QP {:#x}", wc.qp_num);
+        return Err(EIO);
+    };
+    if manual {
+        // One message at a time, round-robin over the
+        // connections in the order they came.
+        let k = received + j as u32;
+        if ci as u32 != k % cfg.qps {
+            let _ = writeln!(
+                rep,
+                "receive {} came on connection {} (qp {:#x}), the manual's round-robin puts it on connection {}",
+                k,
+                ci,
+                wc.qp_num,
+                k % cfg.qps
+            );
+            return Err(EIO);
+        }
+        conns[ci].received += 1;
+        return Ok(wc.qp_num);
+    }
+    let c = &mut conns[ci];
+    rbuf.read(j * size, &mut head)?;
+    let (seq, qi) = (u32_at(&head, 0), u32_at(&head, 4));
+    let (w, bit) = (seq as usize / 64, 1u64 << (seq % 64));
+    if seq >= cfg.count || qi >= cfg.qps || seen[w] & bit != 0 || seq < c.next {
+        let _ = writeln!(
+            rep,
+            "qp {:#x}: message {} (QP index {}) is out of place",
+            wc.qp_num, seq, qi
+        );
+        if seq == 0 && qi == 0 {
+            let _ = writeln!(
+                rep,
+                "a header of zeros: does the peer speak the manual's flow (flow=manual)?"
+            );
+        }
+        return Err(EIO);
+    }
+    seen[w] |= bit;
+    c.next = seq + 1;
+    c.received += 1;
+    Ok(wc.qp_num)
+}
+
+/// The go message of round `rounds`, `received` messages in.
+fn go_message(rounds: u32, received: u32) -> [u8; GO_LEN] {
+    let mut go = [0u8; GO_LEN];
+    go[..6].copy_from_slice(GO_TAG);
+    go[8..12].copy_from_slice(&rounds.to_le_bytes());
+    go[12..16].copy_from_slice(&received.to_le_bytes());
+    go
+}
+
+/// The server's last lines: per QP, and the whole.
+fn server_report(cfg: &Config, conns: &[ServerConn], received: u32, rounds: u32, rep: &mut Report) {
+    let (size, manual) = (cfg.size, cfg.flow == Flow::Manual);
+    for c in conns.iter() {
+        let _ = writeln!(rep, "qp {:#x}: {} receives", c.qp.qp_num(), c.received);
+    }
+    if manual {
+        let _ = writeln!(
+        rep,
+        "srq: ok: {} messages of {} bytes from {} QPs through one SRQ in {} rounds, the manual's flow: receive k on connection k % {}, {} replies of {} bytes on qp {:#x}",
+        received,
+        size,
+        cfg.qps,
+        rounds,
+        cfg.qps,
+        rounds,
+        size,
+        conns[0].qp.qp_num()
+    );
+    } else {
+        let _ = writeln!(
+        rep,
+        "srq: ok: {} messages of {} bytes from {} QPs through one SRQ in {} rounds, every sequence number once",
+        received, size, cfg.qps, rounds
+    );
     }
 }
 
