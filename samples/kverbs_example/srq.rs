@@ -281,7 +281,6 @@ impl SrqExample {
         stats: &Stats,
         rep: &mut Report,
     ) -> Result {
-        let t = cfg.timeout_ms;
         let (size, max_wr) = (cfg.size, cfg.max_wr);
         let events = CmEvents::with_requests(cfg.qps)?;
         let listener = cm_listen(dev, "srq", &events, cfg.addr, cfg.port, rep)?;
@@ -312,15 +311,7 @@ impl SrqExample {
         let manual = cfg.flow == Flow::Manual;
         let reply_len = if manual { size } else { GO_LEN };
         let gobuf = Arc::new(DmaBuf::new(dev, reply_len)?, GFP_KERNEL)?;
-        let _ = writeln!(
-            rep,
-            "flow: {}",
-            if manual {
-                "manual (the manual's srq.c: zeroed messages, a reply of size bytes on the first connection)"
-            } else {
-                "kverbs (sequence numbers and QP indexes, the go message on the QP of the last receive)"
-            }
-        );
+        let _ = writeln!(rep, "flow: {}", server_flow(manual));
         let _ = writeln!(
             rep,
             "resources_create: ok: SRQ of {} receives of {} bytes, one receive CQ",
@@ -383,11 +374,7 @@ impl SrqExample {
                     .find(|c| c.qp.qp_num() == last_qpn)
                     .ok_or(EIO)?
             };
-            let what = if manual { "SEND (reply)" } else { "SEND (go)" };
-            let id = c.qp.post_send(SendOp::Send, &gobuf, 0, reply_len, true)?;
-            complete_wc(&c.qp, id, what, t, cancel, rep)?;
-            add(&stats.send_msgs, 1);
-            add(&stats.send_bytes, reply_len as u64);
+            send_reply(c, &gobuf, reply_len, cfg, cancel, stats, rep)?;
         }
         server_report(cfg, &conns, received, rounds, rep);
         for c in conns.iter() {
@@ -559,6 +546,38 @@ fn note_receive(
     c.next = seq + 1;
     c.received += 1;
     Ok(wc.qp_num)
+}
+
+/// What the server's flow is, for the report.
+fn server_flow(manual: bool) -> &'static str {
+    if manual {
+        "manual (the manual's srq.c: zeroed messages, a reply of size bytes on the first connection)"
+    } else {
+        "kverbs (sequence numbers and QP indexes, the go message on the QP of the last receive)"
+    }
+}
+
+/// The reply of a round on the connection `c`: the go message, or the
+/// manual's `reply_len` zeroed bytes, in `gobuf`.
+fn send_reply(
+    c: &ServerConn,
+    gobuf: &Arc<DmaBuf>,
+    reply_len: usize,
+    cfg: &Config,
+    cancel: &Cancel,
+    stats: &Stats,
+    rep: &mut Report,
+) -> Result {
+    let what = if cfg.flow == Flow::Manual {
+        "SEND (reply)"
+    } else {
+        "SEND (go)"
+    };
+    let id = c.qp.post_send(SendOp::Send, gobuf, 0, reply_len, true)?;
+    complete_wc(&c.qp, id, what, cfg.timeout_ms, cancel, rep)?;
+    add(&stats.send_msgs, 1);
+    add(&stats.send_bytes, reply_len as u64);
+    Ok(())
 }
 
 /// The go message of round `rounds`, `received` messages in.
