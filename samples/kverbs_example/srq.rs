@@ -617,10 +617,160 @@ fn server_report(cfg: &Config, conns: &[ServerConn], received: u32, rounds: u32,
     }
 }
 
+/// rdma_cm's connection `i` to the server, with a QP whose receives come
+/// from `gsrq`.
+#[allow(clippy::too_many_arguments)]
+fn connect_conn(
+    dev: &Device,
+    cfg: &Config,
+    events: &CmEvents,
+    i: u32,
+    pd: &Pd,
+    scq: &Cq,
+    gsrq: &Srq,
+    caps: QpCaps,
+    cancel: &Cancel,
+    rep: &mut Report,
+) -> Result<(CmId, Qp<Rts>)> {
+    let t = cfg.timeout_ms;
+    let addr = cfg.addr.ok_or(EINVAL)?;
+    let id = CmId::new(events)?;
+    id.resolve(addr, cfg.port, t, cancel).inspect_err(|e| {
+        let _ = writeln!(
+            rep,
+            "rdma_cm: cannot resolve {}: error {}",
+            addr,
+            e.to_errno()
+        );
+    })?;
+    cm_on_device(dev, "srq", &id, rep)?;
+    let qp = Qp::new_cm_srq(&id, pd, scq, gsrq, caps, None)?;
+    let qp = id.connect(qp, t, cancel).inspect_err(|e| {
+        let _ = writeln!(
+            rep,
+            "rdma_cm: connection {} to {}:{} failed: error {}",
+            i,
+            addr,
+            cfg.port,
+            e.to_errno()
+        );
+        pr_warn!(
+            "{}: srq: no rdma_cm connection {} to {}:{}: error {}\n",
+            dev.name(),
+            i,
+            addr,
+            cfg.port,
+            e.to_errno()
+        );
+    })?;
+    let _ = writeln!(
+        rep,
+        "rdma_cm: connection {} established: qp {:#x}",
+        i,
+        qp.qp_num()
+    );
+    Ok((id, qp))
+}
+
+/// The manual's round: `n` SENDs from the zeroed buffer, one at a time,
+/// each waited for, round-robin over the connections from `sent`.
+fn send_one_at_a_time(
+    conns: &[(CmId, Qp<Rts>)],
+    sbuf: &Arc<DmaBuf>,
+    sent: u32,
+    n: u32,
+    cfg: &Config,
+    cancel: &Cancel,
+    rep: &mut Report,
+) -> Result {
+    let (t, size, qps) = (cfg.timeout_ms, cfg.size, cfg.qps);
+    // One at a time, each waited for: the buffer stays zeroed.
+    for k in 0..n {
+        let qi = (sent + k) % qps;
+        let qp = &conns[qi as usize].1;
+        let id = qp.post_send(SendOp::Send, &sbuf, 0, size, true)?;
+        complete_wc(qp, id, "SEND", t, cancel, rep)?;
+    }
+    Ok(())
+}
+
+/// The server's go of round `rounds` (`sent` messages in), received at
+/// `at` of `gbuf`.
+fn check_go(
+    wc: &Wc,
+    gbuf: &DmaBuf,
+    at: usize,
+    rounds: u32,
+    sent: u32,
+    size: usize,
+    rep: &mut Report,
+) -> Result {
+    let mut go = [0u8; GO_LEN];
+    gbuf.read(at, &mut go)?;
+    if wc.result().is_err()
+        || wc.byte_len as usize != GO_LEN
+        || &go[..6] != GO_TAG
+        || u32_at(&go, 8) != rounds
+        || u32_at(&go, 12) != sent
+    {
+        let _ = writeln!(
+            rep,
+            "round {}: the go message is wrong ({}, {} bytes, round {}, {} received)",
+            rounds,
+            wc.status,
+            wc.byte_len,
+            u32_at(&go, 8),
+            u32_at(&go, 12)
+        );
+        if wc.result().is_ok() && wc.byte_len as usize == size && &go[..6] != GO_TAG {
+            let _ = writeln!(
+                rep,
+                "a reply of {} bytes without the go tag: does the server speak the manual's flow (flow=manual)?",
+                size
+            );
+        }
+        return Err(EIO);
+    }
+    Ok(())
+}
+
+/// The client's last lines: per QP, and the whole.
+fn client_report(
+    cfg: &Config,
+    conns: &[(CmId, Qp<Rts>)],
+    sent: u32,
+    rounds: u32,
+    rep: &mut Report,
+) {
+    let (size, qps, manual) = (cfg.size, cfg.qps, cfg.flow == Flow::Manual);
+    for (i, (_, qp)) in conns.iter().enumerate() {
+        let per = (cfg.count / qps) + u32::from((i as u32) < cfg.count % qps);
+        let _ = writeln!(rep, "qp {:#x}: {} SENDs", qp.qp_num(), per);
+    }
+    if manual {
+        let _ = writeln!(
+            rep,
+            "srq: ok: {} SENDs of {} bytes over {} QPs in {} rounds, the manual's flow: one at a time, {} replies of {} bytes on qp {:#x}",
+            sent,
+            size,
+            qps,
+            rounds,
+            rounds,
+            size,
+            conns[0].1.qp_num()
+        );
+    } else {
+        let _ = writeln!(
+            rep,
+            "srq: ok: {} SENDs of {} bytes over {} QPs in {} rounds, each acknowledged",
+            sent, size, qps, rounds
+        );
+    }
+}
+
 fn client(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut Report) -> Result {
     let t = cfg.timeout_ms;
     let (size, max_wr, qps) = (cfg.size, cfg.max_wr, cfg.qps);
-    let addr = cfg.addr.ok_or(EINVAL)?;
     let events = CmEvents::new()?;
     let pd = Pd::new(dev)?;
     let manual = cfg.flow == Flow::Manual;
@@ -658,42 +808,8 @@ fn client(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut 
     };
     let mut conns: KVec<(CmId, Qp<Rts>)> = KVec::with_capacity(qps as usize, GFP_KERNEL)?;
     for i in 0..qps {
-        let id = CmId::new(&events)?;
-        id.resolve(addr, cfg.port, t, cancel).inspect_err(|e| {
-            let _ = writeln!(
-                rep,
-                "rdma_cm: cannot resolve {}: error {}",
-                addr,
-                e.to_errno()
-            );
-        })?;
-        cm_on_device(dev, "srq", &id, rep)?;
-        let qp = Qp::new_cm_srq(&id, &pd, &scq, &gsrq, caps, None)?;
-        let qp = id.connect(qp, t, cancel).inspect_err(|e| {
-            let _ = writeln!(
-                rep,
-                "rdma_cm: connection {} to {}:{} failed: error {}",
-                i,
-                addr,
-                cfg.port,
-                e.to_errno()
-            );
-            pr_warn!(
-                "{}: srq: no rdma_cm connection {} to {}:{}: error {}\n",
-                dev.name(),
-                i,
-                addr,
-                cfg.port,
-                e.to_errno()
-            );
-        })?;
-        let _ = writeln!(
-            rep,
-            "rdma_cm: connection {} established: qp {:#x}",
-            i,
-            qp.qp_num()
-        );
-        conns.push((id, qp), GFP_KERNEL)?;
+        let conn = connect_conn(dev, cfg, &events, i, &pd, &scq, &gsrq, caps, cancel, rep)?;
+        conns.push(conn, GFP_KERNEL)?;
     }
 
     let (mut sent, mut rounds, mut go_at) = (0u32, 0u32, 0usize);
@@ -704,13 +820,7 @@ fn client(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut 
     while sent < cfg.count {
         let n = max_wr.min(cfg.count - sent);
         if manual {
-            // One at a time, each waited for: the buffer stays zeroed.
-            for k in 0..n {
-                let qi = (sent + k) % qps;
-                let qp = &conns[qi as usize].1;
-                let id = qp.post_send(SendOp::Send, &sbuf, 0, size, true)?;
-                complete_wc(qp, id, "SEND", t, cancel, rep)?;
-            }
+            send_one_at_a_time(&conns, &sbuf, sent, n, cfg, cancel, rep)?;
             add(&stats.send_msgs, n.into());
             add(&stats.send_bytes, u64::from(n) * size as u64);
             sent += n;
@@ -766,61 +876,14 @@ fn client(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut 
                 e.to_errno()
             );
         })?;
-        let mut go = [0u8; GO_LEN];
-        gbuf.read(go_at * rlen, &mut go)?;
-        if wc.result().is_err()
-            || wc.byte_len as usize != GO_LEN
-            || &go[..6] != GO_TAG
-            || u32_at(&go, 8) != rounds
-            || u32_at(&go, 12) != sent
-        {
-            let _ = writeln!(
-                rep,
-                "round {}: the go message is wrong ({}, {} bytes, round {}, {} received)",
-                rounds,
-                wc.status,
-                wc.byte_len,
-                u32_at(&go, 8),
-                u32_at(&go, 12)
-            );
-            if wc.result().is_ok() && wc.byte_len as usize == size && &go[..6] != GO_TAG {
-                let _ = writeln!(
-                    rep,
-                    "a reply of {} bytes without the go tag: does the server speak the manual's flow (flow=manual)?",
-                    size
-                );
-            }
-            return Err(EIO);
-        }
+        check_go(&wc, &gbuf, go_at * rlen, rounds, sent, size, rep)?;
         if rounds == 1 {
             let _ = writeln!(rep, "round 1: go on qp {:#x}", wc.qp_num);
         }
         go_ids[go_at] = gsrq.post_recv(&gbuf, go_at * rlen, rlen)?;
         go_at = (go_at + 1) % qps as usize;
     }
-    for (i, (_, qp)) in conns.iter().enumerate() {
-        let per = (cfg.count / qps) + u32::from((i as u32) < cfg.count % qps);
-        let _ = writeln!(rep, "qp {:#x}: {} SENDs", qp.qp_num(), per);
-    }
-    if manual {
-        let _ = writeln!(
-            rep,
-            "srq: ok: {} SENDs of {} bytes over {} QPs in {} rounds, the manual's flow: one at a time, {} replies of {} bytes on qp {:#x}",
-            sent,
-            size,
-            qps,
-            rounds,
-            rounds,
-            size,
-            conns[0].1.qp_num()
-        );
-    } else {
-        let _ = writeln!(
-            rep,
-            "srq: ok: {} SENDs of {} bytes over {} QPs in {} rounds, each acknowledged",
-            sent, size, qps, rounds
-        );
-    }
+    client_report(cfg, &conns, sent, rounds, rep);
     for (id, _) in conns.iter() {
         let _ = id.disconnect();
     }
