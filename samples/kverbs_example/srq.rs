@@ -694,6 +694,50 @@ fn send_one_at_a_time(
     Ok(())
 }
 
+/// What the client's flow is, for the report.
+fn client_flow(manual: bool) -> &'static str {
+    if manual {
+        "manual (the manual's srq.c: zeroed messages one at a time, a reply of size bytes on the first connection)"
+    } else {
+        "kverbs (sequence numbers and QP indexes, the go message)"
+    }
+}
+
+/// Our round: `n` SENDs at once, each with its sequence number (from
+/// `sent`) and QP index in `pattern`, in its place of `sbuf`,
+/// round-robin over the connections; then their completions.
+#[allow(clippy::too_many_arguments)]
+fn send_round(
+    conns: &[(CmId, Qp<Rts>)],
+    sbuf: &Arc<DmaBuf>,
+    pattern: &mut [u8],
+    sent: u32,
+    n: u32,
+    cfg: &Config,
+    cancel: &Cancel,
+    rep: &mut Report,
+) -> Result {
+    let (t, size, qps) = (cfg.timeout_ms, cfg.size, cfg.qps);
+    let mut wrs = KVec::with_capacity(n as usize, GFP_KERNEL)?;
+    for k in 0..n {
+        let seq = sent + k;
+        let qi = seq % qps;
+        pattern[0..4].copy_from_slice(&seq.to_le_bytes());
+        pattern[4..8].copy_from_slice(&qi.to_le_bytes());
+        let at = k as usize * size;
+        sbuf.write(at, pattern)?;
+        let qp = &conns[qi as usize].1;
+        wrs.push(
+            (qi, qp.post_send(SendOp::Send, sbuf, at, size, true)?),
+            GFP_KERNEL,
+        )?;
+    }
+    for (qi, id) in wrs.into_iter() {
+        complete_wc(&conns[qi as usize].1, id, "SEND", t, cancel, rep)?;
+    }
+    Ok(())
+}
+
 /// The server's go of round `rounds` (`sent` messages in), received at
 /// `at` of `gbuf`.
 fn check_go(
@@ -774,15 +818,7 @@ fn client(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut 
     let events = CmEvents::new()?;
     let pd = Pd::new(dev)?;
     let manual = cfg.flow == Flow::Manual;
-    let _ = writeln!(
-        rep,
-        "flow: {}",
-        if manual {
-            "manual (the manual's srq.c: zeroed messages one at a time, a reply of size bytes on the first connection)"
-        } else {
-            "kverbs (sequence numbers and QP indexes, the go message)"
-        }
-    );
+    let _ = writeln!(rep, "flow: {}", client_flow(manual));
     // The manual's client SENDs one message at a time from one buffer;
     // ours a round at once, each message in its place.
     let slots = if manual { 1 } else { max_wr as usize };
@@ -846,23 +882,7 @@ fn client(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut 
             go_at = (go_at + 1) % qps as usize;
             continue;
         }
-        let mut wrs = KVec::with_capacity(n as usize, GFP_KERNEL)?;
-        for k in 0..n {
-            let seq = sent + k;
-            let qi = seq % qps;
-            pattern[0..4].copy_from_slice(&seq.to_le_bytes());
-            pattern[4..8].copy_from_slice(&qi.to_le_bytes());
-            let at = k as usize * size;
-            sbuf.write(at, &pattern)?;
-            let qp = &conns[qi as usize].1;
-            wrs.push(
-                (qi, qp.post_send(SendOp::Send, &sbuf, at, size, true)?),
-                GFP_KERNEL,
-            )?;
-        }
-        for (qi, id) in wrs.into_iter() {
-            complete_wc(&conns[qi as usize].1, id, "SEND", t, cancel, rep)?;
-        }
+        send_round(&conns, &sbuf, &mut pattern, sent, n, cfg, cancel, rep)?;
         add(&stats.send_msgs, n.into());
         add(&stats.send_bytes, u64::from(n) * size as u64);
         sent += n;
