@@ -19,7 +19,7 @@
 use crate::conn::{cm_device_check, cm_listen, cm_on_device, complete_wc};
 use crate::control::Example;
 use crate::events::EventLog;
-use crate::options::{need, options, parse_ipv4, parse_num_in};
+use crate::options::{need, options, parse_addr, parse_num_in};
 use crate::report::Report;
 use crate::stats::{add, Stats};
 use core::fmt::Write;
@@ -76,10 +76,7 @@ fn parse(dev: &Device, input: &[u8]) -> Result<Config> {
                 have_role = true;
             }
             "addr" => {
-                cfg.addr = Some(parse_ipv4(v).map(Ipv4).ok_or_else(|| {
-                    pr_warn!("{}: apm: addr '{}' is not an IPv4 address\n", dev.name(), v);
-                    EINVAL
-                })?);
+                cfg.addr = Some(parse_addr(dev, "apm", v)?);
             }
             "port" => cfg.port = num(1, 65535)? as u16,
             "count" => cfg.count = num(1, 1_000_000)? as u32,

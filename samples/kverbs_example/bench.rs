@@ -29,7 +29,7 @@ mod conn;
 mod lat;
 
 use crate::control::Example;
-use crate::options::{need, options, parse_ipv4, parse_num_in};
+use crate::options::{need, no_value, options, parse_addr, parse_mtu, parse_num_in, parse_poll};
 use crate::report::Report;
 use crate::stats::Stats;
 use core::fmt::Write;
@@ -197,26 +197,10 @@ fn parse<'a>(dev: &Device, input: &'a [u8]) -> Result<Config> {
             "timeout_ms" => cfg.timeout_ms = parse_num(dev, key, need(val)?, 1, 600_000)?,
             "qp_timeout" => cfg.qp_timeout = parse_num(dev, key, need(val)?, 1, 31)? as u8,
             "mtu" => {
-                let bytes = parse_num(dev, key, need(val)?, 256, 4096)?;
-                cfg.mtu = Some(Mtu::from_bytes(bytes).ok_or_else(|| {
-                    pr_warn!(
-                        "{}: bench: mtu {} is not 256, 512, 1024, 2048 or 4096\n",
-                        dev.name(),
-                        bytes
-                    );
-                    EINVAL
-                })?);
+                cfg.mtu = Some(parse_mtu(dev, "bench", key, need(val)?)?);
             }
             "poll" => {
-                let v = need(val)?;
-                cfg.poll = PollCtx::from_name(v).ok_or_else(|| {
-                    pr_warn!(
-                        "{}: bench: poll '{}' is not direct, softirq or workqueue\n",
-                        dev.name(),
-                        v
-                    );
-                    EINVAL
-                })?;
+                cfg.poll = parse_poll(dev, "bench", need(val)?)?;
             }
             "role" => {
                 cfg.role = match need(val)? {
@@ -231,21 +215,11 @@ fn parse<'a>(dev: &Device, input: &'a [u8]) -> Result<Config> {
             }
             "addr" => {
                 let v = need(val)?;
-                cfg.addr = Some(parse_ipv4(v).map(Ipv4).ok_or_else(|| {
-                    pr_warn!(
-                        "{}: bench: addr '{}' is not an IPv4 address\n",
-                        dev.name(),
-                        v
-                    );
-                    EINVAL
-                })?);
+                cfg.addr = Some(parse_addr(dev, "bench", v)?);
             }
             "port" => cfg.port = parse_num(dev, key, need(val)?, 1, 65535)? as u16,
             "bidir" => {
-                if val.is_some() {
-                    pr_warn!("{}: bench: 'bidir' takes no value\n", dev.name());
-                    return Err(EINVAL);
-                }
+                no_value(dev, "bench", key, val)?;
                 cfg.bidir = true;
             }
             _ => {

@@ -4,7 +4,7 @@
 //! options, numbers in a range, dotted IPv4 addresses.
 
 use kernel::prelude::*;
-use kverbs::device::Device;
+use kverbs::{cq::PollCtx, device::Device, device::Mtu, tcp::Ipv4};
 
 /// `key=v` of the control file `file`: a decimal or `0x` number in
 /// `min..=max` (`ERANGE` outside, `EINVAL` if not a number, each with a
@@ -48,7 +48,8 @@ pub(crate) fn parse_num_in<T: TryFrom<u64>>(
     }
 }
 
-pub(crate) fn parse_ipv4(v: &str) -> Option<[u8; 4]> {
+/// A dotted IPv4 address.
+fn parse_ipv4(v: &str) -> Option<[u8; 4]> {
     let mut out = [0u8; 4];
     let mut parts = v.split('.');
     for b in out.iter_mut() {
@@ -91,4 +92,55 @@ pub(crate) fn need<'a>(
         pr_warn!("{}: {}: '{}' needs a value\n", dev.name(), file, key);
         EINVAL
     })
+}
+
+/// `addr=v` of the file `file`: a dotted IPv4 address, or `EINVAL` (and a
+/// log line).
+pub(crate) fn parse_addr(dev: &Device, file: &str, v: &str) -> Result<Ipv4> {
+    parse_ipv4(v).map(Ipv4).ok_or_else(|| {
+        pr_warn!(
+            "{}: {}: addr '{}' is not an IPv4 address\n",
+            dev.name(),
+            file,
+            v
+        );
+        EINVAL
+    })
+}
+
+/// `key=v` of the file `file`: a path MTU in bytes.
+pub(crate) fn parse_mtu(dev: &Device, file: &str, key: &str, v: &str) -> Result<Mtu> {
+    let bytes: u32 = parse_num_in(file, dev, key, v, 256, 4096)?;
+    Mtu::from_bytes(bytes).ok_or_else(|| {
+        pr_warn!(
+            "{}: {}: mtu {} is not 256, 512, 1024, 2048 or 4096\n",
+            dev.name(),
+            file,
+            bytes
+        );
+        EINVAL
+    })
+}
+
+/// `poll=v` of the file `file`: how a CQ is polled.
+pub(crate) fn parse_poll(dev: &Device, file: &str, v: &str) -> Result<PollCtx> {
+    PollCtx::from_name(v).ok_or_else(|| {
+        pr_warn!(
+            "{}: {}: poll '{}' is not direct, softirq or workqueue\n",
+            dev.name(),
+            file,
+            v
+        );
+        EINVAL
+    })
+}
+
+/// A flag `key` of the file `file`: `EINVAL` (and a log line) if it was
+/// given a value.
+pub(crate) fn no_value(dev: &Device, file: &str, key: &str, val: Option<&str>) -> Result {
+    if val.is_some() {
+        pr_warn!("{}: {}: '{}' takes no value\n", dev.name(), file, key);
+        return Err(EINVAL);
+    }
+    Ok(())
 }

@@ -32,7 +32,7 @@
 use crate::conn::{cm_device_check, cm_listen, cm_on_device, complete_wc};
 use crate::control::Example;
 use crate::events::EventLog;
-use crate::options::{need, options, parse_ipv4, parse_num_in};
+use crate::options::{need, options, parse_addr, parse_num_in};
 use crate::report::Report;
 use crate::stats::{add, Stats};
 use core::fmt::Write;
@@ -143,10 +143,7 @@ fn parse(dev: &Device, input: &[u8]) -> Result<Config> {
                 };
             }
             "addr" => {
-                cfg.addr = Some(parse_ipv4(v).map(Ipv4).ok_or_else(|| {
-                    pr_warn!("{}: srq: addr '{}' is not an IPv4 address\n", dev.name(), v);
-                    EINVAL
-                })?);
+                cfg.addr = Some(parse_addr(dev, "srq", v)?);
             }
             "port" => cfg.port = num(1, 65535)? as u16,
             "qps" => cfg.qps = num(1, 16)? as u32,

@@ -3,7 +3,7 @@
 //! The `rc` file's control string: its options, their defaults and the
 //! roles they allow.
 
-use crate::options::{need, options, parse_ipv4, parse_num_in};
+use crate::options::{need, no_value, options, parse_addr, parse_mtu, parse_num_in, parse_poll};
 use kernel::prelude::*;
 use kverbs::{cq::PollCtx, device::Device, device::Mtu, tcp::Ipv4};
 
@@ -118,10 +118,7 @@ pub(super) fn parse<'a>(dev: &Device, input: &'a [u8]) -> Result<Config> {
             }
             "addr" => {
                 let v = need(val)?;
-                cfg.addr = Some(parse_ipv4(v).map(Ipv4).ok_or_else(|| {
-                    pr_warn!("{}: rc: addr '{}' is not an IPv4 address\n", dev.name(), v);
-                    EINVAL
-                })?);
+                cfg.addr = Some(parse_addr(dev, "rc", v)?);
             }
             "port" => {
                 cfg.port = parse_num(dev, key, need(val)?, 1, 65535)?;
@@ -136,32 +133,13 @@ pub(super) fn parse<'a>(dev: &Device, input: &'a [u8]) -> Result<Config> {
             "atomics" => cfg.atomics = parse_num(dev, key, need(val)?, 0, 100_000)?,
             "timeout_ms" => cfg.timeout_ms = parse_num(dev, key, need(val)?, 1, 600_000)?,
             "mtu" => {
-                let bytes: u32 = parse_num(dev, key, need(val)?, 256, 4096)?;
-                cfg.mtu = Mtu::from_bytes(bytes).ok_or_else(|| {
-                    pr_warn!(
-                        "{}: rc: mtu {} is not 256, 512, 1024, 2048 or 4096\n",
-                        dev.name(),
-                        bytes
-                    );
-                    EINVAL
-                })?;
+                cfg.mtu = parse_mtu(dev, "rc", key, need(val)?)?;
             }
             "poll" => {
-                let v = need(val)?;
-                cfg.poll = PollCtx::from_name(v).ok_or_else(|| {
-                    pr_warn!(
-                        "{}: rc: poll '{}' is not direct, softirq or workqueue\n",
-                        dev.name(),
-                        v
-                    );
-                    EINVAL
-                })?;
+                cfg.poll = parse_poll(dev, "rc", need(val)?)?;
             }
             "validate" | "imm" | "linger" => {
-                if val.is_some() {
-                    pr_warn!("{}: rc: '{}' takes no value\n", dev.name(), key);
-                    return Err(EINVAL);
-                }
+                no_value(dev, "rc", key, val)?;
                 match key {
                     "imm" => cfg.imm = true,
                     "linger" => cfg.linger = true,
