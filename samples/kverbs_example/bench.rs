@@ -228,6 +228,37 @@ fn parse<'a>(dev: &Device, input: &'a [u8]) -> Result<Config> {
             }
         }
     }
+    let unset = Unset {
+        test,
+        iters,
+        tx_depth,
+        cq_mod,
+        inline,
+    };
+    let cfg = defaults(dev, cfg, unset)?;
+    check(dev, &cfg)?;
+    Ok(cfg)
+}
+
+/// The options whose default depends on the test (and `test=`, which
+/// has none).
+struct Unset {
+    test: Option<Test>,
+    iters: Option<u32>,
+    tx_depth: Option<u32>,
+    cq_mod: Option<u32>,
+    inline: Option<u32>,
+}
+
+/// The test's defaults for the options not given.
+fn defaults(dev: &Device, mut cfg: Config, unset: Unset) -> Result<Config> {
+    let Unset {
+        test,
+        iters,
+        tx_depth,
+        cq_mod,
+        inline,
+    } = unset;
     cfg.test = test.ok_or_else(|| {
         pr_warn!(
             "{}: bench: test= is missing (write_bw, read_bw, send_bw, write_lat, read_lat, send_lat or atomic_lat)\n",
@@ -259,6 +290,13 @@ fn parse<'a>(dev: &Device, input: &'a [u8]) -> Result<Config> {
         Test::SendLat => 236,
         _ => 0,
     });
+    Ok(cfg)
+}
+
+/// What a run cannot do: more than one QP or request in a latency test,
+/// a client without a server, more memory or samples than allowed.
+fn check(dev: &Device, cfg: &Config) -> Result {
+    let bw = cfg.test.is_bw();
     if !bw && (cfg.qps > 1 || cfg.bidir || cfg.tx_depth > 1) {
         pr_warn!(
             "{}: bench: {} runs one QP pair, one request at a time (no qps, bidir or tx_depth)\n",
@@ -293,7 +331,7 @@ fn parse<'a>(dev: &Device, input: &'a [u8]) -> Result<Config> {
         );
         return Err(ERANGE);
     }
-    Ok(cfg)
+    Ok(())
 }
 
 /// The `bench` file.
