@@ -28,6 +28,7 @@ mod bw;
 mod conn;
 mod lat;
 
+use crate::conn::Role;
 use crate::control::Example;
 use crate::options::{need, no_value, options, parse_addr, parse_mtu, parse_num_in, parse_poll};
 use crate::report::Report;
@@ -129,14 +130,6 @@ pub(crate) struct Config {
     role: Role,
     addr: Option<Ipv4>,
     port: u16,
-}
-
-/// Where the two sides run.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) enum Role {
-    Loopback,
-    Server,
-    Client,
 }
 
 fn parse_num(dev: &Device, key: &str, v: &str, min: u64, max: u64) -> Result<u32> {

@@ -15,6 +15,28 @@ use kverbs::{
     tcp::{Ipv4, TcpListener, TcpStream},
 };
 
+/// Which side of a connection this is, or both (two QPs of one device).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Role {
+    /// Server and client QPs on one device, in this kernel.
+    Loopback,
+    /// The side that waits for the peer.
+    Server,
+    /// The side that connects to `addr=`.
+    Client,
+}
+
+impl Role {
+    /// The role's name in the control strings.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Role::Loopback => "loopback",
+            Role::Server => "server",
+            Role::Client => "client",
+        }
+    }
+}
+
 /// Picks the GID index: the one asked for, or the first RoCE v2 GID that
 /// is an IPv4 address, or the first valid one.
 pub(crate) fn pick_gid(

@@ -37,8 +37,9 @@ const MAX_COUNT: u32 = 1000;
 /// received a message, in milliseconds.
 const DETACH_QUIET_MS: u32 = 250;
 
+/// What a write of `mcast` does (its `role=`, or `attach` / `detach`).
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Role {
+enum Mode {
     Both,
     Sender,
     Receiver,
@@ -49,7 +50,7 @@ enum Role {
 }
 
 pub(crate) struct Config {
-    role: Role,
+    role: Mode,
     group: Group,
     count: u32,
     size: usize,
@@ -63,7 +64,7 @@ fn parse(dev: &Device, input: &[u8]) -> Result<Config> {
         EINVAL
     })?;
     let mut cfg = Config {
-        role: Role::Both,
+        role: Mode::Both,
         group: Group::V4(Ipv4([0; 4])),
         count: 10,
         size: 100,
@@ -77,9 +78,9 @@ fn parse(dev: &Device, input: &[u8]) -> Result<Config> {
         (words.next(), words.next(), words.next())
     {
         cfg.role = if cmd == "attach" {
-            Role::Attach
+            Mode::Attach
         } else {
-            Role::Detach
+            Mode::Detach
         };
         cfg.group = Group::parse(group).ok_or_else(|| {
             pr_warn!(
@@ -127,9 +128,9 @@ fn parse(dev: &Device, input: &[u8]) -> Result<Config> {
         match key {
             "role" => {
                 cfg.role = match val {
-                    "both" => Role::Both,
-                    "sender" => Role::Sender,
-                    "receiver" => Role::Receiver,
+                    "both" => Mode::Both,
+                    "sender" => Mode::Sender,
+                    "receiver" => Mode::Receiver,
                     _ => {
                         pr_warn!("{}: mcast: unknown role '{}'\n", dev.name(), val);
                         return Err(EINVAL);
@@ -282,8 +283,8 @@ impl Example for Mcast {
         rep: &mut Report,
     ) -> Result {
         match cfg.role {
-            Role::Attach => self.attach(dev, cfg.group, rep),
-            Role::Detach => self.detach(dev, cfg.group, rep),
+            Mode::Attach => self.attach(dev, cfg.group, rep),
+            Mode::Detach => self.detach(dev, cfg.group, rep),
             _ => run(dev, cfg, cancel, stats, rep),
         }
     }
@@ -319,7 +320,7 @@ fn run(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut Rep
     let sgid = dev.gid_attr(port, sgid_index)?.gid();
     let ifindex = dev.netdev_ifindex(port).ok_or(ENODEV)?;
     let mgid: Gid = cfg.group.mgid();
-    if cfg.role != Role::Receiver {
+    if cfg.role != Mode::Receiver {
         // The send's route, looked up now as the device will: rxe over lo
         // has none for an IPv6 group (the kernel gives the loopback device
         // no ff00::/8 route).
@@ -349,13 +350,13 @@ fn run(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut Rep
     })?;
 
     let mut receivers = KVec::new();
-    if cfg.role != Role::Sender {
+    if cfg.role != Mode::Sender {
         receivers = create_receivers(dev, &pd, port, cfg, mgid, rep)?;
     }
 
     let mut sender_qpn = None;
     let mut sender = None;
-    if cfg.role != Role::Receiver {
+    if cfg.role != Mode::Receiver {
         let s = send(dev, &pd, port, cfg, mgid, sgid_index, cancel, stats, rep)?;
         sender_qpn = Some(s.0.qp_num());
         let _ = writeln!(rep, "sent {} messages of {} bytes", cfg.count, cfg.size);
@@ -395,7 +396,7 @@ fn check_limits(dev: &Device, cfg: &Config, port: u32, rep: &mut Report) -> Resu
         return Err(errno::emsgsize());
     }
     let max_attach = dev.attrs().max_mcast_qp_attach();
-    if cfg.role != Role::Sender && cfg.qps as i32 > max_attach {
+    if cfg.role != Mode::Sender && cfg.qps as i32 > max_attach {
         pr_warn!(
             "{}: mcast: qps={} is above max_mcast_qp_attach {}\n",
             dev.name(),

@@ -12,12 +12,13 @@ mod atomics;
 mod config;
 mod payload;
 
+use crate::conn::Role;
 use crate::conn::{complete_wc, pick_gid, sync, tcp_connect, ConData, CON_DATA_LEN};
 use crate::control::Example;
 use crate::report::Report;
 use crate::stats::{add, Stats};
 use atomics::{atomics, atomics_landed, server_access, Atomics};
-use config::{parse, Config, Role};
+use config::{parse, Config};
 use core::fmt::Write;
 use kernel::{prelude::*, sync::Arc};
 use kverbs::{
@@ -61,7 +62,7 @@ impl Example for Rc {
         let _ = writeln!(
             rep,
             "config: role={} size={} iters={} mtu={} poll={} timeout_ms={}{}{}{}{}",
-            cfg.role.name(),
+            cfg.role_name(),
             cfg.size,
             cfg.iters,
             cfg.mtu.bytes(),
@@ -73,11 +74,9 @@ impl Example for Rc {
             Atomics(cfg.atomics)
         );
         match cfg.role {
-            Role::Loopback => run_loopback(dev, cfg, cancel, stats, rep),
-            Role::Server | Role::Client => run_tcp(dev, cfg, cancel, stats, rep),
-            Role::CmServer | Role::CmClient => {
+            _ if cfg.cm => {
                 let rping = crate::rping::Config {
-                    server: cfg.role == Role::CmServer,
+                    server: cfg.role == Role::Server,
                     addr: cfg.addr,
                     port: cfg.port,
                     size: cfg.size,
@@ -88,6 +87,8 @@ impl Example for Rc {
                 };
                 crate::rping::run(dev, &rping, cancel, stats, rep)
             }
+            Role::Loopback => run_loopback(dev, cfg, cancel, stats, rep),
+            Role::Server | Role::Client => run_tcp(dev, cfg, cancel, stats, rep),
         }
     }
 }

@@ -35,11 +35,12 @@ mod proto;
 mod server;
 
 use crate::conn::cm_device_check;
+use crate::conn::Role;
 use crate::control::Example;
 use crate::events::EventLog;
 use crate::report::Report;
 use crate::stats::Stats;
-use config::{parse, Config, Role};
+use config::{parse, Config};
 use core::fmt::Write;
 use kernel::{prelude::*, sync::Arc};
 use kverbs::{device::Device, qp::Cancel};
@@ -83,9 +84,10 @@ impl Example for SrqExample {
             cfg.timeout_ms
         );
         cm_device_check(dev, "srq", rep)?;
+        // The control string names no other role.
         match cfg.role {
             Role::Server => server::server(&self.log, dev, cfg, cancel, stats, rep),
-            Role::Client => client::client(dev, cfg, cancel, stats, rep),
+            Role::Client | Role::Loopback => client::client(dev, cfg, cancel, stats, rep),
         }
     }
 }

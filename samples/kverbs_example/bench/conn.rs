@@ -4,8 +4,8 @@
 //! (loopback), or one per QP connected to a peer host's over a TCP
 //! exchange of RDMA_RC_example's connection data.
 
-use super::{Config, Role};
-use crate::conn::{pick_gid, sync, tcp_connect, ConData, CON_DATA_LEN};
+use super::Config;
+use crate::conn::{pick_gid, sync, tcp_connect, ConData, Role, CON_DATA_LEN};
 use crate::report::Report;
 use core::fmt::Write;
 use kernel::{prelude::*, sync::Arc};

@@ -3,6 +3,7 @@
 //! The `rc` file's control string: its options, their defaults and the
 //! roles they allow.
 
+use crate::conn::Role;
 use crate::options::{need, no_value, options, parse_addr, parse_mtu, parse_num_in, parse_poll};
 use kernel::prelude::*;
 use kverbs::{cq::PollCtx, device::Device, device::Mtu, tcp::Ipv4};
@@ -17,36 +18,12 @@ pub(super) const MAX_SIZE: usize = 8 << 20;
 /// The buffer of RDMA_RC_example: a 20-character message and its NUL.
 pub(super) const MSG_SIZE: usize = 21;
 
-/// Who this side is.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) enum Role {
-    /// Server and client QPs on one device, in this kernel.
-    Loopback,
-    /// The RDMA_RC_example server, over TCP.
-    Server,
-    /// The RDMA_RC_example client, over TCP.
-    Client,
-    /// rping's server, connected by the RDMA connection manager.
-    CmServer,
-    /// rping's client, connected by the RDMA connection manager.
-    CmClient,
-}
-
-impl Role {
-    pub(super) fn name(self) -> &'static str {
-        match self {
-            Role::Loopback => "loopback",
-            Role::Server => "server",
-            Role::Client => "client",
-            Role::CmServer => "cm_server",
-            Role::CmClient => "cm_client",
-        }
-    }
-}
-
 /// A parsed control string.
 pub(crate) struct Config {
     pub(crate) role: Role,
+    /// Connected by the RDMA connection manager, as rping is
+    /// (`role=cm_server`, `role=cm_client`), not over TCP.
+    pub(crate) cm: bool,
     pub(crate) addr: Option<Ipv4>,
     pub(crate) port: u16,
     pub(crate) gid_idx: Option<u32>,
@@ -66,9 +43,19 @@ pub(crate) struct Config {
 }
 
 impl Config {
+    /// The role as `role=` names it.
+    pub(crate) fn role_name(&self) -> &'static str {
+        match (self.cm, self.role) {
+            (true, Role::Server) => "cm_server",
+            (true, _) => "cm_client",
+            (false, role) => role.name(),
+        }
+    }
+
     pub(super) fn defaults() -> Self {
         Config {
             role: Role::Loopback,
+            cm: false,
             addr: None,
             port: 19875,
             gid_idx: None,
@@ -103,12 +90,12 @@ pub(super) fn parse<'a>(dev: &Device, input: &'a [u8]) -> Result<Config> {
         let need = |v: Option<&'a str>| need(dev, "rc", key, v);
         match key {
             "role" => {
-                cfg.role = match need(val)? {
-                    "loopback" => Role::Loopback,
-                    "server" => Role::Server,
-                    "client" => Role::Client,
-                    "cm_server" => Role::CmServer,
-                    "cm_client" => Role::CmClient,
+                (cfg.role, cfg.cm) = match need(val)? {
+                    "loopback" => (Role::Loopback, false),
+                    "server" => (Role::Server, false),
+                    "client" => (Role::Client, false),
+                    "cm_server" => (Role::Server, true),
+                    "cm_client" => (Role::Client, true),
                     other => {
                         pr_warn!("{}: rc: unknown role '{}'\n", dev.name(), other);
                         return Err(EINVAL);
@@ -159,25 +146,25 @@ pub(super) fn parse<'a>(dev: &Device, input: &'a [u8]) -> Result<Config> {
         );
         return Err(EINVAL);
     }
-    if matches!(cfg.role, Role::Client | Role::CmClient) && cfg.addr.is_none() {
-        pr_warn!("{}: rc: role={} needs addr=\n", dev.name(), cfg.role.name());
+    if cfg.role == Role::Client && cfg.addr.is_none() {
+        pr_warn!("{}: rc: role={} needs addr=\n", dev.name(), cfg.role_name());
         return Err(EINVAL);
     }
-    if cfg.atomics > 0 && (cfg.size < 8 || matches!(cfg.role, Role::CmServer | Role::CmClient)) {
+    if cfg.atomics > 0 && (cfg.size < 8 || cfg.cm) {
         pr_warn!(
             "{}: rc: atomics needs role=loopback, server or client and size >= 8\n",
             dev.name()
         );
         return Err(EINVAL);
     }
-    if cfg.linger && !matches!(cfg.role, Role::Server | Role::Client) {
+    if cfg.linger && (cfg.role == Role::Loopback || cfg.cm) {
         pr_warn!(
             "{}: rc: linger needs role=server or role=client (a peer to probe the rkey)\n",
             dev.name()
         );
         return Err(EINVAL);
     }
-    if matches!(cfg.role, Role::CmServer | Role::CmClient) {
+    if cfg.cm {
         // rping's defaults and limits.
         if !port_set {
             cfg.port = RPING_PORT;
@@ -189,7 +176,7 @@ pub(super) fn parse<'a>(dev: &Device, input: &'a [u8]) -> Result<Config> {
             pr_warn!(
                 "{}: rc: role={} takes size={}..{}, as rping does\n",
                 dev.name(),
-                cfg.role.name(),
+                cfg.role_name(),
                 RPING_MIN_SIZE,
                 RPING_MAX_SIZE
             );

@@ -3,6 +3,7 @@
 //! The `srq` file's control string.
 
 use super::proto::HDR;
+use crate::conn::Role;
 use crate::options::{need, options, parse_addr, parse_num_in};
 use kernel::prelude::*;
 use kverbs::{device::Device, tcp::Ipv4};
@@ -30,12 +31,6 @@ impl Flow {
             Flow::Manual => "manual",
         }
     }
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Role {
-    Server,
-    Client,
 }
 
 pub(crate) struct Config {
