@@ -10,6 +10,7 @@
 //! immediate data. `role=receiver` only receives, `role=sender` only sends.
 
 use crate::control::Example;
+use crate::options::{need, options, parse_dec_in};
 use crate::report::Report;
 use crate::stats::{add, Stats};
 use core::fmt::Write;
@@ -92,39 +93,9 @@ fn parse(dev: &Device, input: &[u8]) -> Result<Config> {
         })?;
         return Ok(cfg);
     }
-    for opt in text.split(|c: char| c == ',' || c.is_ascii_whitespace()) {
-        if opt.is_empty() {
-            continue;
-        }
-        let Some((key, val)) = opt.split_once('=') else {
-            pr_warn!("{}: mcast: '{}' needs a value\n", dev.name(), opt);
-            return Err(EINVAL);
-        };
-        let num = |min: u64, max: u64| -> Result<u64> {
-            match val.parse::<u64>() {
-                Ok(n) if (min..=max).contains(&n) => Ok(n),
-                Ok(n) => {
-                    pr_warn!(
-                        "{}: mcast: {}={} is out of range [{}, {}]\n",
-                        dev.name(),
-                        key,
-                        n,
-                        min,
-                        max
-                    );
-                    Err(ERANGE)
-                }
-                Err(_) => {
-                    pr_warn!(
-                        "{}: mcast: {}: '{}' is not a number\n",
-                        dev.name(),
-                        key,
-                        val
-                    );
-                    Err(EINVAL)
-                }
-            }
-        };
+    for (key, val) in options(dev, "mcast", input)? {
+        let val = need(dev, "mcast", key, val)?;
+        let num = |min: u64, max: u64| parse_dec_in("mcast", dev, key, val, min, max);
         match key {
             "role" => {
                 cfg.role = match val {

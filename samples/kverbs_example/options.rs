@@ -21,9 +21,36 @@ pub(crate) fn parse_num_in<T: TryFrom<u64>>(
         Some(hex) => u64::from_str_radix(hex, 16),
         None => v.parse::<u64>(),
     };
+    let n = in_range(file, dev, key, v, n.ok(), min, max)?;
+    T::try_from(n).map_err(|_| EINVAL)
+}
+
+/// [`parse_num_in`] for a decimal number only.
+pub(crate) fn parse_dec_in(
+    file: &str,
+    dev: &Device,
+    key: &str,
+    v: &str,
+    min: u64,
+    max: u64,
+) -> Result<u64> {
+    in_range(file, dev, key, v, v.parse::<u64>().ok(), min, max)
+}
+
+/// The number `n` that `key=v` of the file `file` gave, if it is one, in
+/// `min..=max`.
+fn in_range(
+    file: &str,
+    dev: &Device,
+    key: &str,
+    v: &str,
+    n: Option<u64>,
+    min: u64,
+    max: u64,
+) -> Result<u64> {
     match n {
-        Ok(n) if (min..=max).contains(&n) => T::try_from(n).map_err(|_| EINVAL),
-        Ok(n) => {
+        Some(n) if (min..=max).contains(&n) => Ok(n),
+        Some(n) => {
             pr_warn!(
                 "{}: {}: {}={} is out of range [{}, {}]\n",
                 dev.name(),
@@ -35,7 +62,7 @@ pub(crate) fn parse_num_in<T: TryFrom<u64>>(
             );
             Err(ERANGE)
         }
-        Err(_) => {
+        None => {
             pr_warn!(
                 "{}: {}: {}: '{}' is not a number\n",
                 dev.name(),

@@ -92,7 +92,7 @@ fn send_one_at_a_time(
     for k in 0..n {
         let qi = (sent + k) % qps;
         let qp = &conns[qi as usize].1;
-        let id = qp.post_send(SendOp::Send, &sbuf, 0, size, true)?;
+        let id = qp.post_send(SendOp::Send, sbuf, 0, size, true)?;
         complete_wc(qp, id, "SEND", t, cancel, rep)?;
     }
     Ok(())
