@@ -400,6 +400,28 @@ fn source_gid(dev: &Device, cfg: &Config, port: u32) -> Result<u32> {
         })
 }
 
+/// A UD QP of mckey's qkey, ready to send, with a CQ of its own and two
+/// SGEs per request (a message may straddle two chunks of its buffer).
+fn ud_qp(
+    dev: &Device,
+    pd: &Pd,
+    port: u32,
+    max_send_wr: u32,
+    max_recv_wr: u32,
+) -> Result<Qp<Rts, Ud>> {
+    let caps = QpCaps {
+        max_send_wr,
+        max_recv_wr,
+        max_sge: 2,
+        ..Default::default()
+    };
+    let cq = Cq::new(dev, caps.cq_entries(), PollCtx::Softirq)?;
+    Qp::new_ud(pd, port, &cq, &cq, caps)?
+        .to_init_ud(0, QKEY)?
+        .to_rtr_ud()?
+        .to_rts_ud(0)
+}
+
 /// mckey's receivers: `cfg.qps` UD QPs attached to the group, each with a
 /// receive posted per message.
 fn create_receivers(
@@ -412,18 +434,8 @@ fn create_receivers(
 ) -> Result<KVec<Receiver>> {
     let mut receivers = KVec::new();
     for _ in 0..cfg.qps {
-        let caps = QpCaps {
-            max_send_wr: 1,
-            max_recv_wr: cfg.count + 1,
-            // A slot of the buffer may straddle two of its chunks.
-            max_sge: 2,
-            ..Default::default()
-        };
-        let cq = Cq::new(dev, caps.cq_entries(), PollCtx::Softirq)?;
-        let qp = Qp::new_ud(pd, port, &cq, &cq, caps)?
-            .to_init_ud(0, QKEY)?
-            .to_rtr_ud()?
-            .to_rts_ud(0)?;
+        // A slot of the buffer may straddle two of its chunks.
+        let qp = ud_qp(dev, pd, port, 1, cfg.count + 1)?;
         qp.attach_mcast(mgid)?;
         let slot = GRH_LEN + cfg.size;
         let buf = Arc::new(DmaBuf::new(dev, slot * cfg.count as usize)?, GFP_KERNEL)?;
@@ -461,18 +473,8 @@ fn send(
     rep: &mut Report,
 ) -> Result<Sender> {
     let t = cfg.timeout_ms;
-    let caps = QpCaps {
-        max_send_wr: cfg.count,
-        max_recv_wr: 1,
-        // A message of the buffer may straddle two of its chunks.
-        max_sge: 2,
-        ..Default::default()
-    };
-    let cq = Cq::new(dev, caps.cq_entries(), PollCtx::Softirq)?;
-    let qp = Qp::new_ud(pd, port, &cq, &cq, caps)?
-        .to_init_ud(0, QKEY)?
-        .to_rtr_ud()?
-        .to_rts_ud(0)?;
+    // A message of the buffer may straddle two of its chunks.
+    let qp = ud_qp(dev, pd, port, cfg.count, 1)?;
     let av = AddressVector::new(mgid, sgid_index as u8);
     let dest = UdDest {
         ah: Ah::new(pd, port, &av)?,
