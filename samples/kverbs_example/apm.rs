@@ -16,8 +16,12 @@
 //! rxe, which advertises the capability, cannot -- the run says so and
 //! ends with EOPNOTSUPP before it connects.
 
+use crate::conn::{cm_device_check, cm_listen, cm_on_device, complete_wc};
+use crate::control::Example;
 use crate::events::EventLog;
-use crate::rc::{complete_wc, need, options, parse_ipv4, parse_num_in, Example, Report, Stats};
+use crate::options::{need, options, parse_addr, parse_num_in};
+use crate::report::Report;
+use crate::stats::{add, Stats};
 use core::fmt::Write;
 use core::sync::atomic::{AtomicU32, Ordering};
 use kernel::{prelude::*, sync::Arc};
@@ -72,10 +76,7 @@ fn parse(dev: &Device, input: &[u8]) -> Result<Config> {
                 have_role = true;
             }
             "addr" => {
-                cfg.addr = Some(parse_ipv4(v).map(Ipv4).ok_or_else(|| {
-                    pr_warn!("{}: apm: addr '{}' is not an IPv4 address\n", dev.name(), v);
-                    EINVAL
-                })?);
+                cfg.addr = Some(parse_addr(dev, "apm", v)?);
             }
             "port" => cfg.port = num(1, 65535)? as u16,
             "count" => cfg.count = num(1, 1_000_000)? as u32,
@@ -176,11 +177,11 @@ impl ApmExample {
         stats: &Stats,
         rep: &mut Report,
     ) -> Result {
-        crate::rping::cm_device_check(dev, "apm", rep)?;
+        cm_device_check(dev, "apm", rep)?;
         let t = cfg.timeout_ms;
         let events = CmEvents::new()?;
         let (_listener, id) = if cfg.server {
-            let listener = crate::rping::cm_listen(dev, "apm", &events, cfg.addr, cfg.port, rep)?;
+            let listener = cm_listen(dev, "apm", &events, cfg.addr, cfg.port, rep)?;
             let id = listener.get_request(t, cancel)?;
             (Some(listener), id)
         } else {
@@ -188,7 +189,7 @@ impl ApmExample {
             id.resolve(cfg.addr.ok_or(EINVAL)?, cfg.port, t, cancel)?;
             (None, id)
         };
-        crate::rping::cm_on_device(dev, "apm", &id, rep)?;
+        cm_on_device(dev, "apm", &id, rep)?;
         let pd = Pd::new(dev)?;
         let cq = Cq::new(dev, 16, PollCtx::Softirq)?;
         let sink = Arc::new(
@@ -252,8 +253,8 @@ impl ApmExample {
                     qp.mig_state()?
                 );
             }
-            crate::rc::add(&stats.send_msgs, 1);
-            crate::rc::add(&stats.recv_msgs, 1);
+            add(&stats.send_msgs, 1);
+            add(&stats.recv_msgs, 1);
         }
         let _ = writeln!(
             rep,

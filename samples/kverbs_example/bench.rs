@@ -24,14 +24,15 @@
 //! parameters (they must agree) and RDMA_RC_example's connection data per
 //! QP over TCP; the client measures.
 
-#[path = "bench/bw.rs"]
 mod bw;
-#[path = "bench/conn.rs"]
 mod conn;
-#[path = "bench/lat.rs"]
 mod lat;
 
-use crate::rc::{parse_ipv4, Example, Report, Stats};
+use crate::conn::Role;
+use crate::control::Example;
+use crate::options::{need, no_value, options, parse_addr, parse_mtu, parse_num_in, parse_poll};
+use crate::report::Report;
+use crate::stats::Stats;
 use core::fmt::Write;
 use kernel::prelude::*;
 use kverbs::{
@@ -131,16 +132,8 @@ pub(crate) struct Config {
     port: u16,
 }
 
-/// Where the two sides run.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) enum Role {
-    Loopback,
-    Server,
-    Client,
-}
-
 fn parse_num(dev: &Device, key: &str, v: &str, min: u64, max: u64) -> Result<u32> {
-    crate::rc::parse_num_in("bench", dev, key, v, min, max)
+    parse_num_in("bench", dev, key, v, min, max)
 }
 
 fn parse<'a>(dev: &Device, input: &'a [u8]) -> Result<Config> {
@@ -163,8 +156,8 @@ fn parse<'a>(dev: &Device, input: &'a [u8]) -> Result<Config> {
         port: PORT,
     };
     let (mut iters, mut tx_depth, mut cq_mod, mut inline) = (None, None, None, None);
-    for (key, val) in crate::rc::options(dev, "bench", input)? {
-        let need = |v: Option<&'a str>| crate::rc::need(dev, "bench", key, v);
+    for (key, val) in options(dev, "bench", input)? {
+        let need = |v: Option<&'a str>| need(dev, "bench", key, v);
         match key {
             "test" => {
                 let v = need(val)?;
@@ -197,26 +190,10 @@ fn parse<'a>(dev: &Device, input: &'a [u8]) -> Result<Config> {
             "timeout_ms" => cfg.timeout_ms = parse_num(dev, key, need(val)?, 1, 600_000)?,
             "qp_timeout" => cfg.qp_timeout = parse_num(dev, key, need(val)?, 1, 31)? as u8,
             "mtu" => {
-                let bytes = parse_num(dev, key, need(val)?, 256, 4096)?;
-                cfg.mtu = Some(Mtu::from_bytes(bytes).ok_or_else(|| {
-                    pr_warn!(
-                        "{}: bench: mtu {} is not 256, 512, 1024, 2048 or 4096\n",
-                        dev.name(),
-                        bytes
-                    );
-                    EINVAL
-                })?);
+                cfg.mtu = Some(parse_mtu(dev, "bench", key, need(val)?)?);
             }
             "poll" => {
-                let v = need(val)?;
-                cfg.poll = PollCtx::from_name(v).ok_or_else(|| {
-                    pr_warn!(
-                        "{}: bench: poll '{}' is not direct, softirq or workqueue\n",
-                        dev.name(),
-                        v
-                    );
-                    EINVAL
-                })?;
+                cfg.poll = parse_poll(dev, "bench", need(val)?)?;
             }
             "role" => {
                 cfg.role = match need(val)? {
@@ -231,21 +208,11 @@ fn parse<'a>(dev: &Device, input: &'a [u8]) -> Result<Config> {
             }
             "addr" => {
                 let v = need(val)?;
-                cfg.addr = Some(parse_ipv4(v).map(Ipv4).ok_or_else(|| {
-                    pr_warn!(
-                        "{}: bench: addr '{}' is not an IPv4 address\n",
-                        dev.name(),
-                        v
-                    );
-                    EINVAL
-                })?);
+                cfg.addr = Some(parse_addr(dev, "bench", v)?);
             }
             "port" => cfg.port = parse_num(dev, key, need(val)?, 1, 65535)? as u16,
             "bidir" => {
-                if val.is_some() {
-                    pr_warn!("{}: bench: 'bidir' takes no value\n", dev.name());
-                    return Err(EINVAL);
-                }
+                no_value(dev, "bench", key, val)?;
                 cfg.bidir = true;
             }
             _ => {
@@ -254,6 +221,37 @@ fn parse<'a>(dev: &Device, input: &'a [u8]) -> Result<Config> {
             }
         }
     }
+    let unset = Unset {
+        test,
+        iters,
+        tx_depth,
+        cq_mod,
+        inline,
+    };
+    let cfg = defaults(dev, cfg, unset)?;
+    check(dev, &cfg)?;
+    Ok(cfg)
+}
+
+/// The options whose default depends on the test (and `test=`, which
+/// has none).
+struct Unset {
+    test: Option<Test>,
+    iters: Option<u32>,
+    tx_depth: Option<u32>,
+    cq_mod: Option<u32>,
+    inline: Option<u32>,
+}
+
+/// The test's defaults for the options not given.
+fn defaults(dev: &Device, mut cfg: Config, unset: Unset) -> Result<Config> {
+    let Unset {
+        test,
+        iters,
+        tx_depth,
+        cq_mod,
+        inline,
+    } = unset;
     cfg.test = test.ok_or_else(|| {
         pr_warn!(
             "{}: bench: test= is missing (write_bw, read_bw, send_bw, write_lat, read_lat, send_lat or atomic_lat)\n",
@@ -285,6 +283,13 @@ fn parse<'a>(dev: &Device, input: &'a [u8]) -> Result<Config> {
         Test::SendLat => 236,
         _ => 0,
     });
+    Ok(cfg)
+}
+
+/// What a run cannot do: more than one QP or request in a latency test,
+/// a client without a server, more memory or samples than allowed.
+fn check(dev: &Device, cfg: &Config) -> Result {
+    let bw = cfg.test.is_bw();
     if !bw && (cfg.qps > 1 || cfg.bidir || cfg.tx_depth > 1) {
         pr_warn!(
             "{}: bench: {} runs one QP pair, one request at a time (no qps, bidir or tx_depth)\n",
@@ -319,7 +324,7 @@ fn parse<'a>(dev: &Device, input: &'a [u8]) -> Result<Config> {
         );
         return Err(ERANGE);
     }
-    Ok(cfg)
+    Ok(())
 }
 
 /// The `bench` file.
@@ -485,7 +490,7 @@ fn run_two_hosts(dev: &Device, cfg: &Config, cancel: &Cancel, rep: &mut Report) 
     }
     // Each size starts when both sides are ready (their receives posted)
     // and ends when both are done.
-    let mut ready = |rep: &mut Report| crate::rc::sync(&sock, b'S', t, cancel, rep);
+    let mut ready = |rep: &mut Report| crate::conn::sync(&sock, b'S', t, cancel, rep);
     for size in sizes(cfg) {
         if cfg.test.is_bw() {
             if !sends && !recvs {
@@ -509,7 +514,7 @@ fn run_two_hosts(dev: &Device, cfg: &Config, cancel: &Cancel, rep: &mut Report) 
                 &mut ready,
             )?;
         }
-        crate::rc::sync(&sock, b'E', t, cancel, rep)?;
+        crate::conn::sync(&sock, b'E', t, cancel, rep)?;
     }
     let _ = writeln!(rep, "{}", LINE);
     Ok(())

@@ -9,7 +9,10 @@
 //! does) and checks that every receiver got every message, payload and
 //! immediate data. `role=receiver` only receives, `role=sender` only sends.
 
-use crate::rc::{Example, Report, Stats};
+use crate::control::Example;
+use crate::options::{need, options, parse_dec_in};
+use crate::report::Report;
+use crate::stats::{add, Stats};
 use core::fmt::Write;
 use kernel::{new_mutex, prelude::*, sync::Arc, sync::Mutex};
 use kverbs::{
@@ -35,8 +38,9 @@ const MAX_COUNT: u32 = 1000;
 /// received a message, in milliseconds.
 const DETACH_QUIET_MS: u32 = 250;
 
+/// What a write of `mcast` does (its `role=`, or `attach` / `detach`).
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Role {
+enum Mode {
     Both,
     Sender,
     Receiver,
@@ -47,7 +51,7 @@ enum Role {
 }
 
 pub(crate) struct Config {
-    role: Role,
+    role: Mode,
     group: Group,
     count: u32,
     size: usize,
@@ -61,7 +65,7 @@ fn parse(dev: &Device, input: &[u8]) -> Result<Config> {
         EINVAL
     })?;
     let mut cfg = Config {
-        role: Role::Both,
+        role: Mode::Both,
         group: Group::V4(Ipv4([0; 4])),
         count: 10,
         size: 100,
@@ -75,9 +79,9 @@ fn parse(dev: &Device, input: &[u8]) -> Result<Config> {
         (words.next(), words.next(), words.next())
     {
         cfg.role = if cmd == "attach" {
-            Role::Attach
+            Mode::Attach
         } else {
-            Role::Detach
+            Mode::Detach
         };
         cfg.group = Group::parse(group).ok_or_else(|| {
             pr_warn!(
@@ -89,45 +93,15 @@ fn parse(dev: &Device, input: &[u8]) -> Result<Config> {
         })?;
         return Ok(cfg);
     }
-    for opt in text.split(|c: char| c == ',' || c.is_ascii_whitespace()) {
-        if opt.is_empty() {
-            continue;
-        }
-        let Some((key, val)) = opt.split_once('=') else {
-            pr_warn!("{}: mcast: '{}' needs a value\n", dev.name(), opt);
-            return Err(EINVAL);
-        };
-        let num = |min: u64, max: u64| -> Result<u64> {
-            match val.parse::<u64>() {
-                Ok(n) if (min..=max).contains(&n) => Ok(n),
-                Ok(n) => {
-                    pr_warn!(
-                        "{}: mcast: {}={} is out of range [{}, {}]\n",
-                        dev.name(),
-                        key,
-                        n,
-                        min,
-                        max
-                    );
-                    Err(ERANGE)
-                }
-                Err(_) => {
-                    pr_warn!(
-                        "{}: mcast: {}: '{}' is not a number\n",
-                        dev.name(),
-                        key,
-                        val
-                    );
-                    Err(EINVAL)
-                }
-            }
-        };
+    for (key, val) in options(dev, "mcast", input)? {
+        let val = need(dev, "mcast", key, val)?;
+        let num = |min: u64, max: u64| parse_dec_in("mcast", dev, key, val, min, max);
         match key {
             "role" => {
                 cfg.role = match val {
-                    "both" => Role::Both,
-                    "sender" => Role::Sender,
-                    "receiver" => Role::Receiver,
+                    "both" => Mode::Both,
+                    "sender" => Mode::Sender,
+                    "receiver" => Mode::Receiver,
                     _ => {
                         pr_warn!("{}: mcast: unknown role '{}'\n", dev.name(), val);
                         return Err(EINVAL);
@@ -280,8 +254,8 @@ impl Example for Mcast {
         rep: &mut Report,
     ) -> Result {
         match cfg.role {
-            Role::Attach => self.attach(dev, cfg.group, rep),
-            Role::Detach => self.detach(dev, cfg.group, rep),
+            Mode::Attach => self.attach(dev, cfg.group, rep),
+            Mode::Detach => self.detach(dev, cfg.group, rep),
             _ => run(dev, cfg, cancel, stats, rep),
         }
     }
@@ -312,49 +286,12 @@ struct Receiver {
 
 fn run(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut Report) -> Result {
     let port = *dev.ports().start();
-    let mtu = dev.query_port(port)?.active_mtu().bytes() as usize;
-    if cfg.size > mtu {
-        pr_warn!(
-            "{}: mcast: size {} is above the active MTU {}\n",
-            dev.name(),
-            cfg.size,
-            mtu
-        );
-        let _ = writeln!(rep, "size {} is above the active MTU {}", cfg.size, mtu);
-        return Err(errno::emsgsize());
-    }
-    let max_attach = dev.attrs().max_mcast_qp_attach();
-    if cfg.role != Role::Sender && cfg.qps as i32 > max_attach {
-        pr_warn!(
-            "{}: mcast: qps={} is above max_mcast_qp_attach {}\n",
-            dev.name(),
-            cfg.qps,
-            max_attach
-        );
-        return Err(ERANGE);
-    }
-    // The source GID: the port's first RoCE v2 GID of the group's family.
-    let v4 = matches!(cfg.group, Group::V4(_));
-    let len = dev.query_port(port)?.gid_tbl_len();
-    let sgid_index = (0..len)
-        .find(|&i| {
-            dev.gid_attr(port, i)
-                .map(|g| g.gid_type() == GidType::RoceV2 && g.gid().is_v4_mapped() == v4)
-                .unwrap_or(false)
-        })
-        .ok_or_else(|| {
-            pr_warn!(
-                "{}: mcast: port {} has no RoCE v2 {} GID\n",
-                dev.name(),
-                port,
-                if v4 { "IPv4" } else { "IPv6" }
-            );
-            ENODEV
-        })?;
+    check_limits(dev, cfg, port, rep)?;
+    let sgid_index = source_gid(dev, cfg, port)?;
     let sgid = dev.gid_attr(port, sgid_index)?.gid();
     let ifindex = dev.netdev_ifindex(port).ok_or(ENODEV)?;
     let mgid: Gid = cfg.group.mgid();
-    if cfg.role != Role::Receiver {
+    if cfg.role != Mode::Receiver {
         // The send's route, looked up now as the device will: rxe over lo
         // has none for an IPv6 group (the kernel gives the loopback device
         // no ff00::/8 route).
@@ -370,7 +307,6 @@ fn run(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut Rep
             let _ = writeln!(rep, "no route from {} to {}", sgid.ipv6(), cfg.group);
         })?;
     }
-    let t = cfg.timeout_ms;
 
     let pd = Pd::new(dev)?;
     // The IP-level join, so that the IP stack hands the group's packets to
@@ -385,158 +321,21 @@ fn run(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut Rep
     })?;
 
     let mut receivers = KVec::new();
-    if cfg.role != Role::Sender {
-        for _ in 0..cfg.qps {
-            let caps = QpCaps {
-                max_send_wr: 1,
-                max_recv_wr: cfg.count + 1,
-                // A slot of the buffer may straddle two of its chunks.
-                max_sge: 2,
-                ..Default::default()
-            };
-            let cq = Cq::new(dev, caps.cq_entries(), PollCtx::Softirq)?;
-            let qp = Qp::new_ud(&pd, port, &cq, &cq, caps)?
-                .to_init_ud(0, QKEY)?
-                .to_rtr_ud()?
-                .to_rts_ud(0)?;
-            qp.attach_mcast(mgid)?;
-            let slot = GRH_LEN + cfg.size;
-            let buf = Arc::new(DmaBuf::new(dev, slot * cfg.count as usize)?, GFP_KERNEL)?;
-            let mut recvs = KVec::with_capacity(cfg.count as usize, GFP_KERNEL)?;
-            for i in 0..cfg.count as usize {
-                recvs.push(qp.post_recv(&buf, i * slot, slot)?, GFP_KERNEL)?;
-            }
-            let _ = writeln!(
-                rep,
-                "joined dgid: {} qpn {:#x} qkey {:#x}",
-                mgid.ipv6(),
-                qp.qp_num(),
-                QKEY
-            );
-            receivers.push(Receiver { qp, buf, recvs }, GFP_KERNEL)?;
-        }
+    if cfg.role != Mode::Sender {
+        receivers = create_receivers(dev, &pd, port, cfg, mgid, rep)?;
     }
 
     let mut sender_qpn = None;
     let mut sender = None;
-    if cfg.role != Role::Receiver {
-        let caps = QpCaps {
-            max_send_wr: cfg.count,
-            max_recv_wr: 1,
-            // A message of the buffer may straddle two of its chunks.
-            max_sge: 2,
-            ..Default::default()
-        };
-        let cq = Cq::new(dev, caps.cq_entries(), PollCtx::Softirq)?;
-        let qp = Qp::new_ud(&pd, port, &cq, &cq, caps)?
-            .to_init_ud(0, QKEY)?
-            .to_rtr_ud()?
-            .to_rts_ud(0)?;
-        let av = AddressVector::new(mgid, sgid_index as u8);
-        let dest = UdDest {
-            ah: Ah::new(&pd, port, &av)?,
-            qpn: MCAST_QPN,
-            qkey: QKEY,
-        };
-        let buf = Arc::new(DmaBuf::new(dev, cfg.size * cfg.count as usize)?, GFP_KERNEL)?;
-        let _ = writeln!(
-            rep,
-            "sender qpn {:#x} to {} ({})",
-            qp.qp_num(),
-            cfg.group,
-            mgid.ipv6()
-        );
-        for i in 0..cfg.count {
-            let mut data = KVec::from_elem(0u8, cfg.size, GFP_KERNEL)?;
-            for (off, b) in data.iter_mut().enumerate() {
-                *b = payload(i, off);
-            }
-            let off = i as usize * cfg.size;
-            buf.write(off, &data)?;
-            let id = qp.post_send_ud(Some(qp.qp_num()), &buf, off, cfg.size, &dest, true)?;
-            let wc = qp.wait(id, t, cancel)?;
-            if wc.result().is_err() {
-                let _ = writeln!(rep, "send {}: {}", i, wc.status);
-                return Err(EIO);
-            }
-            stats_add(stats, cfg.size);
-        }
-        sender_qpn = Some(qp.qp_num());
+    if cfg.role != Mode::Receiver {
+        let s = send(dev, &pd, port, cfg, mgid, sgid_index, cancel, stats, rep)?;
+        sender_qpn = Some(s.0.qp_num());
         let _ = writeln!(rep, "sent {} messages of {} bytes", cfg.count, cfg.size);
-        sender = Some((qp, dest, buf));
+        sender = Some(s);
     }
 
     for (n, r) in receivers.iter_mut().enumerate() {
-        let slot = GRH_LEN + cfg.size;
-        let mut first_ipv4 = None;
-        let recvs = core::mem::replace(&mut r.recvs, KVec::new());
-        for (i, id) in recvs.into_iter().enumerate() {
-            let wc = r.qp.wait(id, t, cancel).inspect_err(|e| {
-                let _ = writeln!(
-                    rep,
-                    "qp {}: message {} not received: error {}",
-                    n,
-                    i,
-                    e.to_errno()
-                );
-            })?;
-            if i == 0 {
-                first_ipv4 = wc.ipv4;
-            }
-            if wc.result().is_err() || wc.byte_len as usize != slot || !wc.grh {
-                let _ = writeln!(
-                    rep,
-                    "qp {}: message {}: {} ({} bytes)",
-                    n, i, wc.status, wc.byte_len
-                );
-                return Err(EIO);
-            }
-            if let Some(qpn) = sender_qpn {
-                if wc.imm != Some(qpn) {
-                    let _ = writeln!(
-                        rep,
-                        "qp {}: message {}: immediate {:?}, sender {:#x}",
-                        n, i, wc.imm, qpn
-                    );
-                    return Err(EIO);
-                }
-                let mut data = KVec::from_elem(0u8, cfg.size, GFP_KERNEL)?;
-                r.buf.read(i * slot + GRH_LEN, &mut data)?;
-                if data
-                    .iter()
-                    .enumerate()
-                    .any(|(off, &b)| b != payload(i as u32, off))
-                {
-                    let _ = writeln!(rep, "qp {}: message {}: payload differs", n, i);
-                    return Err(EIO);
-                }
-            }
-        }
-        // Where the first message came from, as its GRH says.
-        let mut raw = [0u8; GRH_LEN];
-        r.buf.read(0, &mut raw)?;
-        let grh = Grh::parse(&raw, first_ipv4.unwrap_or(true));
-        let _ = writeln!(
-            rep,
-            "qp {:#x}: received {} messages from {} (flow label {:#x}, hop limit {})",
-            r.qp.qp_num(),
-            cfg.count,
-            grh.sgid.ipv6(),
-            grh.flow_label,
-            grh.hop_limit
-        );
-        if grh.dgid != mgid || (sender_qpn.is_some() && grh.sgid != sgid) {
-            let _ = writeln!(
-                rep,
-                "qp {}: GRH {} -> {}, expected {} -> {}",
-                n,
-                grh.sgid.ipv6(),
-                grh.dgid.ipv6(),
-                sgid.ipv6(),
-                mgid.ipv6()
-            );
-            return Err(EIO);
-        }
+        receive(r, n, cfg, sender_qpn, (mgid, sgid), cancel, rep)?;
     }
     if !receivers.is_empty() && sender_qpn.is_some() {
         let _ = writeln!(
@@ -546,46 +345,305 @@ fn run(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut Rep
     }
 
     // After a detach the QP gets nothing more, the others still do.
-    if let (Some((qp, dest, buf)), true) = (&sender, receivers.len() >= 2) {
-        let slot = GRH_LEN + cfg.size;
-        receivers[0].qp.detach_mcast(mgid)?;
-        let mut ids = KVec::new();
-        for r in receivers.iter() {
-            ids.push(r.qp.post_recv(&r.buf, 0, slot)?, GFP_KERNEL)?;
-        }
-        let id = qp.post_send_ud(Some(qp.qp_num()), buf, 0, cfg.size, dest, true)?;
-        qp.wait(id, t, cancel)?.result()?;
-        let mut ids = ids.into_iter();
-        let first = ids.next().ok_or(EINVAL)?;
-        for (r, id) in receivers.iter().skip(1).zip(ids) {
-            r.qp.wait(id, t, cancel)?.result()?;
-        }
-        // rxe hands a group's packet to every attached QP in one pass
-        // (rxe_rcv_mcast()): once the others have theirs, a copy for the
-        // detached QP would be due within milliseconds, not 250.
-        match receivers[0].qp.wait(first, DETACH_QUIET_MS, cancel) {
-            Err(e) if e.to_errno() == errno::etimedout().to_errno() => {}
-            Ok(_) => {
-                let _ = writeln!(
-                    rep,
-                    "detach: qp {:#x} still received",
-                    receivers[0].qp.qp_num()
-                );
-                return Err(EIO);
-            }
-            Err(e) => return Err(e),
-        }
-        let _ = writeln!(
-            rep,
-            "detach: ok: qp {:#x} received nothing more, the other QPs did",
-            receivers[0].qp.qp_num()
-        );
+    if let (Some(sender), true) = (&sender, receivers.len() >= 2) {
+        check_detach(sender, &receivers, cfg, mgid, cancel, rep)?;
     }
     let _ = writeln!(rep, "data transfers complete");
     Ok(())
 }
 
+/// The message size against the port's MTU, the receivers against the
+/// device's limit of QPs attached to a group.
+fn check_limits(dev: &Device, cfg: &Config, port: u32, rep: &mut Report) -> Result {
+    let mtu = dev.query_port(port)?.active_mtu().bytes() as usize;
+    if cfg.size > mtu {
+        pr_warn!(
+            "{}: mcast: size {} is above the active MTU {}\n",
+            dev.name(),
+            cfg.size,
+            mtu
+        );
+        let _ = writeln!(rep, "size {} is above the active MTU {}", cfg.size, mtu);
+        return Err(errno::emsgsize());
+    }
+    let max_attach = dev.attrs().max_mcast_qp_attach();
+    if cfg.role != Mode::Sender && cfg.qps as i32 > max_attach {
+        pr_warn!(
+            "{}: mcast: qps={} is above max_mcast_qp_attach {}\n",
+            dev.name(),
+            cfg.qps,
+            max_attach
+        );
+        return Err(ERANGE);
+    }
+    Ok(())
+}
+
+/// The source GID: the port's first RoCE v2 GID of the group's family.
+fn source_gid(dev: &Device, cfg: &Config, port: u32) -> Result<u32> {
+    let v4 = matches!(cfg.group, Group::V4(_));
+    let len = dev.query_port(port)?.gid_tbl_len();
+    (0..len)
+        .find(|&i| {
+            dev.gid_attr(port, i)
+                .map(|g| g.gid_type() == GidType::RoceV2 && g.gid().is_v4_mapped() == v4)
+                .unwrap_or(false)
+        })
+        .ok_or_else(|| {
+            pr_warn!(
+                "{}: mcast: port {} has no RoCE v2 {} GID\n",
+                dev.name(),
+                port,
+                if v4 { "IPv4" } else { "IPv6" }
+            );
+            ENODEV
+        })
+}
+
+/// A UD QP of mckey's qkey, ready to send, with a CQ of its own and two
+/// SGEs per request (a message may straddle two chunks of its buffer).
+fn ud_qp(
+    dev: &Device,
+    pd: &Pd,
+    port: u32,
+    max_send_wr: u32,
+    max_recv_wr: u32,
+) -> Result<Qp<Rts, Ud>> {
+    let caps = QpCaps {
+        max_send_wr,
+        max_recv_wr,
+        max_sge: 2,
+        ..Default::default()
+    };
+    let cq = Cq::new(dev, caps.cq_entries(), PollCtx::Softirq)?;
+    Qp::new_ud(pd, port, &cq, &cq, caps)?
+        .to_init_ud(0, QKEY)?
+        .to_rtr_ud()?
+        .to_rts_ud(0)
+}
+
+/// mckey's receivers: `cfg.qps` UD QPs attached to the group, each with a
+/// receive posted per message.
+fn create_receivers(
+    dev: &Device,
+    pd: &Pd,
+    port: u32,
+    cfg: &Config,
+    mgid: Gid,
+    rep: &mut Report,
+) -> Result<KVec<Receiver>> {
+    let mut receivers = KVec::new();
+    for _ in 0..cfg.qps {
+        // A slot of the buffer may straddle two of its chunks.
+        let qp = ud_qp(dev, pd, port, 1, cfg.count + 1)?;
+        qp.attach_mcast(mgid)?;
+        let slot = GRH_LEN + cfg.size;
+        let buf = Arc::new(DmaBuf::new(dev, slot * cfg.count as usize)?, GFP_KERNEL)?;
+        let mut recvs = KVec::with_capacity(cfg.count as usize, GFP_KERNEL)?;
+        for i in 0..cfg.count as usize {
+            recvs.push(qp.post_recv(&buf, i * slot, slot)?, GFP_KERNEL)?;
+        }
+        let _ = writeln!(
+            rep,
+            "joined dgid: {} qpn {:#x} qkey {:#x}",
+            mgid.ipv6(),
+            qp.qp_num(),
+            QKEY
+        );
+        receivers.push(Receiver { qp, buf, recvs }, GFP_KERNEL)?;
+    }
+    Ok(receivers)
+}
+
+/// The sender: a UD QP, its address handle for the group, its buffer.
+type Sender = (Qp<Rts, Ud>, UdDest, Arc<DmaBuf>);
+
+/// mckey's sender: sends `cfg.count` messages to the group, each waited
+/// for.
+#[allow(clippy::too_many_arguments)]
+fn send(
+    dev: &Device,
+    pd: &Pd,
+    port: u32,
+    cfg: &Config,
+    mgid: Gid,
+    sgid_index: u32,
+    cancel: &Cancel,
+    stats: &Stats,
+    rep: &mut Report,
+) -> Result<Sender> {
+    let t = cfg.timeout_ms;
+    // A message of the buffer may straddle two of its chunks.
+    let qp = ud_qp(dev, pd, port, cfg.count, 1)?;
+    let av = AddressVector::new(mgid, sgid_index as u8);
+    let dest = UdDest {
+        ah: Ah::new(pd, port, &av)?,
+        qpn: MCAST_QPN,
+        qkey: QKEY,
+    };
+    let buf = Arc::new(DmaBuf::new(dev, cfg.size * cfg.count as usize)?, GFP_KERNEL)?;
+    let _ = writeln!(
+        rep,
+        "sender qpn {:#x} to {} ({})",
+        qp.qp_num(),
+        cfg.group,
+        mgid.ipv6()
+    );
+    for i in 0..cfg.count {
+        let mut data = KVec::from_elem(0u8, cfg.size, GFP_KERNEL)?;
+        for (off, b) in data.iter_mut().enumerate() {
+            *b = payload(i, off);
+        }
+        let off = i as usize * cfg.size;
+        buf.write(off, &data)?;
+        let id = qp.post_send_ud(Some(qp.qp_num()), &buf, off, cfg.size, &dest, true)?;
+        let wc = qp.wait(id, t, cancel)?;
+        if wc.result().is_err() {
+            let _ = writeln!(rep, "send {}: {}", i, wc.status);
+            return Err(EIO);
+        }
+        stats_add(stats, cfg.size);
+    }
+    Ok((qp, dest, buf))
+}
+
+/// Receiver `n`'s messages: each received, from the sender if this run
+/// sent (`sender_qpn`), with the payload sent; then where the first came
+/// from, as its GRH says, checked against the group `gids.0` and the
+/// source `gids.1`.
+fn receive(
+    r: &mut Receiver,
+    n: usize,
+    cfg: &Config,
+    sender_qpn: Option<u32>,
+    gids: (Gid, Gid),
+    cancel: &Cancel,
+    rep: &mut Report,
+) -> Result {
+    let (mgid, sgid) = gids;
+    let t = cfg.timeout_ms;
+    let slot = GRH_LEN + cfg.size;
+    let mut first_ipv4 = None;
+    let recvs = core::mem::replace(&mut r.recvs, KVec::new());
+    for (i, id) in recvs.into_iter().enumerate() {
+        let wc = r.qp.wait(id, t, cancel).inspect_err(|e| {
+            let _ = writeln!(
+                rep,
+                "qp {}: message {} not received: error {}",
+                n,
+                i,
+                e.to_errno()
+            );
+        })?;
+        if i == 0 {
+            first_ipv4 = wc.ipv4;
+        }
+        if wc.result().is_err() || wc.byte_len as usize != slot || !wc.grh {
+            let _ = writeln!(
+                rep,
+                "qp {}: message {}: {} ({} bytes)",
+                n, i, wc.status, wc.byte_len
+            );
+            return Err(EIO);
+        }
+        if let Some(qpn) = sender_qpn {
+            if wc.imm != Some(qpn) {
+                let _ = writeln!(
+                    rep,
+                    "qp {}: message {}: immediate {:?}, sender {:#x}",
+                    n, i, wc.imm, qpn
+                );
+                return Err(EIO);
+            }
+            let mut data = KVec::from_elem(0u8, cfg.size, GFP_KERNEL)?;
+            r.buf.read(i * slot + GRH_LEN, &mut data)?;
+            if data
+                .iter()
+                .enumerate()
+                .any(|(off, &b)| b != payload(i as u32, off))
+            {
+                let _ = writeln!(rep, "qp {}: message {}: payload differs", n, i);
+                return Err(EIO);
+            }
+        }
+    }
+    // Where the first message came from, as its GRH says.
+    let mut raw = [0u8; GRH_LEN];
+    r.buf.read(0, &mut raw)?;
+    let grh = Grh::parse(&raw, first_ipv4.unwrap_or(true));
+    let _ = writeln!(
+        rep,
+        "qp {:#x}: received {} messages from {} (flow label {:#x}, hop limit {})",
+        r.qp.qp_num(),
+        cfg.count,
+        grh.sgid.ipv6(),
+        grh.flow_label,
+        grh.hop_limit
+    );
+    if grh.dgid != mgid || (sender_qpn.is_some() && grh.sgid != sgid) {
+        let _ = writeln!(
+            rep,
+            "qp {}: GRH {} -> {}, expected {} -> {}",
+            n,
+            grh.sgid.ipv6(),
+            grh.dgid.ipv6(),
+            sgid.ipv6(),
+            mgid.ipv6()
+        );
+        return Err(EIO);
+    }
+    Ok(())
+}
+
+/// After the first receiver detaches, one more message: the others get
+/// it, the first does not.
+fn check_detach(
+    sender: &Sender,
+    receivers: &[Receiver],
+    cfg: &Config,
+    mgid: Gid,
+    cancel: &Cancel,
+    rep: &mut Report,
+) -> Result {
+    let (qp, dest, buf) = sender;
+    let t = cfg.timeout_ms;
+    let slot = GRH_LEN + cfg.size;
+    receivers[0].qp.detach_mcast(mgid)?;
+    let mut ids = KVec::new();
+    for r in receivers.iter() {
+        ids.push(r.qp.post_recv(&r.buf, 0, slot)?, GFP_KERNEL)?;
+    }
+    let id = qp.post_send_ud(Some(qp.qp_num()), buf, 0, cfg.size, dest, true)?;
+    qp.wait(id, t, cancel)?.result()?;
+    let mut ids = ids.into_iter();
+    let first = ids.next().ok_or(EINVAL)?;
+    for (r, id) in receivers.iter().skip(1).zip(ids) {
+        r.qp.wait(id, t, cancel)?.result()?;
+    }
+    // rxe hands a group's packet to every attached QP in one pass
+    // (rxe_rcv_mcast()): once the others have theirs, a copy for the
+    // detached QP would be due within milliseconds, not 250.
+    match receivers[0].qp.wait(first, DETACH_QUIET_MS, cancel) {
+        Err(e) if e.to_errno() == errno::etimedout().to_errno() => {}
+        Ok(_) => {
+            let _ = writeln!(
+                rep,
+                "detach: qp {:#x} still received",
+                receivers[0].qp.qp_num()
+            );
+            return Err(EIO);
+        }
+        Err(e) => return Err(e),
+    }
+    let _ = writeln!(
+        rep,
+        "detach: ok: qp {:#x} received nothing more, the other QPs did",
+        receivers[0].qp.qp_num()
+    );
+    Ok(())
+}
+
 fn stats_add(stats: &Stats, size: usize) {
-    crate::rc::add(&stats.send_msgs, 1);
-    crate::rc::add(&stats.send_bytes, size as u64);
+    add(&stats.send_msgs, 1);
+    add(&stats.send_bytes, size as u64);
 }

@@ -11,21 +11,36 @@
 //! client checks that the sink now equals the start buffer. The server
 //! serves until the client disconnects.
 
-use crate::rc::{add, Config, Report, Role, Stats};
+use crate::conn::{cm_device_check, cm_listen, cm_on_device};
+use crate::report::Report;
+use crate::stats::{add, Stats};
 use core::fmt::Write;
 use kernel::{prelude::*, sync::Arc};
 use kverbs::{
     cm::{CmEvents, CmId},
-    cq::Cq,
+    cq::{Cq, PollCtx},
     device::Device,
     dma::DmaBuf,
     errno,
     mr::Mr,
     pd::Pd,
-    qp::{Access, Cancel, Qp, QpCaps, RemoteBuf, Rts, SendOp, Waited, WrId},
+    qp::{Access, Cancel, Init, Qp, QpCaps, RemoteBuf, Rts, SendOp, Waited, WrId},
     tcp::Ipv4,
     wc::WcStatus,
 };
+
+/// What a run does: the `rc` file's options for role=cm_server or
+/// role=cm_client.
+pub(crate) struct Config {
+    pub(crate) server: bool,
+    pub(crate) addr: Option<Ipv4>,
+    pub(crate) port: u16,
+    pub(crate) size: usize,
+    pub(crate) iters: u32,
+    pub(crate) poll: PollCtx,
+    pub(crate) validate: bool,
+    pub(crate) timeout_ms: u32,
+}
 
 /// `struct rping_rdma_info`.
 const INFO_LEN: usize = 16;
@@ -179,7 +194,7 @@ pub(crate) fn run(
     rep: &mut Report,
 ) -> Result {
     cm_device_check(dev, "rc", rep)?;
-    let server = cfg.role == Role::CmServer;
+    let server = cfg.server;
     let t = cfg.timeout_ms;
     let size = cfg.size;
     let events = CmEvents::new()?;
@@ -187,39 +202,9 @@ pub(crate) fn run(
     // The connection: a listener and the ID of its request, or a resolved
     // ID. The listener lives until the end of the run.
     let (_listener, id) = if server {
-        let listener = cm_listen(dev, "rc", &events, cfg.addr, cfg.port, rep)?;
-        let id = listener.get_request(t, cancel).inspect_err(|e| {
-            let _ = writeln!(
-                rep,
-                "rdma_cm: no connection request: error {}",
-                e.to_errno()
-            );
-            pr_warn!(
-                "{}: rc: no rdma_cm connection request on port {}: error {}\n",
-                dev.name(),
-                cfg.port,
-                e.to_errno()
-            );
-        })?;
-        (Some(listener), id)
+        bind_server(dev, cfg, &events, cancel, rep)?
     } else {
-        let addr = cfg.addr.ok_or(EINVAL)?;
-        let id = CmId::new(&events)?;
-        id.resolve(addr, cfg.port, t, cancel).inspect_err(|e| {
-            let _ = writeln!(
-                rep,
-                "rdma_cm: cannot resolve {}: error {}",
-                addr,
-                e.to_errno()
-            );
-            pr_warn!(
-                "{}: rc: rdma_cm cannot resolve {}: error {}\n",
-                dev.name(),
-                addr,
-                e.to_errno()
-            );
-        })?;
-        (None, id)
+        (None, bind_client(dev, cfg, &events, cancel, rep)?)
     };
     cm_on_device(dev, "rc", &id, rep)?;
 
@@ -240,7 +225,7 @@ pub(crate) fn run(
     let recv_buf = Arc::new(DmaBuf::new(dev, INFO_LEN)?, GFP_KERNEL)?;
     let send_buf = Arc::new(DmaBuf::new(dev, INFO_LEN)?, GFP_KERNEL)?;
     let rdma_buf = Arc::new(DmaBuf::new(dev, size)?, GFP_KERNEL)?;
-    let mut recv = qp.post_recv(&recv_buf, 0, INFO_LEN)?;
+    let recv = qp.post_recv(&recv_buf, 0, INFO_LEN)?;
     let _ = writeln!(
         rep,
         "resources_create: ok: qp {:#x}, buffers of {} bytes",
@@ -248,25 +233,112 @@ pub(crate) fn run(
         size
     );
 
+    let ping = Ping {
+        id: &id,
+        recv_buf: &recv_buf,
+        send_buf: &send_buf,
+        rdma_buf: &rdma_buf,
+        cfg,
+        cancel,
+        stats,
+    };
     if server {
         let qp = id.accept(qp, t, cancel)?;
         let _ = writeln!(rep, "rdma_cm: connection established (accepted)");
+        return ping.test_server(&qp, recv, rep);
+    }
+    ping.test_client(dev, &pd, qp, recv, rep)
+}
+
+/// rping_bind_server: a listener, and the ID of the request it gets.
+fn bind_server(
+    dev: &Device,
+    cfg: &Config,
+    events: &CmEvents,
+    cancel: &Cancel,
+    rep: &mut Report,
+) -> Result<(Option<CmId>, CmId)> {
+    let t = cfg.timeout_ms;
+    let listener = cm_listen(dev, "rc", events, cfg.addr, cfg.port, rep)?;
+    let id = listener.get_request(t, cancel).inspect_err(|e| {
+        let _ = writeln!(
+            rep,
+            "rdma_cm: no connection request: error {}",
+            e.to_errno()
+        );
+        pr_warn!(
+            "{}: rc: no rdma_cm connection request on port {}: error {}\n",
+            dev.name(),
+            cfg.port,
+            e.to_errno()
+        );
+    })?;
+    Ok((Some(listener), id))
+}
+
+/// rping_bind_client: an ID resolved to the server's address.
+fn bind_client(
+    dev: &Device,
+    cfg: &Config,
+    events: &CmEvents,
+    cancel: &Cancel,
+    rep: &mut Report,
+) -> Result<CmId> {
+    let t = cfg.timeout_ms;
+    let addr = cfg.addr.ok_or(EINVAL)?;
+    let id = CmId::new(events)?;
+    id.resolve(addr, cfg.port, t, cancel).inspect_err(|e| {
+        let _ = writeln!(
+            rep,
+            "rdma_cm: cannot resolve {}: error {}",
+            addr,
+            e.to_errno()
+        );
+        pr_warn!(
+            "{}: rc: rdma_cm cannot resolve {}: error {}\n",
+            dev.name(),
+            addr,
+            e.to_errno()
+        );
+    })?;
+    Ok(id)
+}
+
+/// A connection's ID and buffers: rping's receive and send buffers (its
+/// `rping_rdma_info` messages) and its RDMA buffer.
+struct Ping<'a> {
+    id: &'a CmId,
+    recv_buf: &'a Arc<DmaBuf>,
+    send_buf: &'a Arc<DmaBuf>,
+    rdma_buf: &'a Arc<DmaBuf>,
+    cfg: &'a Config,
+    cancel: &'a Cancel,
+    stats: &'a Stats,
+}
+
+impl Ping<'_> {
+    /// rping_test_server: serves pings until the client disconnects.
+    fn test_server(&self, qp: &Qp<Rts>, recv: WrId, rep: &mut Report) -> Result {
+        let (id, cfg, cancel, stats) = (self.id, self.cfg, self.cancel, self.stats);
+        let (recv_buf, send_buf, rdma_buf) = (self.recv_buf, self.send_buf, self.rdma_buf);
+        let size = cfg.size;
+        let mut recv = recv;
         let mut pings = 0u32;
         // The client's start buffer, until the client disconnects; `true`
         // if it went under a READ, WRITE or SEND of ours.
         let mid_ping = loop {
-            let Some(len) = wait_recv(&qp, &id, recv, cfg, cancel, rep)? else {
+            let Some(len) = wait_recv(qp, id, recv, cfg, cancel, rep)? else {
                 break false;
             };
             if len as usize != INFO_LEN {
                 let _ = writeln!(rep, "received bogus data, size {}", len);
                 return Err(EIO);
             }
-            let mut src = parse_info(&recv_buf)?;
-            recv = qp.post_recv(&recv_buf, 0, INFO_LEN)?;
+            let mut src = parse_info(recv_buf)?;
+            recv = qp.post_recv(recv_buf, 0, INFO_LEN)?;
             src.len = src.len.min(size as u32);
-            let rd = qp.post_send(SendOp::Read(src), &rdma_buf, 0, src.len as usize, true)?;
-            if !complete_or_gone(&qp, &id, rd, "RDMA READ", cfg, cancel, rep)? {
+            let rd = qp.post_send(SendOp::Read(src), rdma_buf, 0, src.len as usize, true)?;
+            if !complete_or_gone(qp, id, rd, "RDMA READ", cfg, cancel, rep)? {
                 break true;
             }
             add(&stats.read_msgs, 1);
@@ -280,19 +352,19 @@ pub(crate) fn run(
                 }
             }
             // Go ahead.
-            if !send_info(&qp, &id, &send_buf, cfg, cancel, rep)? {
+            if !send_info(qp, id, send_buf, cfg, cancel, rep)? {
                 break true;
             }
             // The client's sink buffer.
-            let Some(len) = wait_recv(&qp, &id, recv, cfg, cancel, rep)? else {
+            let Some(len) = wait_recv(qp, id, recv, cfg, cancel, rep)? else {
                 break false;
             };
             if len as usize != INFO_LEN {
                 let _ = writeln!(rep, "received bogus data, size {}", len);
                 return Err(EIO);
             }
-            let mut sink = parse_info(&recv_buf)?;
-            recv = qp.post_recv(&recv_buf, 0, INFO_LEN)?;
+            let mut sink = parse_info(recv_buf)?;
+            recv = qp.post_recv(recv_buf, 0, INFO_LEN)?;
             // rping writes the string and its NUL back.
             let mut data = KVec::from_elem(0u8, src.len as usize, GFP_KERNEL)?;
             rdma_buf.read(0, &mut data)?;
@@ -301,13 +373,13 @@ pub(crate) fn run(
                 .position(|&b| b == 0)
                 .map_or(data.len(), |p| p + 1);
             sink.len = sink.len.min(n as u32);
-            let wr = qp.post_send(SendOp::Write(sink), &rdma_buf, 0, sink.len as usize, true)?;
-            if !complete_or_gone(&qp, &id, wr, "RDMA WRITE", cfg, cancel, rep)? {
+            let wr = qp.post_send(SendOp::Write(sink), rdma_buf, 0, sink.len as usize, true)?;
+            if !complete_or_gone(qp, id, wr, "RDMA WRITE", cfg, cancel, rep)? {
                 break true;
             }
             add(&stats.write_msgs, 1);
             add(&stats.write_bytes, sink.len.into());
-            if !send_info(&qp, &id, &send_buf, cfg, cancel, rep)? {
+            if !send_info(qp, id, send_buf, cfg, cancel, rep)? {
                 break true;
             }
             add(&stats.send_msgs, 2);
@@ -327,171 +399,108 @@ pub(crate) fn run(
         }
         let _ = writeln!(rep, "pings: {}", pings);
         let _ = id.disconnect();
-        return Ok(());
+        Ok(())
     }
 
-    // The client: its start buffer is read, its sink written, through
-    // fast-registered MRs with just those rights.
-    let start_buf = Arc::new(DmaBuf::new(dev, size)?, GFP_KERNEL)?;
-    let start_mr = Mr::new(&pd, size)?;
-    let sink_mr = Mr::new(&pd, size)?;
-    let start_remote = start_mr.map(&start_buf)?;
-    let sink_remote = sink_mr.map(&rdma_buf)?;
-    let qp = id.connect(qp, t, cancel).inspect_err(|e| {
-        let addr = cfg.addr.unwrap_or(Ipv4::ANY);
-        let _ = writeln!(
-            rep,
-            "rdma_cm: no connection to {}: error {}",
-            addr,
-            e.to_errno()
-        );
-        pr_warn!(
-            "{}: rc: rdma_cm: no connection to {}:{}: error {}\n",
-            dev.name(),
-            addr,
-            cfg.port,
-            e.to_errno()
-        );
-    })?;
-    let _ = writeln!(rep, "rdma_cm: connection established");
-    start_mr.post_registration(&qp, Access::REMOTE_READ, t, cancel)?;
-    sink_mr.post_registration(&qp, Access::LOCAL_WRITE | Access::REMOTE_WRITE, t, cancel)?;
-
-    let mut start = 65u8;
-    for ping in 0..cfg.iters {
-        fill_ping(&start_buf, size, ping, start)?;
-        start = if start >= 122 { 65 } else { start + 1 };
-        rdma_buf.write(0, &KVec::from_elem(0u8, size, GFP_KERNEL)?)?;
-
-        send_buf.write(0, &info_bytes(&start_remote))?;
-        if !send_info(&qp, &id, &send_buf, cfg, cancel, rep)?
-            || wait_recv(&qp, &id, recv, cfg, cancel, rep)?.is_none()
-        {
-            let _ = writeln!(rep, "ping {}: the server went away", ping);
-            return Err(errno::econnreset());
-        }
-        recv = qp.post_recv(&recv_buf, 0, INFO_LEN)?;
-
-        send_buf.write(0, &info_bytes(&sink_remote))?;
-        if !send_info(&qp, &id, &send_buf, cfg, cancel, rep)?
-            || wait_recv(&qp, &id, recv, cfg, cancel, rep)?.is_none()
-        {
-            let _ = writeln!(rep, "ping {}: the server went away", ping);
-            return Err(errno::econnreset());
-        }
-        recv = qp.post_recv(&recv_buf, 0, INFO_LEN)?;
-        add(&stats.send_msgs, 2);
-        add(&stats.send_bytes, 2 * INFO_LEN as u64);
-        add(&stats.recv_msgs, 2);
-        add(&stats.recv_bytes, 2 * INFO_LEN as u64);
-
-        if cfg.validate {
-            let mut a = KVec::from_elem(0u8, size, GFP_KERNEL)?;
-            let mut b = KVec::from_elem(0u8, size, GFP_KERNEL)?;
-            start_buf.read(0, &mut a)?;
-            rdma_buf.read(0, &mut b)?;
-            if a != b {
-                let _ = writeln!(rep, "ping {}: data mismatch", ping);
-                return Err(EIO);
-            }
-        }
-        if ping == 0 {
-            let mut m = [0u8; 40];
-            let n = size.min(m.len());
-            rdma_buf.read(0, &mut m[..n])?;
+    /// rping_test_client: `cfg.iters` pings, each checked.
+    fn test_client(
+        &self,
+        dev: &Device,
+        pd: &Pd,
+        qp: Qp<Init>,
+        recv: WrId,
+        rep: &mut Report,
+    ) -> Result {
+        let (id, cfg, cancel, stats) = (self.id, self.cfg, self.cancel, self.stats);
+        let (recv_buf, send_buf, rdma_buf) = (self.recv_buf, self.send_buf, self.rdma_buf);
+        let (t, size) = (cfg.timeout_ms, cfg.size);
+        let mut recv = recv;
+        // The client: its start buffer is read, its sink written, through
+        // fast-registered MRs with just those rights.
+        let start_buf = Arc::new(DmaBuf::new(dev, size)?, GFP_KERNEL)?;
+        let start_mr = Mr::new(pd, size)?;
+        let sink_mr = Mr::new(pd, size)?;
+        let start_remote = start_mr.map(&start_buf)?;
+        let sink_remote = sink_mr.map(rdma_buf)?;
+        let qp = id.connect(qp, t, cancel).inspect_err(|e| {
+            let addr = cfg.addr.unwrap_or(Ipv4::ANY);
             let _ = writeln!(
                 rep,
-                "ping data: {}",
-                core::str::from_utf8(&m[..n])
-                    .unwrap_or("?")
-                    .trim_end_matches('\0')
-            );
-        }
-    }
-    let _ = writeln!(rep, "pings: {}", cfg.iters);
-    if cfg.validate {
-        let _ = writeln!(rep, "validate: ok: every ping came back as sent");
-    }
-    start_mr.invalidate(&qp, t, cancel)?;
-    sink_mr.invalidate(&qp, t, cancel)?;
-    let _ = id.disconnect();
-    let _ = writeln!(rep, "rdma_cm: disconnected");
-    Ok(())
-}
-
-/// A listener on `addr` (any if `None`) and `port` for the control file
-/// `file`, its events to `events`; a failure is logged, a success
-/// reported.
-pub(crate) fn cm_listen(
-    dev: &Device,
-    file: &str,
-    events: &CmEvents,
-    addr: Option<Ipv4>,
-    port: u16,
-    rep: &mut Report,
-) -> Result<CmId> {
-    let listener = CmId::new(events)?;
-    let addr = addr.unwrap_or(Ipv4::ANY);
-    listener.listen(addr, port).inspect_err(|e| {
-        pr_warn!(
-            "{}: {}: rdma_cm cannot listen on {}:{}: error {}\n",
-            dev.name(),
-            file,
-            addr,
-            port,
-            e.to_errno()
-        );
-    })?;
-    let _ = writeln!(rep, "rdma_cm: listening on {}:{}", addr, port);
-    Ok(listener)
-}
-
-/// `ENODEV`, reported and logged, if a port of `dev` sits on a loopback
-/// netdev (rxe over `lo`): the RDMA core resolves no address to such a
-/// port, so no rdma_cm connection can be made on it, by either side (a
-/// client there fails to resolve; a listener there waits for a request
-/// that cannot come).
-pub(crate) fn cm_device_check(dev: &Device, file: &str, rep: &mut Report) -> Result {
-    for port in dev.ports() {
-        if dev.netdev_loopback(port) == Some(true) {
-            let netdev = dev.netdev_name(port);
-            let name = netdev.as_ref().map(|n| n.as_str()).unwrap_or("?");
-            let _ = writeln!(
-                rep,
-                "rdma_cm: no connection over {}, a loopback netdev",
-                name
+                "rdma_cm: no connection to {}: error {}",
+                addr,
+                e.to_errno()
             );
             pr_warn!(
-                "{}: {}: rdma_cm cannot connect over {}, a loopback netdev: the RDMA core resolves no address to it; use rxe on another netdev\n",
+                "{}: rc: rdma_cm: no connection to {}:{}: error {}\n",
                 dev.name(),
-                file,
-                name
+                addr,
+                cfg.port,
+                e.to_errno()
             );
-            return Err(ENODEV);
-        }
-    }
-    Ok(())
-}
+        })?;
+        let _ = writeln!(rep, "rdma_cm: connection established");
+        start_mr.post_registration(&qp, Access::REMOTE_READ, t, cancel)?;
+        sink_mr.post_registration(&qp, Access::LOCAL_WRITE | Access::REMOTE_WRITE, t, cancel)?;
 
-/// Checks that the connection of `id` (resolved, or a request) is on
-/// `dev`, the device of the control file `file`: `EINVAL`, reported and
-/// logged, if the connection manager put it on another one.
-pub(crate) fn cm_on_device(dev: &Device, file: &str, id: &CmId, rep: &mut Report) -> Result {
-    let cm_dev = id.device().ok_or(ENODEV)?;
-    if !cm_dev.same_as(dev) {
-        let _ = writeln!(
-            rep,
-            "rdma_cm: the connection is on {}, not on {}",
-            cm_dev.name(),
-            dev.name()
-        );
-        pr_warn!(
-            "{}: {}: the rdma_cm connection is on {}, not on this device\n",
-            dev.name(),
-            file,
-            cm_dev.name()
-        );
-        return Err(EINVAL);
+        let mut start = 65u8;
+        for ping in 0..cfg.iters {
+            fill_ping(&start_buf, size, ping, start)?;
+            start = if start >= 122 { 65 } else { start + 1 };
+            rdma_buf.write(0, &KVec::from_elem(0u8, size, GFP_KERNEL)?)?;
+
+            send_buf.write(0, &info_bytes(&start_remote))?;
+            if !send_info(&qp, id, send_buf, cfg, cancel, rep)?
+                || wait_recv(&qp, id, recv, cfg, cancel, rep)?.is_none()
+            {
+                let _ = writeln!(rep, "ping {}: the server went away", ping);
+                return Err(errno::econnreset());
+            }
+            recv = qp.post_recv(recv_buf, 0, INFO_LEN)?;
+
+            send_buf.write(0, &info_bytes(&sink_remote))?;
+            if !send_info(&qp, id, send_buf, cfg, cancel, rep)?
+                || wait_recv(&qp, id, recv, cfg, cancel, rep)?.is_none()
+            {
+                let _ = writeln!(rep, "ping {}: the server went away", ping);
+                return Err(errno::econnreset());
+            }
+            recv = qp.post_recv(recv_buf, 0, INFO_LEN)?;
+            add(&stats.send_msgs, 2);
+            add(&stats.send_bytes, 2 * INFO_LEN as u64);
+            add(&stats.recv_msgs, 2);
+            add(&stats.recv_bytes, 2 * INFO_LEN as u64);
+
+            if cfg.validate {
+                let mut a = KVec::from_elem(0u8, size, GFP_KERNEL)?;
+                let mut b = KVec::from_elem(0u8, size, GFP_KERNEL)?;
+                start_buf.read(0, &mut a)?;
+                rdma_buf.read(0, &mut b)?;
+                if a != b {
+                    let _ = writeln!(rep, "ping {}: data mismatch", ping);
+                    return Err(EIO);
+                }
+            }
+            if ping == 0 {
+                let mut m = [0u8; 40];
+                let n = size.min(m.len());
+                rdma_buf.read(0, &mut m[..n])?;
+                let _ = writeln!(
+                    rep,
+                    "ping data: {}",
+                    core::str::from_utf8(&m[..n])
+                        .unwrap_or("?")
+                        .trim_end_matches('\0')
+                );
+            }
+        }
+        let _ = writeln!(rep, "pings: {}", cfg.iters);
+        if cfg.validate {
+            let _ = writeln!(rep, "validate: ok: every ping came back as sent");
+        }
+        start_mr.invalidate(&qp, t, cancel)?;
+        sink_mr.invalidate(&qp, t, cancel)?;
+        let _ = id.disconnect();
+        let _ = writeln!(rep, "rdma_cm: disconnected");
+        Ok(())
     }
-    Ok(())
 }

@@ -251,7 +251,7 @@ cf_build() {
 		cat "$src"
 	} >"$tmp/tree/samples/kverbs_example/kverbs_cf.rs"
 	make -C "$kdir" M="$tmp/tree" LLVM=-19 RUSTC=/usr/bin/rustc BINDGEN=bindgen \
-		samples/kverbs_example.o >"$tmp/cf/out" 2>&1
+		samples/kverbs_example/kverbs_example.o >"$tmp/cf/out" 2>&1
 }
 
 cf_tree() {
@@ -259,8 +259,8 @@ cf_tree() {
 	mkdir -p "$tmp/tree"
 	(cd "$top" && list_files | grep -vE '^tools/' | tar -cf - -T -) |
 		tar -C "$tmp/tree" -xf - || return 1
-	printf '#[path = "kverbs_example/kverbs_cf.rs"]\nmod kverbs_cf;\n' \
-		>>"$tmp/tree/samples/kverbs_example.rs"
+	printf 'mod kverbs_cf;\n' \
+		>>"$tmp/tree/samples/kverbs_example/kverbs_example.rs"
 }
 
 # The scaffolding builds a good example: a failure below is the example's.

@@ -4,7 +4,7 @@
 //! report.
 
 use super::{conn::Side, Config, Fixed, Test, POLL_BATCH};
-use crate::rc::Report;
+use crate::report::Report;
 use core::fmt::Write;
 use kernel::prelude::*;
 use kverbs::{
@@ -70,20 +70,8 @@ fn sleep_for_one(lanes: &mut [Lane<'_>], cancel: &Cancel) -> Result {
     }
 }
 
-/// One size: builds the lanes' streams, pre-posts the receives, calls
-/// `ready` (the two-host handshake), runs until every lane is done and
-/// writes perftest's row for the directions this host sent.
-pub(super) fn run(
-    cfg: &Config,
-    specs: &[LaneSpec<'_>],
-    size: usize,
-    cancel: &Cancel,
-    stamps: &mut Stamps,
-    rep: &mut Report,
-    ready: &mut dyn FnMut(&mut Report) -> Result,
-) -> Result {
-    let iters = u64::from(cfg.iters);
-    let n = (cfg.iters as usize) * (cfg.qps as usize);
+/// The lanes of one size: their streams, the receives pre-posted.
+fn lanes<'a>(cfg: &Config, specs: &[LaneSpec<'a>], size: usize) -> Result<KVec<Lane<'a>>> {
     let mut lanes = KVec::with_capacity(specs.len(), GFP_KERNEL)?;
     for spec in specs {
         let send = match spec.send {
@@ -131,59 +119,100 @@ pub(super) fn run(
             GFP_KERNEL,
         )?;
     }
+    Ok(lanes)
+}
+
+/// Where the timestamps of the next requests go: per direction, how many
+/// were posted and completed.
+#[derive(Default)]
+struct Counts {
+    posted: [usize; 2],
+    completed: [usize; 2],
+}
+
+/// Stamps the `k` entries of `stamps` from `at` with the time `t`.
+fn stamp(stamps: &mut [u64], at: usize, k: usize, t: u64) {
+    for ts in &mut stamps[at..at + k] {
+        *ts = t;
+    }
+}
+
+/// One pass over the lanes: posts what room allows, polls the receives and
+/// the sends. Returns (busy, progress): whether a lane still waits, and
+/// whether a completion came.
+fn pass(
+    lanes: &mut [Lane<'_>],
+    iters: u64,
+    n: usize,
+    stamps: &mut Stamps,
+    counts: &mut Counts,
+) -> Result<(bool, bool)> {
+    let mut busy = false;
+    let mut progress = false;
+    for lane in lanes.iter_mut() {
+        let d = lane.dir;
+        let base = d * n;
+        if let Some(s) = lane.send.as_mut() {
+            let posted = s.posted();
+            if posted < iters {
+                let want = (iters - posted) as u32;
+                let room = s.room().min(want);
+                if room > 0 {
+                    let t = kverbs::now_ns();
+                    let k = s.post(room, room == want)? as usize;
+                    stamp(&mut stamps.posted, base + counts.posted[d], k, t);
+                    counts.posted[d] += k;
+                }
+            }
+        }
+        if let Some(r) = lane.recv.as_mut() {
+            let before = r.completed();
+            r.poll(POLL_BATCH)?;
+            let left = iters - r.posted().min(iters);
+            if left > 0 {
+                r.post(r.room().min(left as u32))?;
+            }
+            progress |= r.completed() > before;
+            busy |= r.completed() < iters;
+        }
+        if let Some(s) = lane.send.as_mut() {
+            let c = s.poll(POLL_BATCH)?;
+            if c > lane.completed {
+                let t = kverbs::now_ns();
+                let k = (c - lane.completed) as usize;
+                stamp(&mut stamps.completed, base + counts.completed[d], k, t);
+                counts.completed[d] += k;
+                lane.completed = c;
+                progress = true;
+            }
+            busy |= lane.completed < iters;
+        }
+    }
+    Ok((busy, progress))
+}
+
+/// One size: builds the lanes' streams, pre-posts the receives, calls
+/// `ready` (the two-host handshake), runs until every lane is done and
+/// writes perftest's row for the directions this host sent.
+pub(super) fn run(
+    cfg: &Config,
+    specs: &[LaneSpec<'_>],
+    size: usize,
+    cancel: &Cancel,
+    stamps: &mut Stamps,
+    rep: &mut Report,
+    ready: &mut dyn FnMut(&mut Report) -> Result,
+) -> Result {
+    let iters = u64::from(cfg.iters);
+    let n = (cfg.iters as usize) * (cfg.qps as usize);
+    let mut lanes = lanes(cfg, specs, size)?;
     ready(rep)?;
-    let (tposted, tcompleted) = (&mut stamps.posted, &mut stamps.completed);
-    let mut tots = [0usize; 2];
-    let mut totc = [0usize; 2];
+    let mut counts = Counts::default();
     let mut last_progress = kverbs::now_ns();
     let timeout_ns = u64::from(cfg.timeout_ms) * 1_000_000;
     let mut spins = 0u32;
     loop {
-        let mut busy = false;
-        let mut progress = false;
-        for lane in lanes.iter_mut() {
-            let d = lane.dir;
-            let base = d * n;
-            if let Some(s) = lane.send.as_mut() {
-                let posted = s.posted();
-                if posted < iters {
-                    let want = (iters - posted) as u32;
-                    let room = s.room().min(want);
-                    if room > 0 {
-                        let t = kverbs::now_ns();
-                        let k = s.post(room, room == want)? as usize;
-                        for ts in &mut tposted[base + tots[d]..base + tots[d] + k] {
-                            *ts = t;
-                        }
-                        tots[d] += k;
-                    }
-                }
-            }
-            if let Some(r) = lane.recv.as_mut() {
-                let before = r.completed();
-                r.poll(POLL_BATCH)?;
-                let left = iters - r.posted().min(iters);
-                if left > 0 {
-                    r.post(r.room().min(left as u32))?;
-                }
-                progress |= r.completed() > before;
-                busy |= r.completed() < iters;
-            }
-            if let Some(s) = lane.send.as_mut() {
-                let c = s.poll(POLL_BATCH)?;
-                if c > lane.completed {
-                    let t = kverbs::now_ns();
-                    let k = (c - lane.completed) as usize;
-                    for ts in &mut tcompleted[base + totc[d]..base + totc[d] + k] {
-                        *ts = t;
-                    }
-                    totc[d] += k;
-                    lane.completed = c;
-                    progress = true;
-                }
-                busy |= lane.completed < iters;
-            }
-        }
+        let (busy, progress) = pass(&mut lanes, iters, n, stamps, &mut counts)?;
         if !busy {
             break;
         }
@@ -228,7 +257,36 @@ pub(super) fn run(
         }
     }
     drop(lanes);
-    // perftest's report, per direction sent from here, summed.
+    report_row(cfg, specs, size, n, stamps, rep)
+}
+
+/// The best stretch of `n` messages posted at `tp` and completed at `tc`,
+/// in picoseconds per message, measured at completions `cq_mod` apart.
+fn best_ps_per_msg(tp: &[u64], tc: &[u64], n: usize, cq_mod: usize) -> u64 {
+    let mut best = u64::MAX;
+    let per_msg = |i: usize, j: usize| tc[j].saturating_sub(tp[i]) * 1000 / (j - i + 1) as u64;
+    for i in 0..n {
+        let mut j = (i + 1).div_ceil(cq_mod) * cq_mod - 1;
+        while j < n {
+            best = best.min(per_msg(i, j));
+            j += cq_mod;
+        }
+        if n % cq_mod != 0 {
+            best = best.min(per_msg(i, n - 1));
+        }
+    }
+    best
+}
+
+/// perftest's row of one size, per direction sent from here, summed.
+fn report_row(
+    cfg: &Config,
+    specs: &[LaneSpec<'_>],
+    size: usize,
+    n: usize,
+    stamps: &Stamps,
+    rep: &mut Report,
+) -> Result {
     let dirs: KVec<usize> = {
         let mut v = KVec::new();
         for d in 0..2 {
@@ -248,27 +306,14 @@ pub(super) fn run(
     }
     let (mut peak, mut avg, mut rate) = (0u64, 0u64, 0u64);
     for &d in dirs.iter() {
-        let tp = &tposted[d * n..d * n + n];
-        let tc = &tcompleted[d * n..d * n + n];
+        let tp = &stamps.posted[d * n..d * n + n];
+        let tc = &stamps.completed[d * n..d * n + n];
         let total_ns = tc[n - 1].saturating_sub(tp[0]).max(1);
         let (size, n64) = (size as u64, n as u64);
         // MB/sec (2^20 bytes) with 2 decimals, Mpps with 6.
         avg += kverbs::mul_div(size * n64 * 100, 1_000_000_000, total_ns) >> 20;
         rate += kverbs::mul_div(n64, 1_000_000_000, total_ns);
-        let cq_mod = cfg.cq_mod as usize;
-        // The best stretch, in picoseconds per message.
-        let mut best = u64::MAX;
-        let per_msg = |i: usize, j: usize| tc[j].saturating_sub(tp[i]) * 1000 / (j - i + 1) as u64;
-        for i in 0..n {
-            let mut j = (i + 1).div_ceil(cq_mod) * cq_mod - 1;
-            while j < n {
-                best = best.min(per_msg(i, j));
-                j += cq_mod;
-            }
-            if n % cq_mod != 0 {
-                best = best.min(per_msg(i, n - 1));
-            }
-        }
+        let best = best_ps_per_msg(tp, tc, n, cfg.cq_mod as usize);
         peak += kverbs::mul_div(size * 100, 1_000_000_000_000, best.max(1)) >> 20;
     }
     let _ = writeln!(

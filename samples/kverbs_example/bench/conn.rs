@@ -4,8 +4,9 @@
 //! (loopback), or one per QP connected to a peer host's over a TCP
 //! exchange of RDMA_RC_example's connection data.
 
-use super::{Config, Role};
-use crate::rc::{pick_gid, sync, ConData, Report, CON_DATA_LEN};
+use super::Config;
+use crate::conn::{pick_gid, sync, tcp_connect, ConData, Role, CON_DATA_LEN};
+use crate::report::Report;
 use core::fmt::Write;
 use kernel::{prelude::*, sync::Arc};
 use kverbs::{
@@ -216,7 +217,7 @@ pub(super) fn connect_peer(
 ) -> Result<TcpStream> {
     let t = cfg.timeout_ms;
     let server = cfg.role == Role::Server;
-    let sock = crate::rc::tcp_connect(dev, "bench", server, cfg.addr, cfg.port, t, cancel, rep)?;
+    let sock = tcp_connect(dev, "bench", server, cfg.addr, cfg.port, t, cancel, rep)?;
     // The two sides must run the same test (perftest checks it too).
     let ours = run_params(cfg);
     let mut theirs = [0u8; PARAMS_LEN];

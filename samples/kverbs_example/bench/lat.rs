@@ -7,7 +7,7 @@ use super::{
     conn::{Pair, Side},
     Config, Fixed, Test,
 };
-use crate::rc::Report;
+use crate::report::Report;
 use core::fmt::Write;
 use kernel::{prelude::*, sync::Arc};
 use kverbs::{

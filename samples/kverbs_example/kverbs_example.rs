@@ -11,22 +11,19 @@
 
 #![deny(unsafe_code)]
 
-#[path = "kverbs_example/apm.rs"]
 mod apm;
-#[path = "kverbs_example/bench.rs"]
 mod bench;
-#[path = "kverbs_example/events.rs"]
+mod conn;
+mod control;
 mod events;
-#[path = "kverbs_example/mcast.rs"]
 mod mcast;
-#[path = "kverbs_example/rc.rs"]
+mod options;
 mod rc;
-#[path = "kverbs_example/rping.rs"]
+mod report;
 mod rping;
-#[path = "kverbs_example/selftest.rs"]
 mod selftest;
-#[path = "kverbs_example/srq.rs"]
 mod srq;
+mod stats;
 
 use core::fmt::Write;
 use kernel::{c_str, new_mutex, prelude::*, str::CString, sync::Arc, sync::Mutex, types::ARef};
@@ -178,12 +175,12 @@ fn phys_state_name(state: u8) -> &'static str {
 /// What the client keeps per device. Fields drop in order: the files go
 /// before the directory, the directory before the device reference.
 struct PerDevice {
-    rc: File<rc::Control<rc::Rc>>,
-    mcast: File<rc::Control<mcast::Mcast>>,
-    bench: File<rc::Control<bench::Bench>>,
-    srq: File<rc::Control<srq::SrqExample>>,
-    apm: File<rc::Control<apm::ApmExample>>,
-    _stats: File<rc::StatsFile>,
+    rc: File<control::Control<rc::Rc>>,
+    mcast: File<control::Control<mcast::Mcast>>,
+    bench: File<control::Control<bench::Bench>>,
+    srq: File<control::Control<srq::SrqExample>>,
+    apm: File<control::Control<apm::ApmExample>>,
+    _stats: File<stats::StatsFile>,
     _events_file: File<events::EventsFile>,
     _events: DeviceEvents,
     _info: File<Info>,
@@ -218,26 +215,29 @@ impl Client for Example {
         let name = CString::try_from_fmt(kernel::fmt!("{}", dev.name()))?;
         let dir = self.root.subdir(&name)?;
         let info = dir.file(c_str!("info"), Info(dev.into()))?;
-        let stats = Arc::new(rc::Stats::default(), GFP_KERNEL)?;
-        let rc = dir.control_file(c_str!("rc"), rc::Control::new(dev, stats.clone(), rc::Rc)?)?;
+        let stats = Arc::new(stats::Stats::default(), GFP_KERNEL)?;
+        let rc = dir.control_file(
+            c_str!("rc"),
+            control::Control::new(dev, stats.clone(), rc::Rc)?,
+        )?;
         let mcast = dir.control_file(
             c_str!("mcast"),
-            rc::Control::new(dev, stats.clone(), mcast::Mcast::new()?)?,
+            control::Control::new(dev, stats.clone(), mcast::Mcast::new()?)?,
         )?;
         let bench = dir.control_file(
             c_str!("bench"),
-            rc::Control::new(dev, stats.clone(), bench::Bench)?,
+            control::Control::new(dev, stats.clone(), bench::Bench)?,
         )?;
         let log = events::EventLog::new(dev)?;
         let srq = dir.control_file(
             c_str!("srq"),
-            rc::Control::new(dev, stats.clone(), srq::SrqExample { log: log.clone() })?,
+            control::Control::new(dev, stats.clone(), srq::SrqExample { log: log.clone() })?,
         )?;
         let apm = dir.control_file(
             c_str!("apm"),
-            rc::Control::new(dev, stats.clone(), apm::ApmExample { log: log.clone() })?,
+            control::Control::new(dev, stats.clone(), apm::ApmExample { log: log.clone() })?,
         )?;
-        let stats = dir.file(c_str!("stats"), rc::StatsFile(stats))?;
+        let stats = dir.file(c_str!("stats"), stats::StatsFile(stats))?;
         let device_events = DeviceEvents::register(dev, log.clone())?;
         let events_file = dir.file(c_str!("events"), events::EventsFile(log))?;
         let entry = CString::try_from_fmt(kernel::fmt!("{}", dev.name()))?;

@@ -1,0 +1,187 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The `rc` file's control string: its options, their defaults and the
+//! roles they allow.
+
+use crate::conn::Role;
+use crate::options::{need, no_value, options, parse_addr, parse_mtu, parse_num_in, parse_poll};
+use kernel::prelude::*;
+use kverbs::{cq::PollCtx, device::Device, device::Mtu, tcp::Ipv4};
+
+/// rping's default port, and its buffer size limits.
+pub(super) const RPING_PORT: u16 = 7174;
+pub(super) const RPING_MIN_SIZE: usize = 26;
+pub(super) const RPING_MAX_SIZE: usize = 65535;
+/// The largest buffer a run uses.
+pub(super) const MAX_SIZE: usize = 8 << 20;
+
+/// The buffer of RDMA_RC_example: a 20-character message and its NUL.
+pub(super) const MSG_SIZE: usize = 21;
+
+/// A parsed control string.
+pub(crate) struct Config {
+    pub(crate) role: Role,
+    /// Connected by the RDMA connection manager, as rping is
+    /// (`role=cm_server`, `role=cm_client`), not over TCP.
+    pub(crate) cm: bool,
+    pub(crate) addr: Option<Ipv4>,
+    pub(crate) port: u16,
+    pub(crate) gid_idx: Option<u32>,
+    pub(crate) size: usize,
+    pub(crate) iters: u32,
+    pub(crate) mtu: Mtu,
+    pub(crate) validate: bool,
+    pub(crate) imm: bool,
+    /// Keep the invalidated registration's QP and buffer until the peer
+    /// has probed the stale rkey, then check the buffer did not change.
+    pub(crate) linger: bool,
+    /// Fetch-and-adds the client does on the server's buffer, followed by
+    /// two compare-and-swaps; 0: none, and no remote atomic access.
+    pub(crate) atomics: u32,
+    pub(crate) poll: PollCtx,
+    pub(crate) timeout_ms: u32,
+}
+
+impl Config {
+    /// The role as `role=` names it.
+    pub(crate) fn role_name(&self) -> &'static str {
+        match (self.cm, self.role) {
+            (true, Role::Server) => "cm_server",
+            (true, _) => "cm_client",
+            (false, role) => role.name(),
+        }
+    }
+
+    pub(super) fn defaults() -> Self {
+        Config {
+            role: Role::Loopback,
+            cm: false,
+            addr: None,
+            port: 19875,
+            gid_idx: None,
+            size: MSG_SIZE,
+            iters: 1,
+            mtu: Mtu::MTU_256,
+            validate: false,
+            imm: false,
+            linger: false,
+            atomics: 0,
+            poll: PollCtx::Softirq,
+            timeout_ms: 5000,
+        }
+    }
+}
+
+pub(super) fn parse_num<T: TryFrom<u64>>(
+    dev: &Device,
+    key: &str,
+    v: &str,
+    min: u64,
+    max: u64,
+) -> Result<T> {
+    parse_num_in("rc", dev, key, v, min, max)
+}
+
+pub(super) fn parse<'a>(dev: &Device, input: &'a [u8]) -> Result<Config> {
+    let mut cfg = Config::defaults();
+    let mut have_role = false;
+    let (mut port_set, mut size_set) = (false, false);
+    for (key, val) in options(dev, "rc", input)? {
+        let need = |v: Option<&'a str>| need(dev, "rc", key, v);
+        match key {
+            "role" => {
+                (cfg.role, cfg.cm) = match need(val)? {
+                    "loopback" => (Role::Loopback, false),
+                    "server" => (Role::Server, false),
+                    "client" => (Role::Client, false),
+                    "cm_server" => (Role::Server, true),
+                    "cm_client" => (Role::Client, true),
+                    other => {
+                        pr_warn!("{}: rc: unknown role '{}'\n", dev.name(), other);
+                        return Err(EINVAL);
+                    }
+                };
+                have_role = true;
+            }
+            "addr" => {
+                let v = need(val)?;
+                cfg.addr = Some(parse_addr(dev, "rc", v)?);
+            }
+            "port" => {
+                cfg.port = parse_num(dev, key, need(val)?, 1, 65535)?;
+                port_set = true;
+            }
+            "gid_idx" => cfg.gid_idx = Some(parse_num(dev, key, need(val)?, 0, 255)?),
+            "size" => {
+                cfg.size = parse_num(dev, key, need(val)?, 1, MAX_SIZE as u64)?;
+                size_set = true;
+            }
+            "iters" => cfg.iters = parse_num(dev, key, need(val)?, 1, 1_000_000)?,
+            "atomics" => cfg.atomics = parse_num(dev, key, need(val)?, 0, 100_000)?,
+            "timeout_ms" => cfg.timeout_ms = parse_num(dev, key, need(val)?, 1, 600_000)?,
+            "mtu" => {
+                cfg.mtu = parse_mtu(dev, "rc", key, need(val)?)?;
+            }
+            "poll" => {
+                cfg.poll = parse_poll(dev, "rc", need(val)?)?;
+            }
+            "validate" | "imm" | "linger" => {
+                no_value(dev, "rc", key, val)?;
+                match key {
+                    "imm" => cfg.imm = true,
+                    "linger" => cfg.linger = true,
+                    _ => cfg.validate = true,
+                }
+            }
+            _ => {
+                pr_warn!("{}: rc: unknown key '{}'\n", dev.name(), key);
+                return Err(EINVAL);
+            }
+        }
+    }
+    if !have_role {
+        pr_warn!(
+            "{}: rc: role= is missing (loopback, server or client)\n",
+            dev.name()
+        );
+        return Err(EINVAL);
+    }
+    if cfg.role == Role::Client && cfg.addr.is_none() {
+        pr_warn!("{}: rc: role={} needs addr=\n", dev.name(), cfg.role_name());
+        return Err(EINVAL);
+    }
+    if cfg.atomics > 0 && (cfg.size < 8 || cfg.cm) {
+        pr_warn!(
+            "{}: rc: atomics needs role=loopback, server or client and size >= 8\n",
+            dev.name()
+        );
+        return Err(EINVAL);
+    }
+    if cfg.linger && (cfg.role == Role::Loopback || cfg.cm) {
+        pr_warn!(
+            "{}: rc: linger needs role=server or role=client (a peer to probe the rkey)\n",
+            dev.name()
+        );
+        return Err(EINVAL);
+    }
+    if cfg.cm {
+        // rping's defaults and limits.
+        if !port_set {
+            cfg.port = RPING_PORT;
+        }
+        if !size_set {
+            cfg.size = 64;
+        }
+        if !(RPING_MIN_SIZE..=RPING_MAX_SIZE).contains(&cfg.size) {
+            pr_warn!(
+                "{}: rc: role={} takes size={}..{}, as rping does\n",
+                dev.name(),
+                cfg.role_name(),
+                RPING_MIN_SIZE,
+                RPING_MAX_SIZE
+            );
+            return Err(ERANGE);
+        }
+    }
+    Ok(cfg)
+}
