@@ -6,8 +6,8 @@
 //! added later, it creates `/sys/kernel/debug/kverbs_example/<dev>/info`
 //! showing the device, its ports and their GID tables; the directory goes
 //! when the device does. `/sys/kernel/kverbs_example/devices` lists the
-//! devices the client has been given. `kverbs_example/selftest` runs the
-//! in-kernel tests of what the layer refuses (`selftest.rs`).
+//! devices the client has been given. The in-kernel tests of what the layer
+//! refuses are a module of their own, `kverbs_selftest`.
 
 #![deny(unsafe_code)]
 
@@ -21,7 +21,6 @@ mod options;
 mod rc;
 mod report;
 mod rping;
-mod selftest;
 mod srq;
 mod stats;
 
@@ -203,7 +202,6 @@ impl Drop for PerDevice {
 struct Example {
     root: Dir,
     devices: Arc<Devices>,
-    selftest_devices: Arc<selftest::Devices>,
 }
 
 kverbs::client_slot!(Example);
@@ -266,14 +264,6 @@ impl Client for Example {
                 None => list.push(Some(entry), GFP_KERNEL)?,
             }
         }
-        // Last: nothing after it may fail. The self-test's list holds a
-        // reference to the device that only `remove` drops, and the core
-        // calls no `remove` for a device whose `add` failed -- a failure
-        // after this line used to leak the reference, and `rdma link del`
-        // then waited for it forever (found by the allocation-failure
-        // sweep, sweep_alloc_failure_device_add). On failure here `data`
-        // drops and removes its entry from `devices`.
-        selftest::add_device(&self.selftest_devices, dev)?;
         pr_info!(
             "{}: added ({} driver, {} port(s))\n",
             dev.name(),
@@ -291,7 +281,6 @@ impl Client for Example {
         data.bench.data().cancel();
         data.srq.data().cancel();
         data.apm.data().cancel();
-        selftest::remove_device(&self.selftest_devices, dev);
         drop(data);
         pr_info!("{}: removed\n", dev.name());
     }
@@ -300,7 +289,6 @@ impl Client for Example {
 struct KverbsExample {
     // Dropped first: removes every device's directory.
     _reg: Registration<Example>,
-    _selftest: File<selftest::Runner>,
     // `kverbs_example/fail_drain`, where the kernel has fault injection.
     _fail_drain: Option<kverbs::qp::DrainFaultInjection>,
     _devices_attr: Attribute<DeviceList>,
@@ -314,23 +302,13 @@ impl kernel::Module for KverbsExample {
         let attr = sysfs.attribute(c_str!("devices"), DeviceList(devices.clone()))?;
         let root = Dir::new(c_str!("kverbs_example"), module)?;
         let fail_drain = kverbs::qp::DrainFaultInjection::new(&root).ok();
-        let selftest_devices = Arc::pin_init(new_mutex!(KVec::new()), GFP_KERNEL)?;
-        let selftest = root.control_file(
-            c_str!("selftest"),
-            selftest::Runner::new(selftest_devices.clone())?,
-        )?;
         let reg = Registration::new(
             c_str!("kverbs_example"),
-            Example {
-                root,
-                devices,
-                selftest_devices,
-            },
+            Example { root, devices },
         )?;
         pr_info!("registered as an RDMA client\n");
         Ok(KverbsExample {
             _reg: reg,
-            _selftest: selftest,
             _fail_drain: fail_drain,
             _devices_attr: attr,
             _sysfs: sysfs,

@@ -95,9 +95,9 @@ chmod +x "$root/init" "$root"/kselftest/kverbs/*.sh "$root/kverbs/demo.sh" "$roo
 
 # KVERBS_BREAK breaks the guest on purpose, for the harness's own tests
 # (tools/testing/kverbs_harness.sh): "init" is an /init that exits at once
-# (the kernel panics), "module" modules (kverbs.ko and the samples) that
-# fail to load, "skip" test programs that all skip themselves (exit 4
-# before any case).
+# (the kernel panics), "module" modules (kverbs.ko, the samples, the
+# self-test) that fail to load, "skip" test programs that all skip
+# themselves (exit 4 before any case).
 case "${KVERBS_BREAK:-}" in
 "") ;;
 init) printf '#!/bin/busybox sh\nexit 1\n' >"$root/init" ;;

@@ -21,8 +21,8 @@ mkdir -p "$work"
 
 # KVERBS_MODULES: the modules to put in the guest (make bench builds its
 # own against the performance kernel); else the tree's: the layer and the
-# samples that use it (the example, the minimal module).
-read -r -a mods <<<"${KVERBS_MODULES:-$top/kverbs.ko $top/kverbs_example.ko $top/kverbs_minimal.ko}"
+# modules that use it (the example, the minimal module, the self-test).
+read -r -a mods <<<"${KVERBS_MODULES:-$top/kverbs.ko $top/kverbs_example.ko $top/kverbs_minimal.ko $top/kverbs_selftest.ko}"
 for m in "${mods[@]}"; do
 	[ -f "$m" ] || { echo "kverbs: $m is not built (make modules)" >&2; exit 1; }
 done

@@ -604,10 +604,11 @@ root_only() {
 }
 root_only_modes() {
 	local f err r=0 loose
+	kv_load_selftest || { kv_msg "loading $KV_SELFTEST failed"; return 1; }
 	kv_as_user 65534 cat "$KV_DEBUGFS/rxe_lo/info" >/dev/null ||
 		{ kv_msg "a non-root reader cannot read info: debugfs still refuses by its mount"; return 1; }
-	for f in "$RC" "$MC" "$BENCH" "$KV_DEBUGFS/selftest" \
-		$(find "$KV_SYSFS" "$KV_DEBUGFS" -type f -perm /222); do
+	for f in "$RC" "$MC" "$BENCH" "$KV_SELFTEST_DEBUGFS/selftest" \
+		$(find "$KV_SYSFS" "$KV_DEBUGFS" "$KV_SELFTEST_DEBUGFS" -type f -perm /222); do
 		if err=$(kv_as_user 65534 bash -c "printf 'role=loopback' >'$f'" 2>&1); then
 			kv_msg "$f: a non-root write was accepted"
 			r=1
@@ -617,8 +618,9 @@ root_only_modes() {
 		*) kv_msg "$f: $err"; r=1 ;;
 		esac
 	done
-	loose=$(find "$KV_SYSFS" "$KV_DEBUGFS" -perm /022)
+	loose=$(find "$KV_SYSFS" "$KV_DEBUGFS" "$KV_SELFTEST_DEBUGFS" -perm /022)
 	[ -z "$loose" ] || { kv_msg "writable by group or others: $loose"; r=1; }
+	rmmod "$KV_SELFTEST" || { kv_msg "unloading $KV_SELFTEST failed"; r=1; }
 	return $r
 }
 

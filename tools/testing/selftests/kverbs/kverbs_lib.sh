@@ -3,9 +3,9 @@
 #
 # Helpers shared by the kverbs kselftests: KTAP through the kernel's
 # ktap_helpers.sh, soft-RoCE devices, the layer (kverbs.ko) and the example
-# module that uses it (and the minimal one, kverbs_minimal.sh's), and the
-# checks run after every test case (kernel log) and every test program
-# (kmemleak).
+# module that uses it (and the minimal one, kverbs_minimal.sh's, and the
+# self-test, kverbs_soundness.sh's), and the checks run after every test
+# case (kernel log) and every test program (kmemleak).
 
 KV_DIR="$(dirname "$(readlink -f "$0")")"
 # shellcheck source=/dev/null
@@ -15,6 +15,9 @@ KV_MODDIR=${KV_MODDIR:-/kverbs}
 KV_LAYER=kverbs
 KV_MOD=kverbs_example
 KV_MINIMAL=kverbs_minimal
+KV_SELFTEST=kverbs_selftest
+# shellcheck disable=SC2034 # used by the test programs
+KV_SELFTEST_DEBUGFS=/sys/kernel/debug/kverbs_selftest
 # shellcheck disable=SC2034 # used by the test programs
 KV_DEBUGFS=/sys/kernel/debug/kverbs_example
 # shellcheck disable=SC2034 # used by the test programs
@@ -78,11 +81,26 @@ kv_load_layer() {
 	kv_layer_loaded || insmod "$KV_MODDIR/$KV_LAYER.ko"
 }
 
-# The layer's last reference from a closed file of the example is dropped
-# just after the example's (debugfs' proxy puts the fops' owner last):
-# retry for a second.
+# kv_load_selftest: loads the layer unless it is loaded, then the self-test
+# module unless it is loaded.
+kv_load_selftest() {
+	kv_load_layer || return 1
+	kv_selftest_loaded || insmod "$KV_MODDIR/$KV_SELFTEST.ko"
+}
+
+kv_selftest_loaded() {
+	kv_mod_loaded "$KV_SELFTEST"
+}
+
+# kv_unload_layer: unloads the self-test module if it is loaded (it holds
+# the layer), then the layer. The layer's last reference from a closed
+# file of the example is dropped just after the example's (debugfs' proxy
+# puts the fops' owner last): retry for a second.
 kv_unload_layer() {
 	local _
+	if kv_selftest_loaded; then
+		rmmod "$KV_SELFTEST" || return 1
+	fi
 	for _ in $(seq 10); do
 		kv_layer_loaded || return 0
 		rmmod "$KV_LAYER" 2>/dev/null && return 0

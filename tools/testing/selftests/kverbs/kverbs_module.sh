@@ -3,7 +3,9 @@
 #
 # Loading and unloading the kverbs example module, with and without RDMA
 # devices: the client registers and unregisters cleanly every time, its
-# debugfs and sysfs files come and go with it.
+# debugfs and sysfs files come and go with it. Then the self-test module
+# (kverbs_selftest.ko), another user of the layer: its control file comes
+# and goes with it, and lsmod shows it holding kverbs.ko.
 
 # shellcheck source=kverbs_lib.sh
 . "$(dirname "$(readlink -f "$0")")/kverbs_lib.sh"
@@ -33,7 +35,7 @@ load_unload_repeated() {
 
 load_with_no_device() {
 	kv_load || return 1
-	[ -d "$KV_DEBUGFS" ] && [ -z "$(kv_device_dirs)" ] && [ -f "$KV_DEBUGFS/selftest" ] &&
+	[ -d "$KV_DEBUGFS" ] && [ -z "$(kv_device_dirs)" ] &&
 		[ -z "$(cat "$KV_SYSFS/devices")" ] &&
 		kv_logged "kverbs_example: registered as an RDMA client"
 	local r=$?
@@ -45,9 +47,44 @@ two_devices() {
 	kv_dummy_up && kv_rxe_add rxe_lo lo && kv_rxe_add rxe_dummy dummy0
 }
 
-kv_begin 5
+# The self-test module alone on the layer: its control file lists the
+# cases before any run; rmmod takes the file and leaves the layer.
+selftest_load_unload() {
+	local st=$KV_SELFTEST_DEBUGFS/selftest
+	kv_load_selftest || { kv_msg "insmod failed"; return 1; }
+	[ -f "$st" ] || { kv_msg "no $st"; return 1; }
+	grep -q "^case qp_refuses_cq_of_other_device$" "$st" || { kv_msg "no case listed"; return 1; }
+	rmmod "$KV_SELFTEST" || { kv_msg "rmmod failed"; return 1; }
+	[ ! -e "$KV_SELFTEST_DEBUGFS" ] || { kv_msg "$KV_SELFTEST_DEBUGFS left behind"; return 1; }
+	kv_layer_loaded || { kv_msg "kverbs.ko went with it"; return 1; }
+	kv_unload_layer
+}
+
+# lsmod's "Used by" (busybox: name, size, count, users) and
+# /sys/module/kverbs/holders name the self-test module beside the example;
+# unloading the layer takes the self-test first.
+used_by_selftest() {
+	local used r=0
+	kv_load || { kv_msg "insmod of the example failed"; return 1; }
+	kv_load_selftest || { kv_msg "insmod of the self-test failed"; return 1; }
+	used=$(lsmod | awk '$1 == "kverbs" { print $3, $4 }')
+	kv_msg "lsmod: kverbs used by $used"
+	case "$used" in
+	"2 kverbs_example,kverbs_selftest"* | "2 kverbs_selftest,kverbs_example"*) ;;
+	*) kv_msg "want 2 kverbs_example,kverbs_selftest"; r=1 ;;
+	esac
+	[ -e /sys/module/kverbs/holders/kverbs_selftest ] || { kv_msg "not a holder of kverbs"; r=1; }
+	kv_unload || { kv_msg "unloading failed"; return 1; }
+	! kv_selftest_loaded || { kv_msg "the self-test is still loaded"; return 1; }
+	! kv_layer_loaded || { kv_msg "kverbs.ko is still loaded"; return 1; }
+	return $r
+}
+
+kv_begin 7
 kv_case load_with_no_rdma_device load_with_no_device
 kv_case load_unload_20_times_no_device load_unload_repeated ""
 kv_case create_rxe_on_lo_and_dummy0 two_devices
 kv_case load_unload_20_times_two_devices load_unload_repeated "rxe_dummy rxe_lo "
+kv_case selftest_load_unload_two_devices selftest_load_unload
+kv_case module_layer_used_by_selftest used_by_selftest
 kv_end

@@ -2,11 +2,12 @@
 # SPDX-License-Identifier: GPL-2.0
 #
 # Soundness of the safe layer: what safe code must not be able to do to the
-# kernel. The example module's in-kernel self-test
-# (samples/kverbs_example/selftest.rs, safe Rust) hands the layer objects of two devices or two PDs, ports the device
-# does not have, CQs too small, work request ids of another QP or already
-# released, remote write without local write, two QPs on one rdma_cm ID:
-# each must be refused with its errno, with no kernel report. Then device
+# kernel. The in-kernel self-test, a module of its own on the layer
+# (kverbs_selftest.ko, samples/kverbs_selftest/, safe Rust), hands the
+# layer objects of two devices or two PDs, ports the device does not have,
+# CQs too small, work request ids of another QP or already released,
+# remote write without local write, two QPs on one rdma_cm ID: each must be
+# refused with its errno, with no kernel report. Then device
 # removal ends a TCP connect that would wait a
 # minute, and a removal under a stream of writers is not held up by a run
 # that starts after it began.
@@ -14,14 +15,14 @@
 # shellcheck source=kverbs_lib.sh
 . "$(dirname "$(readlink -f "$0")")/kverbs_lib.sh"
 
-ST=$KV_DEBUGFS/selftest
+ST=$KV_SELFTEST_DEBUGFS/selftest
 ENV="rxe_lo rxe_dummy 169.254.1.1"
 
 setup() {
 	kv_dummy_up || return 1
 	kv_rxe_add rxe_lo lo || return 1
 	kv_rxe_add rxe_dummy dummy0 || return 1
-	kv_load
+	kv_load && kv_load_selftest
 }
 
 # selftest CASE: runs one case of the self-test module.

@@ -5,7 +5,7 @@
 //! event sink, must not be able to do to the kernel (the second soundness
 //! review). Each case says what it would have met before the fix.
 
-use super::{buf, caps, connect_pair, ok, port, rc_self, seg, Env, Text, TIMEOUT_MS};
+use crate::common::{buf, caps, connect_pair, cq, ok, port, rc_self, seg, Env, Text, TIMEOUT_MS};
 use core::{
     fmt::Write,
     sync::atomic::{AtomicBool, AtomicU32, Ordering},
@@ -56,7 +56,7 @@ const DROP_ROUNDS: u32 = 150;
 /// them (KASAN: use-after-free). The layer lets one task process at a
 /// time; the other yields: how often they met is counted, and must not be
 /// zero, or the case proved nothing.
-pub(super) fn direct_cq_shared_by_two_tasks_dropping_qps(
+pub(crate) fn direct_cq_shared_by_two_tasks_dropping_qps(
     env: &Env,
     out: &mut Text,
 ) -> Result<(), &'static str> {
@@ -150,7 +150,7 @@ pub(super) fn direct_cq_shared_by_two_tasks_dropping_qps(
 /// ring's size is built or copied on the stack, which is 16 KiB (before,
 /// `new` and `snapshot` put the whole array there, the latter with
 /// interrupts off: a stack overflow).
-pub(super) fn event_ring_of_4096_snapshotted(
+pub(crate) fn event_ring_of_4096_snapshotted(
     _env: &Env,
     out: &mut Text,
 ) -> Result<(), &'static str> {
@@ -218,14 +218,14 @@ impl EventSink for Dropper {
 /// destruction then happens inside the delivery of its own event.
 /// Called where rxe raised it, this was a sleep in atomic context and a
 /// QP destroyed from its own task (which waits for that task to end).
-pub(super) fn event_sink_sleeps_and_drops_its_objects(
+pub(crate) fn event_sink_sleeps_and_drops_its_objects(
     env: &Env,
     out: &mut Text,
 ) -> Result<(), &'static str> {
     let dev = &env.a;
     let pd = ok(Pd::new(dev), "PD", out)?;
-    let scq = ok(super::cq(dev), "send CQ", out)?;
-    let rcq = ok(super::cq(dev), "SRQ CQ", out)?;
+    let scq = ok(cq(dev), "send CQ", out)?;
+    let rcq = ok(cq(dev), "SRQ CQ", out)?;
     let sink = ok(
         Arc::pin_init(
             pin_init!(Dropper {
@@ -314,7 +314,7 @@ fn cm_client(cl: &Clients) {
             id.resolve(cl.ip, CM_PORT, TIMEOUT_MS, &c)?;
             let dev: &Device = id.device().ok_or(ENODEV)?;
             let pd = Pd::new(dev)?;
-            let cq = super::cq(dev)?;
+            let cq = cq(dev)?;
             let qp = Qp::new_cm(&id, &pd, &cq, &cq, caps(2))?;
             let qp = id.connect(qp, TIMEOUT_MS, &c)?;
             drop(qp);
@@ -340,7 +340,7 @@ fn cm_client(cl: &Clients) {
 /// request is never purged with a destroyed ID's events -- it would then
 /// never be taken nor destroyed, and hold up the device's removal, which
 /// `kverbs_soundness.sh` does within 5 s after the self-test).
-pub(super) fn cm_requests_while_accepted_ids_are_destroyed(
+pub(crate) fn cm_requests_while_accepted_ids_are_destroyed(
     env: &Env,
     out: &mut Text,
 ) -> Result<(), &'static str> {
@@ -388,7 +388,7 @@ pub(super) fn cm_requests_while_accepted_ids_are_destroyed(
         let r = listener.get_request(5 * TIMEOUT_MS, &c).and_then(|child| {
             let dev: &Device = child.device().ok_or(ENODEV)?;
             let pd = Pd::new(dev)?;
-            let cq = super::cq(dev)?;
+            let cq = cq(dev)?;
             let qp = Qp::new_cm(&child, &pd, &cq, &cq, caps(2))?;
             // Accepted, then the QP and the ID go at once.
             let qp = child.accept(qp, TIMEOUT_MS, &c)?;

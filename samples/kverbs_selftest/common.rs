@@ -1,0 +1,193 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! What the cases share: the text they write, what they run with, how
+//! they say that the layer refused or accepted, and the objects most of
+//! them start from (QPs connected to themselves or to each other, CQs,
+//! buffers).
+
+use core::fmt::Write;
+use kernel::{prelude::*, sync::Arc, types::ARef};
+use kverbs::{
+    cq::{Cq, PollCtx},
+    device::{Device, Gid, Mtu},
+    dma::DmaBuf,
+    pd::Pd,
+    qp::{Access, AddressVector, InitAttr, Qp, QpCaps, RtrAttr, Rts, RtsAttr, Ud},
+    stream::Segment,
+    tcp::Ipv4,
+};
+
+/// Text written by the cases.
+pub(crate) struct Text(pub(crate) KVec<u8>);
+
+impl Write for Text {
+    fn write_str(&mut self, s: &str) -> core::fmt::Result {
+        self.0
+            .extend_from_slice(s.as_bytes(), GFP_KERNEL)
+            .map_err(|_| core::fmt::Error)
+    }
+}
+
+/// What the cases run with.
+pub(crate) struct Env {
+    pub(crate) a: ARef<Device>,
+    pub(crate) b: ARef<Device>,
+    pub(crate) ip: Ipv4,
+}
+
+/// A case: `Ok` if the layer behaved, else why not.
+pub(crate) type Case = fn(&Env, &mut Text) -> core::result::Result<(), &'static str>;
+
+pub(crate) const TIMEOUT_MS: u32 = 2000;
+pub(crate) const QKEY: u32 = 0x1234_5678;
+
+pub(crate) fn port(dev: &Device) -> u32 {
+    *dev.ports().start()
+}
+
+pub(crate) fn caps(n: u32) -> QpCaps {
+    QpCaps {
+        max_send_wr: n,
+        max_recv_wr: n,
+        ..Default::default()
+    }
+}
+
+/// `r` failed with `want`; says what it did otherwise.
+pub(crate) fn refused<T>(
+    r: Result<T>,
+    want: Error,
+    what: &'static str,
+    out: &mut Text,
+) -> Result<(), &'static str> {
+    match r {
+        Err(e) if e.to_errno() == want.to_errno() => Ok(()),
+        Err(e) => {
+            let _ = write!(
+                out,
+                "{}: error {}, want {}",
+                what,
+                e.to_errno(),
+                want.to_errno()
+            );
+            Err(what)
+        }
+        Ok(_) => {
+            let _ = write!(out, "{}: accepted", what);
+            Err(what)
+        }
+    }
+}
+
+/// `r` succeeded; says how it failed otherwise.
+pub(crate) fn ok<T>(r: Result<T>, what: &'static str, out: &mut Text) -> Result<T, &'static str> {
+    r.map_err(|e| {
+        let _ = write!(out, "{}: error {}", what, e.to_errno());
+        what
+    })
+}
+
+/// A GID of `dev`'s first port and its index: the first IPv4 one (a RoCE
+/// v2 GID routes over `lo`, the link-local one does not), else the first.
+pub(crate) fn first_gid(dev: &Device) -> Option<(u32, Gid)> {
+    let gids = || (0..64).filter_map(|i| dev.gid_attr(port(dev), i).ok().map(|g| (i, g.gid())));
+    gids()
+        .find(|(_, g)| g.is_v4_mapped())
+        .or_else(|| gids().next())
+}
+
+/// An RC QP of `pd` connected to itself, in RTS.
+pub(crate) fn rc_self(pd: &Pd, cq: &Cq) -> Result<Qp<Rts>> {
+    let dev = pd.device();
+    let qp = Qp::new_rc(pd, port(dev), cq, cq, caps(4))?.to_init(&InitAttr {
+        pkey_index: 0,
+        access: Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE,
+    })?;
+    let qpn = qp.qp_num();
+    to_rts(dev, qp, qpn)
+}
+
+/// An RC QP of `dev` in INIT to RTS, connected to the QP `dest` of the
+/// same device.
+pub(crate) fn to_rts(dev: &Device, q: Qp<kverbs::qp::Init>, dest: u32) -> Result<Qp<Rts>> {
+    let (sgid_index, dgid) = first_gid(dev).ok_or(ENODEV)?;
+    q.to_rtr(&RtrAttr {
+        path_mtu: Mtu::MTU_1024,
+        dest_qp_num: dest,
+        rq_psn: 0,
+        max_dest_rd_atomic: 1,
+        min_rnr_timer: 0x12,
+        av: av(dgid, sgid_index),
+    })?
+    .to_rts(&RtsAttr {
+        timeout: 0x12,
+        retry_cnt: 6,
+        rnr_retry: 7,
+        sq_psn: 0,
+        max_rd_atomic: 1,
+    })
+}
+
+/// Two RC QPs of `pd` connected to each other, in RTS, each with its own
+/// CQ: the owner of a memory region and a peer that reaches it.
+pub(crate) fn rc_pair(pd: &Pd) -> Result<(Qp<Rts>, Qp<Rts>, Cq, Cq)> {
+    rc_pair_access(
+        pd,
+        Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE,
+    )
+}
+
+/// [`rc_pair`] with the QPs' remote `access`.
+pub(crate) fn rc_pair_access(pd: &Pd, access: Access) -> Result<(Qp<Rts>, Qp<Rts>, Cq, Cq)> {
+    let dev = pd.device();
+    let (ca, cb) = (cq(dev)?, cq(dev)?);
+    let a = Qp::new_rc(pd, port(dev), &ca, &ca, caps(4))?;
+    let b = Qp::new_rc(pd, port(dev), &cb, &cb, caps(4))?;
+    let (a, b) = connect_pair(dev, a, b, access)?;
+    Ok((a, b, ca, cb))
+}
+
+/// Connects `a` and `b`, two RC QPs of one device, to each other, with
+/// the remote `access` they allow.
+pub(crate) fn connect_pair(
+    dev: &Device,
+    a: Qp<kverbs::qp::Reset>,
+    b: Qp<kverbs::qp::Reset>,
+    access: Access,
+) -> Result<(Qp<Rts>, Qp<Rts>)> {
+    let init = InitAttr {
+        pkey_index: 0,
+        access,
+    };
+    let (a, b) = (a.to_init(&init)?, b.to_init(&init)?);
+    let (qa, qb) = (a.qp_num(), b.qp_num());
+    Ok((to_rts(dev, a, qb)?, to_rts(dev, b, qa)?))
+}
+
+/// A UD QP of `pd` in RTS.
+pub(crate) fn ud_rts(pd: &Pd, cq: &Cq) -> Result<Qp<Rts, Ud>> {
+    Qp::new_ud(pd, port(pd.device()), cq, cq, caps(2))?
+        .to_init_ud(0, QKEY)?
+        .to_rtr_ud()?
+        .to_rts_ud(0)
+}
+
+pub(crate) fn av(dgid: Gid, sgid_index: u32) -> AddressVector {
+    AddressVector::new(dgid, sgid_index as u8)
+}
+
+pub(crate) fn cq(dev: &Device) -> Result<Cq> {
+    Cq::new(dev, 32, PollCtx::Softirq)
+}
+
+pub(crate) fn buf(dev: &Device) -> Result<Arc<DmaBuf>> {
+    Ok(Arc::new(DmaBuf::new(dev, 4096)?, GFP_KERNEL)?)
+}
+
+pub(crate) fn seg(b: &Arc<DmaBuf>, len: usize) -> Segment {
+    Segment {
+        buf: b.clone(),
+        offset: 0,
+        len,
+    }
+}
