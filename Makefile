@@ -8,7 +8,10 @@
 #   make kernel-perf  build the performance kernel (no debug options)
 #   make run        boot the test kernel in QEMU, create soft-RoCE devices,
 #                   load the example module and show what it finds
-#   make check      run the kselftests in QEMU (KTAP, then "N passed, N failed")
+#   make check      run the kselftests in QEMU (KTAP, then "N passed, N failed");
+#                   builds tools/ulp_template first (make ulp)
+#   make ulp        build the out-of-tree ULP template (tools/ulp_template)
+#                   against this tree, the documented way
 #   make check-harness  the test harness's own tests (tools/testing/kverbs_harness.sh)
 #   make bench [QUICK=1]  kverbs vs perftest vs the same loop in C, on the
 #                   performance kernel (tools/bench/bench.sh)
@@ -52,9 +55,9 @@ kvars =
 setup =
 endif
 
-RUST_SOURCES = $(shell find $(TOP)/rust $(TOP)/samples -name '*.rs' ! -name '*_generated.rs')
+RUST_SOURCES = $(shell find $(TOP)/rust $(TOP)/samples $(TOP)/tools/ulp_template -name '*.rs' ! -name '*_generated.rs')
 
-.PHONY: all modules setup kernel kernel-perf run check check-harness bench stress rustfmt rustfmtcheck clippy clean
+.PHONY: all modules ulp setup kernel kernel-perf run check check-harness bench stress rustfmt rustfmtcheck clippy clean
 
 all: modules
 
@@ -71,13 +74,23 @@ kernel-perf: setup
 modules:
 	@$(setup) kdir=$(kdir) && $(MAKE) -C "$$kdir" M=$(TOP) $(kvars) modules
 
+# The out-of-tree ULP template (tools/ulp_template), built by its own
+# Makefile against this tree's kverbs.ko, as a module of one's own would be.
+# make check puts it in the guest (kverbs_ulp.sh); a failed build fails it.
+ulp_build = $(MAKE) -C $(TOP)/tools/ulp_template KVERBS=$(TOP) KDIR="$$kdir" $(kvars)
+ulp_failed = { echo "kverbs: building the out-of-tree ULP (tools/ulp_template) against this tree failed"; exit 1; }
+
+ulp: modules
+	@$(setup) kdir=$(kdir) && $(ulp_build) modules || $(ulp_failed)
+
 clippy:
-	@$(setup) kdir=$(kdir) && $(MAKE) -C "$$kdir" M=$(TOP) $(kvars) CLIPPY=1 modules
+	@$(setup) kdir=$(kdir) && $(MAKE) -C "$$kdir" M=$(TOP) $(kvars) CLIPPY=1 modules && \
+		$(ulp_build) CLIPPY=1 modules
 
 run: modules
 	@$(TOP)/tools/vm/run.sh demo
 
-check: modules
+check: modules ulp
 	@$(TOP)/tools/vm/run.sh check
 
 # SEED: the fuzzer's and the removal loops' seed (default: the date).
@@ -99,4 +112,4 @@ rustfmtcheck:
 	@/usr/bin/rustfmt --check --config-path $(TOP)/.rustfmt.toml $(RUST_SOURCES)
 
 clean:
-	@kdir=$(kdir) && $(MAKE) -C "$$kdir" M=$(TOP) $(kvars) clean
+	@kdir=$(kdir) && $(MAKE) -C "$$kdir" M=$(TOP) $(kvars) clean && $(ulp_build) clean

@@ -161,6 +161,7 @@ kv_wait() {
 
 kv_cleanup() {
 	! kv_minimal_loaded || rmmod "$KV_MINIMAL"
+	! kv_mod_loaded kverbs_ulp || rmmod kverbs_ulp
 	kv_loaded && kv_unload
 	kv_unload_layer
 	kv_rxe_del_all
