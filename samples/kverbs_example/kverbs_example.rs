@@ -302,10 +302,7 @@ impl kernel::Module for KverbsExample {
         let attr = sysfs.attribute(c_str!("devices"), DeviceList(devices.clone()))?;
         let root = Dir::new(c_str!("kverbs_example"), module)?;
         let fail_drain = kverbs::qp::DrainFaultInjection::new(&root).ok();
-        let reg = Registration::new(
-            c_str!("kverbs_example"),
-            Example { root, devices },
-        )?;
+        let reg = Registration::new(c_str!("kverbs_example"), Example { root, devices })?;
         pr_info!("registered as an RDMA client\n");
         Ok(KverbsExample {
             _reg: reg,
