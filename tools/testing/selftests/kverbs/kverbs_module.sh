@@ -80,11 +80,37 @@ used_by_selftest() {
 	return $r
 }
 
-kv_begin 7
+# The three modules of this tree on the layer at once: lsmod's "Used by"
+# names each of them, rmmod of the layer is refused while they hold it, and
+# it goes once they have.
+used_by_all_three() {
+	local used users r=0
+	kv_load || { kv_msg "insmod of the example failed"; return 1; }
+	kv_load_selftest || { kv_msg "insmod of the self-test failed"; return 1; }
+	insmod "$KV_MODDIR/$KV_MINIMAL.ko" || { kv_msg "insmod of the minimal module failed"; return 1; }
+	used=$(lsmod | awk '$1 == "kverbs" { print $3, $4 }')
+	kv_msg "lsmod: kverbs used by $used"
+	users=$(printf '%s\n' "${used#* }" | tr , '\n' | sort | tr '\n' ' ')
+	if [ "${used%% *}" != 3 ] || [ "$users" != "kverbs_example kverbs_minimal kverbs_selftest " ]; then
+		kv_msg "want 3 users: kverbs_example, kverbs_minimal, kverbs_selftest"
+		r=1
+	fi
+	if rmmod "$KV_LAYER" 2>/dev/null; then
+		kv_msg "rmmod $KV_LAYER succeeded while three modules use it"
+		return 1
+	fi
+	rmmod "$KV_MINIMAL" || { kv_msg "rmmod of the minimal module failed"; return 1; }
+	kv_unload || { kv_msg "unloading failed"; return 1; }
+	! kv_layer_loaded || { kv_msg "kverbs.ko is still loaded"; return 1; }
+	return $r
+}
+
+kv_begin 8
 kv_case load_with_no_rdma_device load_with_no_device
 kv_case load_unload_20_times_no_device load_unload_repeated ""
 kv_case create_rxe_on_lo_and_dummy0 two_devices
 kv_case load_unload_20_times_two_devices load_unload_repeated "rxe_dummy rxe_lo "
 kv_case selftest_load_unload_two_devices selftest_load_unload
 kv_case module_layer_used_by_selftest used_by_selftest
+kv_case module_layer_used_by_example_selftest_minimal used_by_all_three
 kv_end
