@@ -14,11 +14,11 @@ mod payload;
 
 use crate::conn::Role;
 use crate::conn::{complete_wc, pick_gid, sync, tcp_connect, ConData, CON_DATA_LEN};
-use crate::control::Example;
+use crate::control::{Example, Run};
 use crate::report::Report;
 use crate::stats::{add, Stats};
-use atomics::{atomics, atomics_landed, server_access, Atomics};
-use config::{parse, Config};
+use atomics::{atomics, atomics_landed, server_access};
+use config::Config;
 use core::fmt::Write;
 use kernel::{prelude::*, sync::Arc};
 use kverbs::{
@@ -47,32 +47,7 @@ impl Example for Rc {
     const NAME: &'static str = "rc";
     type Config = Config;
 
-    fn parse(dev: &Device, input: &[u8]) -> Result<Config> {
-        parse(dev, input)
-    }
-
-    fn run(
-        &self,
-        dev: &Device,
-        cfg: &Config,
-        cancel: &Cancel,
-        stats: &Stats,
-        rep: &mut Report,
-    ) -> Result {
-        let _ = writeln!(
-            rep,
-            "config: role={} size={} iters={} mtu={} poll={} timeout_ms={}{}{}{}{}",
-            cfg.role_name(),
-            cfg.size,
-            cfg.iters,
-            cfg.mtu.bytes(),
-            cfg.poll.name(),
-            cfg.timeout_ms,
-            if cfg.validate { " validate" } else { "" },
-            if cfg.imm { " imm" } else { "" },
-            if cfg.linger { " linger" } else { "" },
-            Atomics(cfg.atomics)
-        );
+    fn run(&self, cfg: &Config, ctx: Run<'_>) -> Result {
         match cfg.role {
             _ if cfg.cm => {
                 let rping = crate::rping::Config {
@@ -85,10 +60,10 @@ impl Example for Rc {
                     validate: cfg.validate,
                     timeout_ms: cfg.timeout_ms,
                 };
-                crate::rping::run(dev, &rping, cancel, stats, rep)
+                crate::rping::run(&rping, ctx)
             }
-            Role::Loopback => run_loopback(dev, cfg, cancel, stats, rep),
-            Role::Server | Role::Client => run_tcp(dev, cfg, cancel, stats, rep),
+            Role::Loopback => run_loopback(cfg, ctx),
+            Role::Server | Role::Client => run_tcp(cfg, ctx),
         }
     }
 }
@@ -146,13 +121,8 @@ fn complete<S: kverbs::qp::State>(
 }
 
 /// The whole RDMA_RC_example flow between two QPs of one device.
-fn run_loopback(
-    dev: &Device,
-    cfg: &Config,
-    cancel: &Cancel,
-    stats: &Stats,
-    rep: &mut Report,
-) -> Result {
+fn run_loopback(cfg: &Config, ctx: Run<'_>) -> Result {
+    let (dev, cancel, stats, rep) = (ctx.dev, ctx.cancel, ctx.stats, ctx.rep);
     let (port, gid_idx, gid) = port_and_gid(dev, cfg, rep)?;
     let size = cfg.size;
     let t = cfg.timeout_ms;
@@ -558,7 +528,8 @@ fn linger(
 }
 
 /// RDMA_RC_example's server or client, with a peer over TCP.
-fn run_tcp(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut Report) -> Result {
+fn run_tcp(cfg: &Config, ctx: Run<'_>) -> Result {
+    let (dev, cancel, stats, rep) = (ctx.dev, ctx.cancel, ctx.stats, ctx.rep);
     let server = cfg.role == Role::Server;
     let (port, gid_idx, gid) = port_and_gid(dev, cfg, rep)?;
     let size = cfg.size;
