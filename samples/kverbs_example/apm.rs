@@ -19,7 +19,7 @@
 use crate::conn::{cm_device_check, cm_listen, cm_on_device, complete_wc};
 use crate::control::{ControlConfig, Example, Run};
 use crate::events::EventLog;
-use crate::options::{need, options, parse_addr, parse_num_in};
+use crate::options::Opts;
 use crate::report::Report;
 use crate::stats::add;
 use core::fmt::Write;
@@ -61,33 +61,24 @@ impl ControlConfig for Config {
             timeout_ms: 5000,
         };
         let mut have_role = false;
-        for (key, val) in options(dev, "apm", input)? {
-            let v = need(dev, "apm", key, val)?;
-            let num = |min, max| parse_num_in::<u64>("apm", dev, key, v, min, max);
+        let o = Opts::new(dev, "apm");
+        for (key, val) in o.options(input)? {
+            let v = o.need(key, val)?;
+            let num = |min, max| o.num_in::<u64>(key, v, min, max);
             match key {
                 "role" => {
-                    cfg.server = match v {
-                        "server" => true,
-                        "client" => false,
-                        other => {
-                            pr_warn!("{}: apm: unknown role '{}'\n", dev.name(), other);
-                            return Err(EINVAL);
-                        }
-                    };
+                    cfg.server = o.pick(key, v, &[("server", true), ("client", false)])?;
                     have_role = true;
                 }
                 "addr" => {
-                    cfg.addr = Some(parse_addr(dev, "apm", v)?);
+                    cfg.addr = Some(o.addr(v)?);
                 }
                 "port" => cfg.port = num(1, 65535)? as u16,
                 "count" => cfg.count = num(1, 1_000_000)? as u32,
                 "migrate_after" => cfg.migrate_after = num(0, 1_000_000)? as u32,
                 "size" => cfg.size = num(1, 65536)? as usize,
                 "timeout_ms" => cfg.timeout_ms = num(1, 600_000)? as u32,
-                _ => {
-                    pr_warn!("{}: apm: unknown key '{}'\n", dev.name(), key);
-                    return Err(EINVAL);
-                }
+                _ => return Err(o.unknown_key(key)),
             }
         }
         if !have_role {

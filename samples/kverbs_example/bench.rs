@@ -30,7 +30,7 @@ mod lat;
 
 use crate::conn::Role;
 use crate::control::{ControlConfig, Example, Run};
-use crate::options::{need, no_value, options, parse_addr, parse_mtu, parse_num_in, parse_poll};
+use crate::options::Opts;
 use crate::report::Report;
 use core::fmt::Write;
 use kernel::prelude::*;
@@ -107,6 +107,13 @@ impl Test {
     }
 }
 
+/// What `role=` names.
+const ROLES: [(&str, Role); 3] = [
+    ("loopback", Role::Loopback),
+    ("server", Role::Server),
+    ("client", Role::Client),
+];
+
 /// A parsed `bench` string.
 pub(crate) struct Config {
     test: Test,
@@ -131,12 +138,8 @@ pub(crate) struct Config {
     port: u16,
 }
 
-fn parse_num(dev: &Device, key: &str, v: &str, min: u64, max: u64) -> Result<u32> {
-    parse_num_in("bench", dev, key, v, min, max)
-}
-
 impl ControlConfig for Config {
-    fn parse<'a>(dev: &Device, input: &'a [u8]) -> Result<Self> {
+    fn parse(dev: &Device, input: &[u8]) -> Result<Self> {
         let mut test = None;
         let mut cfg = Config {
             test: Test::WriteBw,
@@ -156,11 +159,12 @@ impl ControlConfig for Config {
             port: PORT,
         };
         let (mut iters, mut tx_depth, mut cq_mod, mut inline) = (None, None, None, None);
-        for (key, val) in options(dev, "bench", input)? {
-            let need = |v: Option<&'a str>| need(dev, "bench", key, v);
+        let o = Opts::new(dev, "bench");
+        for (key, val) in o.options(input)? {
+            let need = || o.need(key, val);
             match key {
                 "test" => {
-                    let v = need(val)?;
+                    let v = need()?;
                     test = Some(
                         Test::ALL
                             .iter()
@@ -172,53 +176,39 @@ impl ControlConfig for Config {
                             })?,
                     );
                 }
-                "size" => {
-                    cfg.size = Some(parse_num(dev, key, need(val)?, 2, MAX_SIZE as u64)? as usize)
-                }
-                "sizes" => match need(val)? {
+                "size" => cfg.size = Some(o.num_in(key, need()?, 2, MAX_SIZE as u64)?),
+                "sizes" => match need()? {
                     "all" => cfg.size = None,
                     v => {
                         pr_warn!("{}: bench: sizes='{}': only sizes=all\n", dev.name(), v);
                         return Err(EINVAL);
                     }
                 },
-                "iters" => iters = Some(parse_num(dev, key, need(val)?, 5, MAX_SAMPLES)?),
-                "tx_depth" => tx_depth = Some(parse_num(dev, key, need(val)?, 1, 1024)?),
-                "cq_mod" => cq_mod = Some(parse_num(dev, key, need(val)?, 1, 1024)?),
-                "qps" => cfg.qps = parse_num(dev, key, need(val)?, 1, 16)?,
-                "inline" => inline = Some(parse_num(dev, key, need(val)?, 0, 512)?),
-                "timeout_ms" => cfg.timeout_ms = parse_num(dev, key, need(val)?, 1, 600_000)?,
-                "qp_timeout" => cfg.qp_timeout = parse_num(dev, key, need(val)?, 1, 31)? as u8,
+                "iters" => iters = Some(o.num_in(key, need()?, 5, MAX_SAMPLES)?),
+                "tx_depth" => tx_depth = Some(o.num_in(key, need()?, 1, 1024)?),
+                "cq_mod" => cq_mod = Some(o.num_in(key, need()?, 1, 1024)?),
+                "qps" => cfg.qps = o.num_in(key, need()?, 1, 16)?,
+                "inline" => inline = Some(o.num_in(key, need()?, 0, 512)?),
+                "timeout_ms" => cfg.timeout_ms = o.num_in(key, need()?, 1, 600_000)?,
+                "qp_timeout" => cfg.qp_timeout = o.num_in(key, need()?, 1, 31)?,
                 "mtu" => {
-                    cfg.mtu = Some(parse_mtu(dev, "bench", key, need(val)?)?);
+                    cfg.mtu = Some(o.mtu(key, need()?)?);
                 }
                 "poll" => {
-                    cfg.poll = parse_poll(dev, "bench", need(val)?)?;
+                    cfg.poll = o.poll(need()?)?;
                 }
                 "role" => {
-                    cfg.role = match need(val)? {
-                        "loopback" => Role::Loopback,
-                        "server" => Role::Server,
-                        "client" => Role::Client,
-                        v => {
-                            pr_warn!("{}: bench: unknown role '{}'\n", dev.name(), v);
-                            return Err(EINVAL);
-                        }
-                    }
+                    cfg.role = o.pick(key, need()?, &ROLES)?;
                 }
                 "addr" => {
-                    let v = need(val)?;
-                    cfg.addr = Some(parse_addr(dev, "bench", v)?);
+                    cfg.addr = Some(o.addr(need()?)?);
                 }
-                "port" => cfg.port = parse_num(dev, key, need(val)?, 1, 65535)? as u16,
+                "port" => cfg.port = o.num_in(key, need()?, 1, 65535)?,
                 "bidir" => {
-                    no_value(dev, "bench", key, val)?;
+                    o.no_value(key, val)?;
                     cfg.bidir = true;
                 }
-                _ => {
-                    pr_warn!("{}: bench: unknown key '{}'\n", dev.name(), key);
-                    return Err(EINVAL);
-                }
+                _ => return Err(o.unknown_key(key)),
             }
         }
         let unset = Unset {

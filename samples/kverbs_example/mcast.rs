@@ -10,7 +10,7 @@
 //! immediate data. `role=receiver` only receives, `role=sender` only sends.
 
 use crate::control::{ControlConfig, Example, Run};
-use crate::options::{need, options, parse_dec_in};
+use crate::options::Opts;
 use crate::report::Report;
 use crate::stats::{add, Stats};
 use core::fmt::Write;
@@ -49,6 +49,13 @@ enum Mode {
     /// `detach <group>`.
     Detach,
 }
+
+/// What `role=` names.
+const ROLES: [(&str, Mode); 3] = [
+    ("both", Mode::Both),
+    ("sender", Mode::Sender),
+    ("receiver", Mode::Receiver),
+];
 
 pub(crate) struct Config {
     role: Mode,
@@ -94,20 +101,13 @@ impl ControlConfig for Config {
             })?;
             return Ok(cfg);
         }
-        for (key, val) in options(dev, "mcast", input)? {
-            let val = need(dev, "mcast", key, val)?;
-            let num = |min: u64, max: u64| parse_dec_in("mcast", dev, key, val, min, max);
+        let o = Opts::new(dev, "mcast");
+        for (key, val) in o.options(input)? {
+            let val = o.need(key, val)?;
+            let num = |min: u64, max: u64| o.dec_in(key, val, min, max);
             match key {
                 "role" => {
-                    cfg.role = match val {
-                        "both" => Mode::Both,
-                        "sender" => Mode::Sender,
-                        "receiver" => Mode::Receiver,
-                        _ => {
-                            pr_warn!("{}: mcast: unknown role '{}'\n", dev.name(), val);
-                            return Err(EINVAL);
-                        }
-                    };
+                    cfg.role = o.pick(key, val, &ROLES)?;
                     have_role = true;
                 }
                 "group" => {
@@ -125,10 +125,7 @@ impl ControlConfig for Config {
                 "size" => cfg.size = num(1, 4096)? as usize,
                 "qps" => cfg.qps = num(1, MAX_QPS.into())? as u32,
                 "timeout_ms" => cfg.timeout_ms = num(1, 600_000)? as u32,
-                _ => {
-                    pr_warn!("{}: mcast: unknown key '{}'\n", dev.name(), key);
-                    return Err(EINVAL);
-                }
+                _ => return Err(o.unknown_key(key)),
             }
         }
         if !have_role || !have_group {

@@ -6,7 +6,7 @@
 use super::atomics::Atomics;
 use crate::conn::Role;
 use crate::control::ControlConfig;
-use crate::options::{need, no_value, options, parse_addr, parse_mtu, parse_num_in, parse_poll};
+use crate::options::Opts;
 use crate::report::Report;
 use core::fmt::Write;
 use kernel::prelude::*;
@@ -21,6 +21,15 @@ pub(super) const MAX_SIZE: usize = 8 << 20;
 
 /// The buffer of RDMA_RC_example: a 20-character message and its NUL.
 pub(super) const MSG_SIZE: usize = 21;
+
+/// What `role=` names: the role, and whether rdma_cm connects.
+const ROLES: [(&str, (Role, bool)); 5] = [
+    ("loopback", (Role::Loopback, false)),
+    ("server", (Role::Server, false)),
+    ("client", (Role::Client, false)),
+    ("cm_server", (Role::Server, true)),
+    ("cm_client", (Role::Client, true)),
+];
 
 /// A parsed control string.
 pub(crate) struct Config {
@@ -76,72 +85,49 @@ impl Config {
     }
 }
 
-pub(super) fn parse_num<T: TryFrom<u64>>(
-    dev: &Device,
-    key: &str,
-    v: &str,
-    min: u64,
-    max: u64,
-) -> Result<T> {
-    parse_num_in("rc", dev, key, v, min, max)
-}
-
 impl ControlConfig for Config {
-    fn parse<'a>(dev: &Device, input: &'a [u8]) -> Result<Self> {
+    fn parse(dev: &Device, input: &[u8]) -> Result<Self> {
         let mut cfg = Config::defaults();
         let mut have_role = false;
         let (mut port_set, mut size_set) = (false, false);
-        for (key, val) in options(dev, "rc", input)? {
-            let need = |v: Option<&'a str>| need(dev, "rc", key, v);
+        let o = Opts::new(dev, "rc");
+        for (key, val) in o.options(input)? {
+            let need = || o.need(key, val);
             match key {
                 "role" => {
-                    (cfg.role, cfg.cm) = match need(val)? {
-                        "loopback" => (Role::Loopback, false),
-                        "server" => (Role::Server, false),
-                        "client" => (Role::Client, false),
-                        "cm_server" => (Role::Server, true),
-                        "cm_client" => (Role::Client, true),
-                        other => {
-                            pr_warn!("{}: rc: unknown role '{}'\n", dev.name(), other);
-                            return Err(EINVAL);
-                        }
-                    };
+                    (cfg.role, cfg.cm) = o.pick(key, need()?, &ROLES)?;
                     have_role = true;
                 }
                 "addr" => {
-                    let v = need(val)?;
-                    cfg.addr = Some(parse_addr(dev, "rc", v)?);
+                    cfg.addr = Some(o.addr(need()?)?);
                 }
                 "port" => {
-                    cfg.port = parse_num(dev, key, need(val)?, 1, 65535)?;
+                    cfg.port = o.num_in(key, need()?, 1, 65535)?;
                     port_set = true;
                 }
-                "gid_idx" => cfg.gid_idx = Some(parse_num(dev, key, need(val)?, 0, 255)?),
+                "gid_idx" => cfg.gid_idx = Some(o.num_in(key, need()?, 0, 255)?),
                 "size" => {
-                    cfg.size = parse_num(dev, key, need(val)?, 1, MAX_SIZE as u64)?;
+                    cfg.size = o.num_in(key, need()?, 1, MAX_SIZE as u64)?;
                     size_set = true;
                 }
-                "iters" => cfg.iters = parse_num(dev, key, need(val)?, 1, 1_000_000)?,
-                "atomics" => cfg.atomics = parse_num(dev, key, need(val)?, 0, 100_000)?,
-                "timeout_ms" => cfg.timeout_ms = parse_num(dev, key, need(val)?, 1, 600_000)?,
+                "iters" => cfg.iters = o.num_in(key, need()?, 1, 1_000_000)?,
+                "atomics" => cfg.atomics = o.num_in(key, need()?, 0, 100_000)?,
+                "timeout_ms" => cfg.timeout_ms = o.num_in(key, need()?, 1, 600_000)?,
                 "mtu" => {
-                    cfg.mtu = parse_mtu(dev, "rc", key, need(val)?)?;
+                    cfg.mtu = o.mtu(key, need()?)?;
                 }
                 "poll" => {
-                    cfg.poll = parse_poll(dev, "rc", need(val)?)?;
+                    cfg.poll = o.poll(need()?)?;
                 }
                 "validate" | "imm" | "linger" => {
-                    no_value(dev, "rc", key, val)?;
+                    o.no_value(key, val)?;
                     match key {
                         "imm" => cfg.imm = true,
                         "linger" => cfg.linger = true,
                         _ => cfg.validate = true,
                     }
                 }
-                _ => {
-                    pr_warn!("{}: rc: unknown key '{}'\n", dev.name(), key);
-                    return Err(EINVAL);
-                }
+                _ => return Err(o.unknown_key(key)),
             }
         }
         if !have_role {

@@ -5,7 +5,7 @@
 use super::proto::HDR;
 use crate::conn::Role;
 use crate::control::ControlConfig;
-use crate::options::{need, options, parse_addr, parse_num_in};
+use crate::options::Opts;
 use crate::report::Report;
 use core::fmt::Write;
 use kernel::prelude::*;
@@ -64,19 +64,17 @@ impl ControlConfig for Config {
             timeout_ms: 5000,
         };
         let mut have_role = false;
-        for (key, val) in options(dev, "srq", input)? {
-            let v = need(dev, "srq", key, val)?;
-            let num = |min, max| parse_num_in::<u64>("srq", dev, key, v, min, max);
+        let o = Opts::new(dev, "srq");
+        for (key, val) in o.options(input)? {
+            let v = o.need(key, val)?;
+            let num = |min, max| o.num_in::<u64>(key, v, min, max);
             match key {
                 "role" => {
-                    cfg.role = match v {
-                        "server" => Role::Server,
-                        "client" => Role::Client,
-                        other => {
-                            pr_warn!("{}: srq: unknown role '{}'\n", dev.name(), other);
-                            return Err(EINVAL);
-                        }
-                    };
+                    cfg.role = o.pick(
+                        key,
+                        v,
+                        &[("server", Role::Server), ("client", Role::Client)],
+                    )?;
                     have_role = true;
                 }
                 "flow" => {
@@ -94,7 +92,7 @@ impl ControlConfig for Config {
                     };
                 }
                 "addr" => {
-                    cfg.addr = Some(parse_addr(dev, "srq", v)?);
+                    cfg.addr = Some(o.addr(v)?);
                 }
                 "port" => cfg.port = num(1, 65535)? as u16,
                 "qps" => cfg.qps = num(1, 16)? as u32,
@@ -103,10 +101,7 @@ impl ControlConfig for Config {
                 "size" => cfg.size = num(HDR as u64, 1 << 20)? as usize,
                 "srq_limit" => cfg.srq_limit = num(0, 1023)? as u32,
                 "timeout_ms" => cfg.timeout_ms = num(1, 600_000)? as u32,
-                _ => {
-                    pr_warn!("{}: srq: unknown key '{}'\n", dev.name(), key);
-                    return Err(EINVAL);
-                }
+                _ => return Err(o.unknown_key(key)),
             }
         }
         if !have_role {
