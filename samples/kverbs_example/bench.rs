@@ -107,13 +107,6 @@ impl Test {
     }
 }
 
-/// What `role=` names.
-const ROLES: [(&str, Role); 3] = [
-    ("loopback", Role::Loopback),
-    ("server", Role::Server),
-    ("client", Role::Client),
-];
-
 /// A parsed `bench` string.
 pub(crate) struct Config {
     test: Test,
@@ -198,7 +191,7 @@ impl ControlConfig for Config {
                     cfg.poll = o.poll(need()?)?;
                 }
                 "role" => {
-                    cfg.role = o.pick(key, need()?, &ROLES)?;
+                    cfg.role = o.pick(key, need()?, &Role::NAMED)?;
                 }
                 "addr" => {
                     cfg.addr = Some(o.addr(need()?)?);
