@@ -224,6 +224,17 @@ fn run_loopback(cfg: &Config, ctx: Run<'_>) -> Result {
     Ok(())
 }
 
+/// A transfer of a [`Pair`].
+#[derive(Clone, Copy)]
+enum Op {
+    /// The server SENDs to the client.
+    Send,
+    /// The client RDMA READs the server's buffer.
+    Read,
+    /// The client RDMA WRITEs the server's buffer.
+    Write,
+}
+
 /// The two connected QPs of a loopback run and what their transfers use.
 struct Pair<'a> {
     server: &'a Qp<Rts>,
@@ -243,9 +254,8 @@ impl Pair<'_> {
     /// SEND: the server sends its buffer, the client's receive `recv`
     /// gets it.
     fn send(&self, recv: WrId, iter: u32, rep: &mut Report) -> Result {
-        let (server, client, cfg, cancel, stats) =
-            (self.server, self.client, self.cfg, self.cancel, self.stats);
-        let (server_buf, client_buf, size) = (self.server_buf, self.client_buf, cfg.size);
+        let (server, client, cfg, cancel) = (self.server, self.client, self.cfg, self.cancel);
+        let (server_buf, size) = (self.server_buf, cfg.size);
         fill(server_buf, size, MSG_SEND, iter)?;
         let t0 = kverbs::now_ns();
         let op = match cfg.imm {
@@ -269,51 +279,25 @@ impl Pair<'_> {
             );
             return Err(EIO);
         }
-        if cfg.validate {
-            check(client_buf, size, MSG_SEND, iter, "SEND", rep)?;
-        }
-        add(&stats.send_msgs, 1);
-        add(&stats.send_bytes, size as u64);
-        add(&stats.recv_msgs, 1);
-        add(&stats.recv_bytes, size as u64);
-        if iter == 0 {
-            report_op(rep, "SEND operation", size, dt, "Message is", client_buf);
-        }
-        Ok(())
+        self.landed(Op::Send, iter, dt, rep)
     }
 
     /// RDMA READ: the server changes its buffer, the client reads it.
     fn read(&self, iter: u32, rep: &mut Report) -> Result {
-        let (client, cfg, stats) = (self.client, self.cfg, self.stats);
+        let (client, cfg) = (self.client, self.cfg);
         let (server_buf, client_buf, size) = (self.server_buf, self.client_buf, cfg.size);
         fill(server_buf, size, MSG_READ, iter)?;
         let t0 = kverbs::now_ns();
         let read = client.post_send(SendOp::Read(self.remote), client_buf, 0, size, true)?;
         complete(client, read, "RDMA READ", cfg, self.cancel, rep)?;
         let dt = kverbs::now_ns() - t0;
-        if cfg.validate {
-            check(client_buf, size, MSG_READ, iter, "RDMA READ", rep)?;
-        }
-        add(&stats.read_msgs, 1);
-        add(&stats.read_bytes, size as u64);
-        if iter == 0 {
-            report_op(
-                rep,
-                "RDMA read operation",
-                size,
-                dt,
-                "Contents of server's buffer",
-                client_buf,
-            );
-        }
-        Ok(())
+        self.landed(Op::Read, iter, dt, rep)
     }
 
     /// RDMA WRITE: the client writes the server's buffer.
     fn write(&self, iter: u32, rep: &mut Report) -> Result {
-        let (server, client, cfg, cancel, stats) =
-            (self.server, self.client, self.cfg, self.cancel, self.stats);
-        let (server_buf, client_buf, size) = (self.server_buf, self.client_buf, cfg.size);
+        let (server, client, cfg, cancel) = (self.server, self.client, self.cfg, self.cancel);
+        let (client_buf, size) = (self.client_buf, cfg.size);
         let remote = self.remote;
         fill(client_buf, size, MSG_WRITE, iter)?;
         let t0 = kverbs::now_ns();
@@ -347,20 +331,59 @@ impl Pair<'_> {
             }
         }
         let dt = kverbs::now_ns() - t0;
-        if cfg.validate {
-            check(server_buf, size, MSG_WRITE, iter, "RDMA WRITE", rep)?;
-        }
-        add(&stats.write_msgs, 1);
-        add(&stats.write_bytes, size as u64);
-        if iter == 0 {
-            report_op(
-                rep,
+        self.landed(Op::Write, iter, dt, rep)
+    }
+
+    /// After operation `op` of iteration `iter`, which took `dt` ns: checks
+    /// the buffer it filled (with `validate`), counts it, and reports it
+    /// the first time.
+    fn landed(&self, op: Op, iter: u32, dt: u64, rep: &mut Report) -> Result {
+        let (size, stats) = (self.cfg.size, self.stats);
+        let (buf, msg, msgs, bytes) = match op {
+            Op::Send => (
+                self.client_buf,
+                MSG_SEND,
+                &stats.send_msgs,
+                &stats.send_bytes,
+            ),
+            Op::Read => (
+                self.client_buf,
+                MSG_READ,
+                &stats.read_msgs,
+                &stats.read_bytes,
+            ),
+            Op::Write => (
+                self.server_buf,
+                MSG_WRITE,
+                &stats.write_msgs,
+                &stats.write_bytes,
+            ),
+        };
+        let (what, done, contents) = match op {
+            Op::Send => ("SEND", "SEND operation", "Message is"),
+            Op::Read => (
+                "RDMA READ",
+                "RDMA read operation",
+                "Contents of server's buffer",
+            ),
+            Op::Write => (
+                "RDMA WRITE",
                 "RDMA write operation",
-                size,
-                dt,
                 "Contents of server buffer",
-                server_buf,
-            );
+            ),
+        };
+        if self.cfg.validate {
+            check(buf, size, msg, iter, what, rep)?;
+        }
+        add(msgs, 1);
+        add(bytes, size as u64);
+        if let Op::Send = op {
+            // The client's receive.
+            add(&stats.recv_msgs, 1);
+            add(&stats.recv_bytes, size as u64);
+        }
+        if iter == 0 {
+            report_op(rep, done, size, dt, contents, buf);
         }
         Ok(())
     }
