@@ -99,6 +99,17 @@ fn rtr_attr(cfg: &Config, dest_qp_num: u32, dgid: kverbs::device::Gid, sgid_inde
     }
 }
 
+/// RDMA_RC_example's QP capabilities, for transfers of the whole `size`
+/// bytes of `buf`: a transfer takes an SGE per chunk of the buffer.
+fn qp_caps(buf: &DmaBuf, size: usize) -> QpCaps {
+    QpCaps {
+        max_send_wr: 4,
+        max_recv_wr: 4,
+        max_sge: buf.sge_count(0, size) as u32,
+        ..Default::default()
+    }
+}
+
 /// RDMA_RC_example's RTR -> RTS attributes.
 const RTS_ATTR: RtsAttr = RtsAttr {
     timeout: 0x12,
@@ -131,13 +142,7 @@ fn run_loopback(cfg: &Config, ctx: Run<'_>) -> Result {
     let pd = Pd::new(dev)?;
     let server_buf = Arc::new(DmaBuf::new(dev, size)?, GFP_KERNEL)?;
     let client_buf = Arc::new(DmaBuf::new(dev, size)?, GFP_KERNEL)?;
-    let caps = QpCaps {
-        max_send_wr: 4,
-        max_recv_wr: 4,
-        // A transfer of the whole buffer takes an SGE per chunk.
-        max_sge: server_buf.sge_count(0, size) as u32,
-        ..Default::default()
-    };
+    let caps = qp_caps(&server_buf, size);
     let server_cq = Cq::new(dev, caps.cq_entries(), cfg.poll)?;
     let client_cq = Cq::new(dev, caps.cq_entries(), cfg.poll)?;
     let server = Qp::new_rc(&pd, port, &server_cq, &server_cq, caps)?;
@@ -565,13 +570,7 @@ fn run_tcp(cfg: &Config, ctx: Run<'_>) -> Result {
     // resources_create
     let pd = Pd::new(dev)?;
     let buf = Arc::new(DmaBuf::new(dev, size)?, GFP_KERNEL)?;
-    let caps = QpCaps {
-        max_send_wr: 4,
-        max_recv_wr: 4,
-        // A transfer of the whole buffer takes an SGE per chunk.
-        max_sge: buf.sge_count(0, size) as u32,
-        ..Default::default()
-    };
+    let caps = qp_caps(&buf, size);
     let cq = Cq::new(dev, caps.cq_entries(), cfg.poll)?;
     let qp = Qp::new_rc(&pd, port, &cq, &cq, caps)?;
     if server {
