@@ -17,11 +17,11 @@
 //! ends with EOPNOTSUPP before it connects.
 
 use crate::conn::{cm_device_check, cm_listen, cm_on_device, complete_wc};
-use crate::control::Example;
+use crate::control::{ControlConfig, Example, Run};
 use crate::events::EventLog;
-use crate::options::{need, options, parse_addr, parse_num_in};
+use crate::options::Opts;
 use crate::report::Report;
-use crate::stats::{add, Stats};
+use crate::stats::add;
 use core::fmt::Write;
 use core::sync::atomic::{AtomicU32, Ordering};
 use kernel::{prelude::*, sync::Arc};
@@ -33,7 +33,7 @@ use kverbs::{
     errno,
     event::{Event, EventKind, EventSink},
     pd::Pd,
-    qp::{self, AltPath, Cancel, Qp, QpCaps, SendOp},
+    qp::{self, AltPath, Qp, QpCaps, SendOp},
     tcp::Ipv4,
 };
 
@@ -49,55 +49,60 @@ pub(crate) struct Config {
     timeout_ms: u32,
 }
 
-fn parse(dev: &Device, input: &[u8]) -> Result<Config> {
-    let mut cfg = Config {
-        server: true,
-        addr: None,
-        port: PORT,
-        count: 10,
-        migrate_after: 5,
-        size: 64,
-        timeout_ms: 5000,
-    };
-    let mut have_role = false;
-    for (key, val) in options(dev, "apm", input)? {
-        let v = need(dev, "apm", key, val)?;
-        let num = |min, max| parse_num_in::<u64>("apm", dev, key, v, min, max);
-        match key {
-            "role" => {
-                cfg.server = match v {
-                    "server" => true,
-                    "client" => false,
-                    other => {
-                        pr_warn!("{}: apm: unknown role '{}'\n", dev.name(), other);
-                        return Err(EINVAL);
-                    }
-                };
-                have_role = true;
-            }
-            "addr" => {
-                cfg.addr = Some(parse_addr(dev, "apm", v)?);
-            }
-            "port" => cfg.port = num(1, 65535)? as u16,
-            "count" => cfg.count = num(1, 1_000_000)? as u32,
-            "migrate_after" => cfg.migrate_after = num(0, 1_000_000)? as u32,
-            "size" => cfg.size = num(1, 65536)? as usize,
-            "timeout_ms" => cfg.timeout_ms = num(1, 600_000)? as u32,
-            _ => {
-                pr_warn!("{}: apm: unknown key '{}'\n", dev.name(), key);
-                return Err(EINVAL);
+impl ControlConfig for Config {
+    fn parse(dev: &Device, input: &[u8]) -> Result<Self> {
+        let mut cfg = Config {
+            server: true,
+            addr: None,
+            port: PORT,
+            count: 10,
+            migrate_after: 5,
+            size: 64,
+            timeout_ms: 5000,
+        };
+        let mut have_role = false;
+        let o = Opts::new(dev, "apm");
+        for (key, val) in o.options(input)? {
+            let v = o.need(key, val)?;
+            let num = |min, max| o.num_in::<u64>(key, v, min, max);
+            match key {
+                "role" => {
+                    cfg.server = o.pick(key, v, &[("server", true), ("client", false)])?;
+                    have_role = true;
+                }
+                "addr" => {
+                    cfg.addr = Some(o.addr(v)?);
+                }
+                "port" => cfg.port = num(1, 65535)? as u16,
+                "count" => cfg.count = num(1, 1_000_000)? as u32,
+                "migrate_after" => cfg.migrate_after = num(0, 1_000_000)? as u32,
+                "size" => cfg.size = num(1, 65536)? as usize,
+                "timeout_ms" => cfg.timeout_ms = num(1, 600_000)? as u32,
+                _ => return Err(o.unknown_key(key)),
             }
         }
+        if !have_role {
+            pr_warn!("{}: apm: role= is missing (server or client)\n", dev.name());
+            return Err(EINVAL);
+        }
+        if !cfg.server && cfg.addr.is_none() {
+            pr_warn!("{}: apm: role=client needs addr=\n", dev.name());
+            return Err(EINVAL);
+        }
+        Ok(cfg)
     }
-    if !have_role {
-        pr_warn!("{}: apm: role= is missing (server or client)\n", dev.name());
-        return Err(EINVAL);
+
+    fn describe(&self, rep: &mut Report) {
+        let _ = writeln!(
+            rep,
+            "config: role={} count={} migrate_after={} size={} timeout_ms={}",
+            if self.server { "server" } else { "client" },
+            self.count,
+            self.migrate_after,
+            self.size,
+            self.timeout_ms
+        );
     }
-    if !cfg.server && cfg.addr.is_none() {
-        pr_warn!("{}: apm: role=client needs addr=\n", dev.name());
-        return Err(EINVAL);
-    }
-    Ok(cfg)
 }
 
 /// The `apm` control file's example; its QPs' events go to `events`.
@@ -131,27 +136,8 @@ impl Example for ApmExample {
     const NAME: &'static str = "apm";
     type Config = Config;
 
-    fn parse(dev: &Device, input: &[u8]) -> Result<Config> {
-        parse(dev, input)
-    }
-
-    fn run(
-        &self,
-        dev: &Device,
-        cfg: &Config,
-        cancel: &Cancel,
-        stats: &Stats,
-        rep: &mut Report,
-    ) -> Result {
-        let _ = writeln!(
-            rep,
-            "config: role={} count={} migrate_after={} size={} timeout_ms={}",
-            if cfg.server { "server" } else { "client" },
-            cfg.count,
-            cfg.migrate_after,
-            cfg.size,
-            cfg.timeout_ms
-        );
+    fn run(&self, cfg: &Config, ctx: Run<'_>) -> Result {
+        let dev = ctx.dev;
         // Up front: where no port can migrate, no alternate path can be
         // loaded (the layer logs why).
         if !dev.ports().any(|p| qp::path_mig_supported(dev, p).is_ok()) {
@@ -160,23 +146,17 @@ impl Example for ApmExample {
             } else {
                 "it does not do automatic path migration (IB_DEVICE_AUTO_PATH_MIG is not set)"
             };
-            let _ = writeln!(rep, "apm: no path migration on {}: {}", dev.name(), why);
+            let _ = writeln!(ctx.rep, "apm: no path migration on {}: {}", dev.name(), why);
             pr_warn!("{}: apm: no path migration: {}\n", dev.name(), why);
             return Err(errno::eopnotsupp());
         }
-        self.migrate(dev, cfg, cancel, stats, rep)
+        self.migrate(cfg, ctx)
     }
 }
 
 impl ApmExample {
-    fn migrate(
-        &self,
-        dev: &Device,
-        cfg: &Config,
-        cancel: &Cancel,
-        stats: &Stats,
-        rep: &mut Report,
-    ) -> Result {
+    fn migrate(&self, cfg: &Config, ctx: Run<'_>) -> Result {
+        let (dev, cancel, stats, rep) = (ctx.dev, ctx.cancel, ctx.stats, ctx.rep);
         cm_device_check(dev, "apm", rep)?;
         let t = cfg.timeout_ms;
         let events = CmEvents::new()?;

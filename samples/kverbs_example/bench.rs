@@ -29,10 +29,9 @@ mod conn;
 mod lat;
 
 use crate::conn::Role;
-use crate::control::Example;
-use crate::options::{need, no_value, options, parse_addr, parse_mtu, parse_num_in, parse_poll};
+use crate::control::{ControlConfig, Example, Run};
+use crate::options::Opts;
 use crate::report::Report;
-use crate::stats::Stats;
 use core::fmt::Write;
 use kernel::prelude::*;
 use kverbs::{
@@ -132,105 +131,90 @@ pub(crate) struct Config {
     port: u16,
 }
 
-fn parse_num(dev: &Device, key: &str, v: &str, min: u64, max: u64) -> Result<u32> {
-    parse_num_in("bench", dev, key, v, min, max)
-}
-
-fn parse<'a>(dev: &Device, input: &'a [u8]) -> Result<Config> {
-    let mut test = None;
-    let mut cfg = Config {
-        test: Test::WriteBw,
-        size: Some(65536),
-        iters: 0,
-        tx_depth: 128,
-        cq_mod: 100,
-        qps: 1,
-        bidir: false,
-        mtu: None,
-        poll: PollCtx::Direct,
-        timeout_ms: 10_000,
-        qp_timeout: 14,
-        inline: 0,
-        role: Role::Loopback,
-        addr: None,
-        port: PORT,
-    };
-    let (mut iters, mut tx_depth, mut cq_mod, mut inline) = (None, None, None, None);
-    for (key, val) in options(dev, "bench", input)? {
-        let need = |v: Option<&'a str>| need(dev, "bench", key, v);
-        match key {
-            "test" => {
-                let v = need(val)?;
-                test = Some(
-                    Test::ALL
-                        .iter()
-                        .find(|(_, n)| *n == v)
-                        .map(|(t, _)| *t)
-                        .ok_or_else(|| {
-                            pr_warn!("{}: bench: unknown test '{}'\n", dev.name(), v);
-                            EINVAL
-                        })?,
-                );
-            }
-            "size" => {
-                cfg.size = Some(parse_num(dev, key, need(val)?, 2, MAX_SIZE as u64)? as usize)
-            }
-            "sizes" => match need(val)? {
-                "all" => cfg.size = None,
-                v => {
-                    pr_warn!("{}: bench: sizes='{}': only sizes=all\n", dev.name(), v);
-                    return Err(EINVAL);
+impl ControlConfig for Config {
+    fn parse(dev: &Device, input: &[u8]) -> Result<Self> {
+        let mut test = None;
+        let mut cfg = Config {
+            test: Test::WriteBw,
+            size: Some(65536),
+            iters: 0,
+            tx_depth: 128,
+            cq_mod: 100,
+            qps: 1,
+            bidir: false,
+            mtu: None,
+            poll: PollCtx::Direct,
+            timeout_ms: 10_000,
+            qp_timeout: 14,
+            inline: 0,
+            role: Role::Loopback,
+            addr: None,
+            port: PORT,
+        };
+        let (mut iters, mut tx_depth, mut cq_mod, mut inline) = (None, None, None, None);
+        let o = Opts::new(dev, "bench");
+        for (key, val) in o.options(input)? {
+            let need = || o.need(key, val);
+            match key {
+                "test" => {
+                    let v = need()?;
+                    test = Some(
+                        Test::ALL
+                            .iter()
+                            .find(|(_, n)| *n == v)
+                            .map(|(t, _)| *t)
+                            .ok_or_else(|| {
+                                pr_warn!("{}: bench: unknown test '{}'\n", dev.name(), v);
+                                EINVAL
+                            })?,
+                    );
                 }
-            },
-            "iters" => iters = Some(parse_num(dev, key, need(val)?, 5, MAX_SAMPLES)?),
-            "tx_depth" => tx_depth = Some(parse_num(dev, key, need(val)?, 1, 1024)?),
-            "cq_mod" => cq_mod = Some(parse_num(dev, key, need(val)?, 1, 1024)?),
-            "qps" => cfg.qps = parse_num(dev, key, need(val)?, 1, 16)?,
-            "inline" => inline = Some(parse_num(dev, key, need(val)?, 0, 512)?),
-            "timeout_ms" => cfg.timeout_ms = parse_num(dev, key, need(val)?, 1, 600_000)?,
-            "qp_timeout" => cfg.qp_timeout = parse_num(dev, key, need(val)?, 1, 31)? as u8,
-            "mtu" => {
-                cfg.mtu = Some(parse_mtu(dev, "bench", key, need(val)?)?);
-            }
-            "poll" => {
-                cfg.poll = parse_poll(dev, "bench", need(val)?)?;
-            }
-            "role" => {
-                cfg.role = match need(val)? {
-                    "loopback" => Role::Loopback,
-                    "server" => Role::Server,
-                    "client" => Role::Client,
+                "size" => cfg.size = Some(o.num_in(key, need()?, 2, MAX_SIZE as u64)?),
+                "sizes" => match need()? {
+                    "all" => cfg.size = None,
                     v => {
-                        pr_warn!("{}: bench: unknown role '{}'\n", dev.name(), v);
+                        pr_warn!("{}: bench: sizes='{}': only sizes=all\n", dev.name(), v);
                         return Err(EINVAL);
                     }
+                },
+                "iters" => iters = Some(o.num_in(key, need()?, 5, MAX_SAMPLES)?),
+                "tx_depth" => tx_depth = Some(o.num_in(key, need()?, 1, 1024)?),
+                "cq_mod" => cq_mod = Some(o.num_in(key, need()?, 1, 1024)?),
+                "qps" => cfg.qps = o.num_in(key, need()?, 1, 16)?,
+                "inline" => inline = Some(o.num_in(key, need()?, 0, 512)?),
+                "timeout_ms" => cfg.timeout_ms = o.num_in(key, need()?, 1, 600_000)?,
+                "qp_timeout" => cfg.qp_timeout = o.num_in(key, need()?, 1, 31)?,
+                "mtu" => {
+                    cfg.mtu = Some(o.mtu(key, need()?)?);
                 }
-            }
-            "addr" => {
-                let v = need(val)?;
-                cfg.addr = Some(parse_addr(dev, "bench", v)?);
-            }
-            "port" => cfg.port = parse_num(dev, key, need(val)?, 1, 65535)? as u16,
-            "bidir" => {
-                no_value(dev, "bench", key, val)?;
-                cfg.bidir = true;
-            }
-            _ => {
-                pr_warn!("{}: bench: unknown key '{}'\n", dev.name(), key);
-                return Err(EINVAL);
+                "poll" => {
+                    cfg.poll = o.poll(need()?)?;
+                }
+                "role" => {
+                    cfg.role = o.pick(key, need()?, &Role::NAMED)?;
+                }
+                "addr" => {
+                    cfg.addr = Some(o.addr(need()?)?);
+                }
+                "port" => cfg.port = o.num_in(key, need()?, 1, 65535)?,
+                "bidir" => {
+                    o.no_value(key, val)?;
+                    cfg.bidir = true;
+                }
+                _ => return Err(o.unknown_key(key)),
             }
         }
+        let unset = Unset {
+            test,
+            iters,
+            tx_depth,
+            cq_mod,
+            inline,
+        };
+        let cfg = defaults(dev, cfg, unset)?;
+        check(dev, &cfg)?;
+        Ok(cfg)
     }
-    let unset = Unset {
-        test,
-        iters,
-        tx_depth,
-        cq_mod,
-        inline,
-    };
-    let cfg = defaults(dev, cfg, unset)?;
-    check(dev, &cfg)?;
-    Ok(cfg)
 }
 
 /// The options whose default depends on the test (and `test=`, which
@@ -334,21 +318,10 @@ impl Example for Bench {
     const NAME: &'static str = "bench";
     type Config = Config;
 
-    fn parse(dev: &Device, input: &[u8]) -> Result<Config> {
-        parse(dev, input)
-    }
-
-    fn run(
-        &self,
-        dev: &Device,
-        cfg: &Config,
-        cancel: &Cancel,
-        _stats: &Stats,
-        rep: &mut Report,
-    ) -> Result {
+    fn run(&self, cfg: &Config, ctx: Run<'_>) -> Result {
         match cfg.role {
-            Role::Loopback => run_loopback(dev, cfg, cancel, rep),
-            Role::Server | Role::Client => run_two_hosts(dev, cfg, cancel, rep),
+            Role::Loopback => run_loopback(ctx.dev, cfg, ctx.cancel, ctx.rep),
+            Role::Server | Role::Client => run_two_hosts(ctx.dev, cfg, ctx.cancel, ctx.rep),
         }
     }
 }

@@ -27,6 +27,13 @@ pub(crate) enum Role {
 }
 
 impl Role {
+    /// The roles by their names in the control strings.
+    pub(crate) const NAMED: [(&'static str, Role); 3] = [
+        ("loopback", Role::Loopback),
+        ("server", Role::Server),
+        ("client", Role::Client),
+    ];
+
     /// The role's name in the control strings.
     pub(crate) fn name(self) -> &'static str {
         match self {

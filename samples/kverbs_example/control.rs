@@ -18,23 +18,40 @@ use kverbs::{
 /// Room for "result: error <errno> (<us> us)\n", the last line of a report.
 const RESULT_LINE: usize = 64;
 
-/// What a control file runs: it parses the written string, then runs.
+/// The configuration a control string gives a run: it parses itself and
+/// may describe itself first in the run's report.
+pub(crate) trait ControlConfig: Sized {
+    /// Parses a control string; says what is wrong in the kernel log.
+    fn parse(dev: &Device, input: &[u8]) -> Result<Self>;
+
+    /// Writes the report's first line, the configuration, for the
+    /// examples whose report starts with one.
+    fn describe(&self, rep: &mut Report) {
+        let _ = rep;
+    }
+}
+
+/// What a run works with, besides its configuration.
+pub(crate) struct Run<'a> {
+    /// The device the control file belongs to.
+    pub(crate) dev: &'a Device,
+    /// Ends the run when the device goes away.
+    pub(crate) cancel: &'a Cancel,
+    /// The device's transfer counters.
+    pub(crate) stats: &'a Stats,
+    /// The run's report.
+    pub(crate) rep: &'a mut Report,
+}
+
+/// What a control file runs: its [`Example::Config`] parses the written
+/// string, then the example runs.
 pub(crate) trait Example: Send + Sync + 'static {
     /// The file's name, in messages.
     const NAME: &'static str;
     /// A parsed control string.
-    type Config;
-    /// Parses a control string; says what is wrong in the kernel log.
-    fn parse(dev: &Device, input: &[u8]) -> Result<Self::Config>;
-    /// Runs, writing the report.
-    fn run(
-        &self,
-        dev: &Device,
-        cfg: &Self::Config,
-        cancel: &Cancel,
-        stats: &Stats,
-        rep: &mut Report,
-    ) -> Result;
+    type Config: ControlConfig;
+    /// Runs, writing the report after the configuration's description.
+    fn run(&self, cfg: &Self::Config, ctx: Run<'_>) -> Result;
 
     /// State to show before the last report, if the example keeps any.
     fn show_state(&self, out: &mut dyn Write) -> Result {
@@ -89,7 +106,7 @@ impl<E: Example> Show for Control<E> {
 impl<E: Example> Store for Control<E> {
     fn store(&self, input: &[u8]) -> Result {
         let dev = &*self.dev;
-        let cfg = E::parse(dev, input)?;
+        let cfg = E::Config::parse(dev, input)?;
         if self.busy.swap(true, Ordering::AcqRel) {
             pr_warn!(
                 "{}: {}: a run is already in progress\n",
@@ -105,9 +122,14 @@ impl<E: Example> Store for Control<E> {
         }
         let mut rep = Report::new();
         let start = kverbs::now_ns();
-        let mut result = self
-            .example
-            .run(dev, &cfg, &self.cancel, &self.stats, &mut rep);
+        cfg.describe(&mut rep);
+        let ctx = Run {
+            dev,
+            cancel: &self.cancel,
+            stats: &self.stats,
+            rep: &mut rep,
+        };
+        let mut result = self.example.run(&cfg, ctx);
         if let Err(e) = result {
             result = Err(port_down(dev, E::NAME, e, &mut rep));
         }

@@ -9,8 +9,8 @@
 //! does) and checks that every receiver got every message, payload and
 //! immediate data. `role=receiver` only receives, `role=sender` only sends.
 
-use crate::control::Example;
-use crate::options::{need, options, parse_dec_in};
+use crate::control::{ControlConfig, Example, Run};
+use crate::options::Opts;
 use crate::report::Report;
 use crate::stats::{add, Stats};
 use core::fmt::Write;
@@ -50,6 +50,13 @@ enum Mode {
     Detach,
 }
 
+/// What `role=` names.
+const ROLES: [(&str, Mode); 3] = [
+    ("both", Mode::Both),
+    ("sender", Mode::Sender),
+    ("receiver", Mode::Receiver),
+];
+
 pub(crate) struct Config {
     role: Mode,
     group: Group,
@@ -59,82 +66,74 @@ pub(crate) struct Config {
     timeout_ms: u32,
 }
 
-fn parse(dev: &Device, input: &[u8]) -> Result<Config> {
-    let text = core::str::from_utf8(input).map_err(|_| {
-        pr_warn!("{}: mcast: the control string is not text\n", dev.name());
-        EINVAL
-    })?;
-    let mut cfg = Config {
-        role: Mode::Both,
-        group: Group::V4(Ipv4([0; 4])),
-        count: 10,
-        size: 100,
-        qps: 1,
-        timeout_ms: 5000,
-    };
-    let (mut have_role, mut have_group) = (false, false);
-    // `attach <group>` and `detach <group>`, by hand.
-    let mut words = text.split_ascii_whitespace();
-    if let (Some(cmd @ ("attach" | "detach")), Some(group), None) =
-        (words.next(), words.next(), words.next())
-    {
-        cfg.role = if cmd == "attach" {
-            Mode::Attach
-        } else {
-            Mode::Detach
-        };
-        cfg.group = Group::parse(group).ok_or_else(|| {
-            pr_warn!(
-                "{}: mcast: {} is not a multicast address\n",
-                dev.name(),
-                group
-            );
+impl ControlConfig for Config {
+    fn parse(dev: &Device, input: &[u8]) -> Result<Self> {
+        let text = core::str::from_utf8(input).map_err(|_| {
+            pr_warn!("{}: mcast: the control string is not text\n", dev.name());
             EINVAL
         })?;
-        return Ok(cfg);
-    }
-    for (key, val) in options(dev, "mcast", input)? {
-        let val = need(dev, "mcast", key, val)?;
-        let num = |min: u64, max: u64| parse_dec_in("mcast", dev, key, val, min, max);
-        match key {
-            "role" => {
-                cfg.role = match val {
-                    "both" => Mode::Both,
-                    "sender" => Mode::Sender,
-                    "receiver" => Mode::Receiver,
-                    _ => {
-                        pr_warn!("{}: mcast: unknown role '{}'\n", dev.name(), val);
-                        return Err(EINVAL);
-                    }
-                };
-                have_role = true;
-            }
-            "group" => {
-                cfg.group = Group::parse(val).ok_or_else(|| {
-                    pr_warn!(
-                        "{}: mcast: {} is not a multicast address\n",
-                        dev.name(),
-                        val
-                    );
-                    EINVAL
-                })?;
-                have_group = true;
-            }
-            "count" => cfg.count = num(1, MAX_COUNT.into())? as u32,
-            "size" => cfg.size = num(1, 4096)? as usize,
-            "qps" => cfg.qps = num(1, MAX_QPS.into())? as u32,
-            "timeout_ms" => cfg.timeout_ms = num(1, 600_000)? as u32,
-            _ => {
-                pr_warn!("{}: mcast: unknown key '{}'\n", dev.name(), key);
-                return Err(EINVAL);
+        let mut cfg = Config {
+            role: Mode::Both,
+            group: Group::V4(Ipv4([0; 4])),
+            count: 10,
+            size: 100,
+            qps: 1,
+            timeout_ms: 5000,
+        };
+        let (mut have_role, mut have_group) = (false, false);
+        // `attach <group>` and `detach <group>`, by hand.
+        let mut words = text.split_ascii_whitespace();
+        if let (Some(cmd @ ("attach" | "detach")), Some(group), None) =
+            (words.next(), words.next(), words.next())
+        {
+            cfg.role = if cmd == "attach" {
+                Mode::Attach
+            } else {
+                Mode::Detach
+            };
+            cfg.group = Group::parse(group).ok_or_else(|| {
+                pr_warn!(
+                    "{}: mcast: {} is not a multicast address\n",
+                    dev.name(),
+                    group
+                );
+                EINVAL
+            })?;
+            return Ok(cfg);
+        }
+        let o = Opts::new(dev, "mcast");
+        for (key, val) in o.options(input)? {
+            let val = o.need(key, val)?;
+            let num = |min: u64, max: u64| o.dec_in(key, val, min, max);
+            match key {
+                "role" => {
+                    cfg.role = o.pick(key, val, &ROLES)?;
+                    have_role = true;
+                }
+                "group" => {
+                    cfg.group = Group::parse(val).ok_or_else(|| {
+                        pr_warn!(
+                            "{}: mcast: {} is not a multicast address\n",
+                            dev.name(),
+                            val
+                        );
+                        EINVAL
+                    })?;
+                    have_group = true;
+                }
+                "count" => cfg.count = num(1, MAX_COUNT.into())? as u32,
+                "size" => cfg.size = num(1, 4096)? as usize,
+                "qps" => cfg.qps = num(1, MAX_QPS.into())? as u32,
+                "timeout_ms" => cfg.timeout_ms = num(1, 600_000)? as u32,
+                _ => return Err(o.unknown_key(key)),
             }
         }
+        if !have_role || !have_group {
+            pr_warn!("{}: mcast: role= and group= are required\n", dev.name());
+            return Err(EINVAL);
+        }
+        Ok(cfg)
     }
-    if !have_role || !have_group {
-        pr_warn!("{}: mcast: role= and group= are required\n", dev.name());
-        return Err(EINVAL);
-    }
-    Ok(cfg)
 }
 
 /// The payload byte `off` of message `i`.
@@ -241,22 +240,11 @@ impl Example for Mcast {
     const NAME: &'static str = "mcast";
     type Config = Config;
 
-    fn parse(dev: &Device, input: &[u8]) -> Result<Config> {
-        parse(dev, input)
-    }
-
-    fn run(
-        &self,
-        dev: &Device,
-        cfg: &Config,
-        cancel: &Cancel,
-        stats: &Stats,
-        rep: &mut Report,
-    ) -> Result {
+    fn run(&self, cfg: &Config, ctx: Run<'_>) -> Result {
         match cfg.role {
-            Mode::Attach => self.attach(dev, cfg.group, rep),
-            Mode::Detach => self.detach(dev, cfg.group, rep),
-            _ => run(dev, cfg, cancel, stats, rep),
+            Mode::Attach => self.attach(ctx.dev, cfg.group, ctx.rep),
+            Mode::Detach => self.detach(ctx.dev, cfg.group, ctx.rep),
+            _ => run(cfg, ctx),
         }
     }
 
@@ -284,7 +272,8 @@ struct Receiver {
     recvs: KVec<WrId>,
 }
 
-fn run(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut Report) -> Result {
+fn run(cfg: &Config, ctx: Run<'_>) -> Result {
+    let (dev, cancel, stats, rep) = (ctx.dev, ctx.cancel, ctx.stats, ctx.rep);
     let port = *dev.ports().start();
     check_limits(dev, cfg, port, rep)?;
     let sgid_index = source_gid(dev, cfg, port)?;

@@ -14,11 +14,11 @@ mod payload;
 
 use crate::conn::Role;
 use crate::conn::{complete_wc, pick_gid, sync, tcp_connect, ConData, CON_DATA_LEN};
-use crate::control::Example;
+use crate::control::{Example, Run};
 use crate::report::Report;
 use crate::stats::{add, Stats};
-use atomics::{atomics, atomics_landed, server_access, Atomics};
-use config::{parse, Config};
+use atomics::{atomics, atomics_landed, server_access};
+use config::Config;
 use core::fmt::Write;
 use kernel::{prelude::*, sync::Arc};
 use kverbs::{
@@ -47,32 +47,7 @@ impl Example for Rc {
     const NAME: &'static str = "rc";
     type Config = Config;
 
-    fn parse(dev: &Device, input: &[u8]) -> Result<Config> {
-        parse(dev, input)
-    }
-
-    fn run(
-        &self,
-        dev: &Device,
-        cfg: &Config,
-        cancel: &Cancel,
-        stats: &Stats,
-        rep: &mut Report,
-    ) -> Result {
-        let _ = writeln!(
-            rep,
-            "config: role={} size={} iters={} mtu={} poll={} timeout_ms={}{}{}{}{}",
-            cfg.role_name(),
-            cfg.size,
-            cfg.iters,
-            cfg.mtu.bytes(),
-            cfg.poll.name(),
-            cfg.timeout_ms,
-            if cfg.validate { " validate" } else { "" },
-            if cfg.imm { " imm" } else { "" },
-            if cfg.linger { " linger" } else { "" },
-            Atomics(cfg.atomics)
-        );
+    fn run(&self, cfg: &Config, ctx: Run<'_>) -> Result {
         match cfg.role {
             _ if cfg.cm => {
                 let rping = crate::rping::Config {
@@ -85,10 +60,10 @@ impl Example for Rc {
                     validate: cfg.validate,
                     timeout_ms: cfg.timeout_ms,
                 };
-                crate::rping::run(dev, &rping, cancel, stats, rep)
+                crate::rping::run(&rping, ctx)
             }
-            Role::Loopback => run_loopback(dev, cfg, cancel, stats, rep),
-            Role::Server | Role::Client => run_tcp(dev, cfg, cancel, stats, rep),
+            Role::Loopback => run_loopback(cfg, ctx),
+            Role::Server | Role::Client => run_tcp(cfg, ctx),
         }
     }
 }
@@ -124,6 +99,17 @@ fn rtr_attr(cfg: &Config, dest_qp_num: u32, dgid: kverbs::device::Gid, sgid_inde
     }
 }
 
+/// RDMA_RC_example's QP capabilities, for transfers of the whole `size`
+/// bytes of `buf`: a transfer takes an SGE per chunk of the buffer.
+fn qp_caps(buf: &DmaBuf, size: usize) -> QpCaps {
+    QpCaps {
+        max_send_wr: 4,
+        max_recv_wr: 4,
+        max_sge: buf.sge_count(0, size) as u32,
+        ..Default::default()
+    }
+}
+
 /// RDMA_RC_example's RTR -> RTS attributes.
 const RTS_ATTR: RtsAttr = RtsAttr {
     timeout: 0x12,
@@ -146,13 +132,8 @@ fn complete<S: kverbs::qp::State>(
 }
 
 /// The whole RDMA_RC_example flow between two QPs of one device.
-fn run_loopback(
-    dev: &Device,
-    cfg: &Config,
-    cancel: &Cancel,
-    stats: &Stats,
-    rep: &mut Report,
-) -> Result {
+fn run_loopback(cfg: &Config, ctx: Run<'_>) -> Result {
+    let (dev, cancel, stats, rep) = (ctx.dev, ctx.cancel, ctx.stats, ctx.rep);
     let (port, gid_idx, gid) = port_and_gid(dev, cfg, rep)?;
     let size = cfg.size;
     let t = cfg.timeout_ms;
@@ -161,13 +142,7 @@ fn run_loopback(
     let pd = Pd::new(dev)?;
     let server_buf = Arc::new(DmaBuf::new(dev, size)?, GFP_KERNEL)?;
     let client_buf = Arc::new(DmaBuf::new(dev, size)?, GFP_KERNEL)?;
-    let caps = QpCaps {
-        max_send_wr: 4,
-        max_recv_wr: 4,
-        // A transfer of the whole buffer takes an SGE per chunk.
-        max_sge: server_buf.sge_count(0, size) as u32,
-        ..Default::default()
-    };
+    let caps = qp_caps(&server_buf, size);
     let server_cq = Cq::new(dev, caps.cq_entries(), cfg.poll)?;
     let client_cq = Cq::new(dev, caps.cq_entries(), cfg.poll)?;
     let server = Qp::new_rc(&pd, port, &server_cq, &server_cq, caps)?;
@@ -254,6 +229,17 @@ fn run_loopback(
     Ok(())
 }
 
+/// A transfer of a [`Pair`].
+#[derive(Clone, Copy)]
+enum Op {
+    /// The server SENDs to the client.
+    Send,
+    /// The client RDMA READs the server's buffer.
+    Read,
+    /// The client RDMA WRITEs the server's buffer.
+    Write,
+}
+
 /// The two connected QPs of a loopback run and what their transfers use.
 struct Pair<'a> {
     server: &'a Qp<Rts>,
@@ -273,9 +259,8 @@ impl Pair<'_> {
     /// SEND: the server sends its buffer, the client's receive `recv`
     /// gets it.
     fn send(&self, recv: WrId, iter: u32, rep: &mut Report) -> Result {
-        let (server, client, cfg, cancel, stats) =
-            (self.server, self.client, self.cfg, self.cancel, self.stats);
-        let (server_buf, client_buf, size) = (self.server_buf, self.client_buf, cfg.size);
+        let (server, client, cfg, cancel) = (self.server, self.client, self.cfg, self.cancel);
+        let (server_buf, size) = (self.server_buf, cfg.size);
         fill(server_buf, size, MSG_SEND, iter)?;
         let t0 = kverbs::now_ns();
         let op = match cfg.imm {
@@ -299,51 +284,25 @@ impl Pair<'_> {
             );
             return Err(EIO);
         }
-        if cfg.validate {
-            check(client_buf, size, MSG_SEND, iter, "SEND", rep)?;
-        }
-        add(&stats.send_msgs, 1);
-        add(&stats.send_bytes, size as u64);
-        add(&stats.recv_msgs, 1);
-        add(&stats.recv_bytes, size as u64);
-        if iter == 0 {
-            report_op(rep, "SEND operation", size, dt, "Message is", client_buf);
-        }
-        Ok(())
+        self.landed(Op::Send, iter, dt, rep)
     }
 
     /// RDMA READ: the server changes its buffer, the client reads it.
     fn read(&self, iter: u32, rep: &mut Report) -> Result {
-        let (client, cfg, stats) = (self.client, self.cfg, self.stats);
+        let (client, cfg) = (self.client, self.cfg);
         let (server_buf, client_buf, size) = (self.server_buf, self.client_buf, cfg.size);
         fill(server_buf, size, MSG_READ, iter)?;
         let t0 = kverbs::now_ns();
         let read = client.post_send(SendOp::Read(self.remote), client_buf, 0, size, true)?;
         complete(client, read, "RDMA READ", cfg, self.cancel, rep)?;
         let dt = kverbs::now_ns() - t0;
-        if cfg.validate {
-            check(client_buf, size, MSG_READ, iter, "RDMA READ", rep)?;
-        }
-        add(&stats.read_msgs, 1);
-        add(&stats.read_bytes, size as u64);
-        if iter == 0 {
-            report_op(
-                rep,
-                "RDMA read operation",
-                size,
-                dt,
-                "Contents of server's buffer",
-                client_buf,
-            );
-        }
-        Ok(())
+        self.landed(Op::Read, iter, dt, rep)
     }
 
     /// RDMA WRITE: the client writes the server's buffer.
     fn write(&self, iter: u32, rep: &mut Report) -> Result {
-        let (server, client, cfg, cancel, stats) =
-            (self.server, self.client, self.cfg, self.cancel, self.stats);
-        let (server_buf, client_buf, size) = (self.server_buf, self.client_buf, cfg.size);
+        let (server, client, cfg, cancel) = (self.server, self.client, self.cfg, self.cancel);
+        let (client_buf, size) = (self.client_buf, cfg.size);
         let remote = self.remote;
         fill(client_buf, size, MSG_WRITE, iter)?;
         let t0 = kverbs::now_ns();
@@ -377,20 +336,59 @@ impl Pair<'_> {
             }
         }
         let dt = kverbs::now_ns() - t0;
-        if cfg.validate {
-            check(server_buf, size, MSG_WRITE, iter, "RDMA WRITE", rep)?;
-        }
-        add(&stats.write_msgs, 1);
-        add(&stats.write_bytes, size as u64);
-        if iter == 0 {
-            report_op(
-                rep,
+        self.landed(Op::Write, iter, dt, rep)
+    }
+
+    /// After operation `op` of iteration `iter`, which took `dt` ns: checks
+    /// the buffer it filled (with `validate`), counts it, and reports it
+    /// the first time.
+    fn landed(&self, op: Op, iter: u32, dt: u64, rep: &mut Report) -> Result {
+        let (size, stats) = (self.cfg.size, self.stats);
+        let (buf, msg, msgs, bytes) = match op {
+            Op::Send => (
+                self.client_buf,
+                MSG_SEND,
+                &stats.send_msgs,
+                &stats.send_bytes,
+            ),
+            Op::Read => (
+                self.client_buf,
+                MSG_READ,
+                &stats.read_msgs,
+                &stats.read_bytes,
+            ),
+            Op::Write => (
+                self.server_buf,
+                MSG_WRITE,
+                &stats.write_msgs,
+                &stats.write_bytes,
+            ),
+        };
+        let (what, done, contents) = match op {
+            Op::Send => ("SEND", "SEND operation", "Message is"),
+            Op::Read => (
+                "RDMA READ",
+                "RDMA read operation",
+                "Contents of server's buffer",
+            ),
+            Op::Write => (
+                "RDMA WRITE",
                 "RDMA write operation",
-                size,
-                dt,
                 "Contents of server buffer",
-                server_buf,
-            );
+            ),
+        };
+        if self.cfg.validate {
+            check(buf, size, msg, iter, what, rep)?;
+        }
+        add(msgs, 1);
+        add(bytes, size as u64);
+        if let Op::Send = op {
+            // The client's receive.
+            add(&stats.recv_msgs, 1);
+            add(&stats.recv_bytes, size as u64);
+        }
+        if iter == 0 {
+            report_op(rep, done, size, dt, contents, buf);
         }
         Ok(())
     }
@@ -558,7 +556,8 @@ fn linger(
 }
 
 /// RDMA_RC_example's server or client, with a peer over TCP.
-fn run_tcp(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut Report) -> Result {
+fn run_tcp(cfg: &Config, ctx: Run<'_>) -> Result {
+    let (dev, cancel, stats, rep) = (ctx.dev, ctx.cancel, ctx.stats, ctx.rep);
     let server = cfg.role == Role::Server;
     let (port, gid_idx, gid) = port_and_gid(dev, cfg, rep)?;
     let size = cfg.size;
@@ -571,13 +570,7 @@ fn run_tcp(dev: &Device, cfg: &Config, cancel: &Cancel, stats: &Stats, rep: &mut
     // resources_create
     let pd = Pd::new(dev)?;
     let buf = Arc::new(DmaBuf::new(dev, size)?, GFP_KERNEL)?;
-    let caps = QpCaps {
-        max_send_wr: 4,
-        max_recv_wr: 4,
-        // A transfer of the whole buffer takes an SGE per chunk.
-        max_sge: buf.sge_count(0, size) as u32,
-        ..Default::default()
-    };
+    let caps = qp_caps(&buf, size);
     let cq = Cq::new(dev, caps.cq_entries(), cfg.poll)?;
     let qp = Qp::new_rc(&pd, port, &cq, &cq, caps)?;
     if server {

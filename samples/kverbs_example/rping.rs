@@ -12,6 +12,7 @@
 //! serves until the client disconnects.
 
 use crate::conn::{cm_device_check, cm_listen, cm_on_device};
+use crate::control::Run;
 use crate::report::Report;
 use crate::stats::{add, Stats};
 use core::fmt::Write;
@@ -186,13 +187,8 @@ fn complete_or_gone(
 }
 
 /// rping's server or client, on the device whose `rc` file was written.
-pub(crate) fn run(
-    dev: &Device,
-    cfg: &Config,
-    cancel: &Cancel,
-    stats: &Stats,
-    rep: &mut Report,
-) -> Result {
+pub(crate) fn run(cfg: &Config, ctx: Run<'_>) -> Result {
+    let (dev, cancel, stats, rep) = (ctx.dev, ctx.cancel, ctx.stats, ctx.rep);
     cm_device_check(dev, "rc", rep)?;
     let server = cfg.server;
     let t = cfg.timeout_ms;

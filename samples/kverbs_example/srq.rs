@@ -36,14 +36,10 @@ mod server;
 
 use crate::conn::cm_device_check;
 use crate::conn::Role;
-use crate::control::Example;
+use crate::control::{Example, Run};
 use crate::events::EventLog;
-use crate::report::Report;
-use crate::stats::Stats;
-use config::{parse, Config};
-use core::fmt::Write;
+use config::Config;
 use kernel::{prelude::*, sync::Arc};
-use kverbs::{device::Device, qp::Cancel};
 
 /// The `srq` control file's example: its SRQ's events go to the device's
 /// `events` ring.
@@ -55,39 +51,12 @@ impl Example for SrqExample {
     const NAME: &'static str = "srq";
     type Config = Config;
 
-    fn parse(dev: &Device, input: &[u8]) -> Result<Config> {
-        parse(dev, input)
-    }
-
-    fn run(
-        &self,
-        dev: &Device,
-        cfg: &Config,
-        cancel: &Cancel,
-        stats: &Stats,
-        rep: &mut Report,
-    ) -> Result {
-        let _ = writeln!(
-            rep,
-            "config: role={} flow={} qps={} max_wr={} count={} size={} srq_limit={} timeout_ms={}",
-            if cfg.role == Role::Server {
-                "server"
-            } else {
-                "client"
-            },
-            cfg.flow.name(),
-            cfg.qps,
-            cfg.max_wr,
-            cfg.count,
-            cfg.size,
-            cfg.srq_limit,
-            cfg.timeout_ms
-        );
-        cm_device_check(dev, "srq", rep)?;
+    fn run(&self, cfg: &Config, ctx: Run<'_>) -> Result {
+        cm_device_check(ctx.dev, "srq", ctx.rep)?;
         // The control string names no other role.
         match cfg.role {
-            Role::Server => server::server(&self.log, dev, cfg, cancel, stats, rep),
-            Role::Client | Role::Loopback => client::client(dev, cfg, cancel, stats, rep),
+            Role::Server => server::server(&self.log, cfg, ctx),
+            Role::Client | Role::Loopback => client::client(cfg, ctx),
         }
     }
 }

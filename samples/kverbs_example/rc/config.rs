@@ -3,8 +3,12 @@
 //! The `rc` file's control string: its options, their defaults and the
 //! roles they allow.
 
+use super::atomics::Atomics;
 use crate::conn::Role;
-use crate::options::{need, no_value, options, parse_addr, parse_mtu, parse_num_in, parse_poll};
+use crate::control::ControlConfig;
+use crate::options::Opts;
+use crate::report::Report;
+use core::fmt::Write;
 use kernel::prelude::*;
 use kverbs::{cq::PollCtx, device::Device, device::Mtu, tcp::Ipv4};
 
@@ -17,6 +21,15 @@ pub(super) const MAX_SIZE: usize = 8 << 20;
 
 /// The buffer of RDMA_RC_example: a 20-character message and its NUL.
 pub(super) const MSG_SIZE: usize = 21;
+
+/// What `role=` names: the role, and whether rdma_cm connects.
+const ROLES: [(&str, (Role, bool)); 5] = [
+    ("loopback", (Role::Loopback, false)),
+    ("server", (Role::Server, false)),
+    ("client", (Role::Client, false)),
+    ("cm_server", (Role::Server, true)),
+    ("cm_client", (Role::Client, true)),
+];
 
 /// A parsed control string.
 pub(crate) struct Config {
@@ -72,116 +85,112 @@ impl Config {
     }
 }
 
-pub(super) fn parse_num<T: TryFrom<u64>>(
-    dev: &Device,
-    key: &str,
-    v: &str,
-    min: u64,
-    max: u64,
-) -> Result<T> {
-    parse_num_in("rc", dev, key, v, min, max)
-}
-
-pub(super) fn parse<'a>(dev: &Device, input: &'a [u8]) -> Result<Config> {
-    let mut cfg = Config::defaults();
-    let mut have_role = false;
-    let (mut port_set, mut size_set) = (false, false);
-    for (key, val) in options(dev, "rc", input)? {
-        let need = |v: Option<&'a str>| need(dev, "rc", key, v);
-        match key {
-            "role" => {
-                (cfg.role, cfg.cm) = match need(val)? {
-                    "loopback" => (Role::Loopback, false),
-                    "server" => (Role::Server, false),
-                    "client" => (Role::Client, false),
-                    "cm_server" => (Role::Server, true),
-                    "cm_client" => (Role::Client, true),
-                    other => {
-                        pr_warn!("{}: rc: unknown role '{}'\n", dev.name(), other);
-                        return Err(EINVAL);
-                    }
-                };
-                have_role = true;
-            }
-            "addr" => {
-                let v = need(val)?;
-                cfg.addr = Some(parse_addr(dev, "rc", v)?);
-            }
-            "port" => {
-                cfg.port = parse_num(dev, key, need(val)?, 1, 65535)?;
-                port_set = true;
-            }
-            "gid_idx" => cfg.gid_idx = Some(parse_num(dev, key, need(val)?, 0, 255)?),
-            "size" => {
-                cfg.size = parse_num(dev, key, need(val)?, 1, MAX_SIZE as u64)?;
-                size_set = true;
-            }
-            "iters" => cfg.iters = parse_num(dev, key, need(val)?, 1, 1_000_000)?,
-            "atomics" => cfg.atomics = parse_num(dev, key, need(val)?, 0, 100_000)?,
-            "timeout_ms" => cfg.timeout_ms = parse_num(dev, key, need(val)?, 1, 600_000)?,
-            "mtu" => {
-                cfg.mtu = parse_mtu(dev, "rc", key, need(val)?)?;
-            }
-            "poll" => {
-                cfg.poll = parse_poll(dev, "rc", need(val)?)?;
-            }
-            "validate" | "imm" | "linger" => {
-                no_value(dev, "rc", key, val)?;
-                match key {
-                    "imm" => cfg.imm = true,
-                    "linger" => cfg.linger = true,
-                    _ => cfg.validate = true,
+impl ControlConfig for Config {
+    fn parse(dev: &Device, input: &[u8]) -> Result<Self> {
+        let mut cfg = Config::defaults();
+        let mut have_role = false;
+        let (mut port_set, mut size_set) = (false, false);
+        let o = Opts::new(dev, "rc");
+        for (key, val) in o.options(input)? {
+            let need = || o.need(key, val);
+            match key {
+                "role" => {
+                    (cfg.role, cfg.cm) = o.pick(key, need()?, &ROLES)?;
+                    have_role = true;
                 }
+                "addr" => {
+                    cfg.addr = Some(o.addr(need()?)?);
+                }
+                "port" => {
+                    cfg.port = o.num_in(key, need()?, 1, 65535)?;
+                    port_set = true;
+                }
+                "gid_idx" => cfg.gid_idx = Some(o.num_in(key, need()?, 0, 255)?),
+                "size" => {
+                    cfg.size = o.num_in(key, need()?, 1, MAX_SIZE as u64)?;
+                    size_set = true;
+                }
+                "iters" => cfg.iters = o.num_in(key, need()?, 1, 1_000_000)?,
+                "atomics" => cfg.atomics = o.num_in(key, need()?, 0, 100_000)?,
+                "timeout_ms" => cfg.timeout_ms = o.num_in(key, need()?, 1, 600_000)?,
+                "mtu" => {
+                    cfg.mtu = o.mtu(key, need()?)?;
+                }
+                "poll" => {
+                    cfg.poll = o.poll(need()?)?;
+                }
+                "validate" | "imm" | "linger" => {
+                    o.no_value(key, val)?;
+                    match key {
+                        "imm" => cfg.imm = true,
+                        "linger" => cfg.linger = true,
+                        _ => cfg.validate = true,
+                    }
+                }
+                _ => return Err(o.unknown_key(key)),
             }
-            _ => {
-                pr_warn!("{}: rc: unknown key '{}'\n", dev.name(), key);
-                return Err(EINVAL);
-            }
         }
-    }
-    if !have_role {
-        pr_warn!(
-            "{}: rc: role= is missing (loopback, server or client)\n",
-            dev.name()
-        );
-        return Err(EINVAL);
-    }
-    if cfg.role == Role::Client && cfg.addr.is_none() {
-        pr_warn!("{}: rc: role={} needs addr=\n", dev.name(), cfg.role_name());
-        return Err(EINVAL);
-    }
-    if cfg.atomics > 0 && (cfg.size < 8 || cfg.cm) {
-        pr_warn!(
-            "{}: rc: atomics needs role=loopback, server or client and size >= 8\n",
-            dev.name()
-        );
-        return Err(EINVAL);
-    }
-    if cfg.linger && (cfg.role == Role::Loopback || cfg.cm) {
-        pr_warn!(
-            "{}: rc: linger needs role=server or role=client (a peer to probe the rkey)\n",
-            dev.name()
-        );
-        return Err(EINVAL);
-    }
-    if cfg.cm {
-        // rping's defaults and limits.
-        if !port_set {
-            cfg.port = RPING_PORT;
-        }
-        if !size_set {
-            cfg.size = 64;
-        }
-        if !(RPING_MIN_SIZE..=RPING_MAX_SIZE).contains(&cfg.size) {
+        if !have_role {
             pr_warn!(
-                "{}: rc: role={} takes size={}..{}, as rping does\n",
-                dev.name(),
-                cfg.role_name(),
-                RPING_MIN_SIZE,
-                RPING_MAX_SIZE
+                "{}: rc: role= is missing (loopback, server or client)\n",
+                dev.name()
             );
-            return Err(ERANGE);
+            return Err(EINVAL);
         }
+        if cfg.role == Role::Client && cfg.addr.is_none() {
+            pr_warn!("{}: rc: role={} needs addr=\n", dev.name(), cfg.role_name());
+            return Err(EINVAL);
+        }
+        if cfg.atomics > 0 && (cfg.size < 8 || cfg.cm) {
+            pr_warn!(
+                "{}: rc: atomics needs role=loopback, server or client and size >= 8\n",
+                dev.name()
+            );
+            return Err(EINVAL);
+        }
+        if cfg.linger && (cfg.role == Role::Loopback || cfg.cm) {
+            pr_warn!(
+                "{}: rc: linger needs role=server or role=client (a peer to probe the rkey)\n",
+                dev.name()
+            );
+            return Err(EINVAL);
+        }
+        if cfg.cm {
+            // rping's defaults and limits.
+            if !port_set {
+                cfg.port = RPING_PORT;
+            }
+            if !size_set {
+                cfg.size = 64;
+            }
+            if !(RPING_MIN_SIZE..=RPING_MAX_SIZE).contains(&cfg.size) {
+                pr_warn!(
+                    "{}: rc: role={} takes size={}..{}, as rping does\n",
+                    dev.name(),
+                    cfg.role_name(),
+                    RPING_MIN_SIZE,
+                    RPING_MAX_SIZE
+                );
+                return Err(ERANGE);
+            }
+        }
+        Ok(cfg)
     }
-    Ok(cfg)
+
+    fn describe(&self, rep: &mut Report) {
+        let _ = writeln!(
+            rep,
+            "config: role={} size={} iters={} mtu={} poll={} timeout_ms={}{}{}{}{}",
+            self.role_name(),
+            self.size,
+            self.iters,
+            self.mtu.bytes(),
+            self.poll.name(),
+            self.timeout_ms,
+            if self.validate { " validate" } else { "" },
+            if self.imm { " imm" } else { "" },
+            if self.linger { " linger" } else { "" },
+            Atomics(self.atomics)
+        );
+    }
 }

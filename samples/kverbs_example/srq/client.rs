@@ -6,8 +6,9 @@
 use super::config::{Config, Flow};
 use super::proto::{sges, u32_at, GO_LEN, GO_TAG, HDR};
 use crate::conn::{cm_on_device, complete_wc};
+use crate::control::Run;
 use crate::report::Report;
-use crate::stats::{add, Stats};
+use crate::stats::add;
 use core::fmt::Write;
 use kernel::{prelude::*, sync::Arc};
 use kverbs::{
@@ -216,13 +217,8 @@ fn client_report(
     }
 }
 
-pub(super) fn client(
-    dev: &Device,
-    cfg: &Config,
-    cancel: &Cancel,
-    stats: &Stats,
-    rep: &mut Report,
-) -> Result {
+pub(super) fn client(cfg: &Config, ctx: Run<'_>) -> Result {
+    let (dev, cancel, stats, rep) = (ctx.dev, ctx.cancel, ctx.stats, ctx.rep);
     let t = cfg.timeout_ms;
     let (size, max_wr, qps) = (cfg.size, cfg.max_wr, cfg.qps);
     let events = CmEvents::new()?;

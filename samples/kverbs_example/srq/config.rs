@@ -4,7 +4,10 @@
 
 use super::proto::HDR;
 use crate::conn::Role;
-use crate::options::{need, options, parse_addr, parse_num_in};
+use crate::control::ControlConfig;
+use crate::options::Opts;
+use crate::report::Report;
+use core::fmt::Write;
 use kernel::prelude::*;
 use kverbs::{device::Device, tcp::Ipv4};
 
@@ -46,90 +49,106 @@ pub(crate) struct Config {
     pub(super) timeout_ms: u32,
 }
 
-pub(super) fn parse(dev: &Device, input: &[u8]) -> Result<Config> {
-    let mut cfg = Config {
-        role: Role::Server,
-        flow: Flow::Kverbs,
-        addr: None,
-        port: PORT,
-        qps: 4,
-        max_wr: 64,
-        count: 100,
-        size: 100_000,
-        srq_limit: 0,
-        timeout_ms: 5000,
-    };
-    let mut have_role = false;
-    for (key, val) in options(dev, "srq", input)? {
-        let v = need(dev, "srq", key, val)?;
-        let num = |min, max| parse_num_in::<u64>("srq", dev, key, v, min, max);
-        match key {
-            "role" => {
-                cfg.role = match v {
-                    "server" => Role::Server,
-                    "client" => Role::Client,
-                    other => {
-                        pr_warn!("{}: srq: unknown role '{}'\n", dev.name(), other);
-                        return Err(EINVAL);
-                    }
-                };
-                have_role = true;
-            }
-            "flow" => {
-                cfg.flow = match v {
-                    "kverbs" => Flow::Kverbs,
-                    "manual" => Flow::Manual,
-                    other => {
-                        pr_warn!(
-                            "{}: srq: unknown flow '{}' (kverbs or manual)\n",
-                            dev.name(),
-                            other
-                        );
-                        return Err(EINVAL);
-                    }
-                };
-            }
-            "addr" => {
-                cfg.addr = Some(parse_addr(dev, "srq", v)?);
-            }
-            "port" => cfg.port = num(1, 65535)? as u16,
-            "qps" => cfg.qps = num(1, 16)? as u32,
-            "max_wr" => cfg.max_wr = num(2, 1024)? as u32,
-            "count" => cfg.count = num(1, 1_000_000)? as u32,
-            "size" => cfg.size = num(HDR as u64, 1 << 20)? as usize,
-            "srq_limit" => cfg.srq_limit = num(0, 1023)? as u32,
-            "timeout_ms" => cfg.timeout_ms = num(1, 600_000)? as u32,
-            _ => {
-                pr_warn!("{}: srq: unknown key '{}'\n", dev.name(), key);
-                return Err(EINVAL);
+impl ControlConfig for Config {
+    fn parse(dev: &Device, input: &[u8]) -> Result<Self> {
+        let mut cfg = Config {
+            role: Role::Server,
+            flow: Flow::Kverbs,
+            addr: None,
+            port: PORT,
+            qps: 4,
+            max_wr: 64,
+            count: 100,
+            size: 100_000,
+            srq_limit: 0,
+            timeout_ms: 5000,
+        };
+        let mut have_role = false;
+        let o = Opts::new(dev, "srq");
+        for (key, val) in o.options(input)? {
+            let v = o.need(key, val)?;
+            let num = |min, max| o.num_in::<u64>(key, v, min, max);
+            match key {
+                "role" => {
+                    cfg.role = o.pick(
+                        key,
+                        v,
+                        &[("server", Role::Server), ("client", Role::Client)],
+                    )?;
+                    have_role = true;
+                }
+                "flow" => {
+                    cfg.flow = match v {
+                        "kverbs" => Flow::Kverbs,
+                        "manual" => Flow::Manual,
+                        other => {
+                            pr_warn!(
+                                "{}: srq: unknown flow '{}' (kverbs or manual)\n",
+                                dev.name(),
+                                other
+                            );
+                            return Err(EINVAL);
+                        }
+                    };
+                }
+                "addr" => {
+                    cfg.addr = Some(o.addr(v)?);
+                }
+                "port" => cfg.port = num(1, 65535)? as u16,
+                "qps" => cfg.qps = num(1, 16)? as u32,
+                "max_wr" => cfg.max_wr = num(2, 1024)? as u32,
+                "count" => cfg.count = num(1, 1_000_000)? as u32,
+                "size" => cfg.size = num(HDR as u64, 1 << 20)? as usize,
+                "srq_limit" => cfg.srq_limit = num(0, 1023)? as u32,
+                "timeout_ms" => cfg.timeout_ms = num(1, 600_000)? as u32,
+                _ => return Err(o.unknown_key(key)),
             }
         }
+        if !have_role {
+            pr_warn!("{}: srq: role= is missing (server or client)\n", dev.name());
+            return Err(EINVAL);
+        }
+        if cfg.role == Role::Client && cfg.addr.is_none() {
+            pr_warn!("{}: srq: role=client needs addr=\n", dev.name());
+            return Err(EINVAL);
+        }
+        if cfg.max_wr as usize * cfg.size > MAX_BUF {
+            pr_warn!(
+                "{}: srq: max_wr x size = {} bytes, more than {}\n",
+                dev.name(),
+                cfg.max_wr as usize * cfg.size,
+                MAX_BUF
+            );
+            return Err(ERANGE);
+        }
+        if cfg.srq_limit >= cfg.max_wr {
+            pr_warn!(
+                "{}: srq: srq_limit={} must be below max_wr={}\n",
+                dev.name(),
+                cfg.srq_limit,
+                cfg.max_wr
+            );
+            return Err(ERANGE);
+        }
+        Ok(cfg)
     }
-    if !have_role {
-        pr_warn!("{}: srq: role= is missing (server or client)\n", dev.name());
-        return Err(EINVAL);
-    }
-    if cfg.role == Role::Client && cfg.addr.is_none() {
-        pr_warn!("{}: srq: role=client needs addr=\n", dev.name());
-        return Err(EINVAL);
-    }
-    if cfg.max_wr as usize * cfg.size > MAX_BUF {
-        pr_warn!(
-            "{}: srq: max_wr x size = {} bytes, more than {}\n",
-            dev.name(),
-            cfg.max_wr as usize * cfg.size,
-            MAX_BUF
+
+    fn describe(&self, rep: &mut Report) {
+        let _ = writeln!(
+            rep,
+            "config: role={} flow={} qps={} max_wr={} count={} size={} srq_limit={} timeout_ms={}",
+            if self.role == Role::Server {
+                "server"
+            } else {
+                "client"
+            },
+            self.flow.name(),
+            self.qps,
+            self.max_wr,
+            self.count,
+            self.size,
+            self.srq_limit,
+            self.timeout_ms
         );
-        return Err(ERANGE);
     }
-    if cfg.srq_limit >= cfg.max_wr {
-        pr_warn!(
-            "{}: srq: srq_limit={} must be below max_wr={}\n",
-            dev.name(),
-            cfg.srq_limit,
-            cfg.max_wr
-        );
-        return Err(ERANGE);
-    }
-    Ok(cfg)
 }

@@ -5,6 +5,7 @@
 use super::config::{Config, Flow};
 use super::proto::{go_message, sges, u32_at, GO_LEN, HDR};
 use crate::conn::{cm_listen, cm_on_device, complete_wc};
+use crate::control::Run;
 use crate::events::EventLog;
 use crate::report::Report;
 use crate::stats::{add, Stats};
@@ -48,14 +49,8 @@ struct ServerConn {
 }
 
 /// The server: its SRQ, then `qps` connections, then the rounds.
-pub(super) fn server(
-    log: &Arc<EventLog>,
-    dev: &Device,
-    cfg: &Config,
-    cancel: &Cancel,
-    stats: &Stats,
-    rep: &mut Report,
-) -> Result {
+pub(super) fn server(log: &Arc<EventLog>, cfg: &Config, ctx: Run<'_>) -> Result {
+    let (dev, cancel, stats, rep) = (ctx.dev, ctx.cancel, ctx.stats, ctx.rep);
     let (size, max_wr) = (cfg.size, cfg.max_wr);
     let events = CmEvents::with_requests(cfg.qps)?;
     let listener = cm_listen(dev, "srq", &events, cfg.addr, cfg.port, rep)?;
