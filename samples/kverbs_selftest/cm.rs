@@ -3,7 +3,7 @@
 //! Cases of the connection manager: one QP per ID, a QP of another ID,
 //! the events of destroyed IDs.
 
-use crate::common::{caps, cq, ok, refused, Env, Text, TIMEOUT_MS};
+use crate::common::{caps, ok, pd_cq, refused, Env, Text, TIMEOUT_MS};
 use core::fmt::Write;
 use kernel::prelude::*;
 use kverbs::{
@@ -24,8 +24,7 @@ fn cm_resolved(
     let c = Cancel::new();
     ok(id.resolve(env.ip, 7999, TIMEOUT_MS, &c), "resolve", out)?;
     let dev = id.device().ok_or("no device after resolve")?;
-    let pd = ok(Pd::new(dev), "PD", out)?;
-    let cq = ok(cq(dev), "CQ", out)?;
+    let (pd, cq) = pd_cq(dev, out)?;
     Ok((id, pd, cq))
 }
 

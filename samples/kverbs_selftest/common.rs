@@ -180,6 +180,16 @@ pub(crate) fn cq(dev: &Device) -> Result<Cq> {
     Cq::new(dev, 32, PollCtx::Softirq)
 }
 
+/// A PD of `dev` and a [`cq`] of it, made in that order (`PD` and `CQ` in
+/// what a failure says): what most cases start from. Bound as
+/// `let (pd, cq)`, they are dropped as two locals made in that order
+/// would be: the CQ, then the PD.
+pub(crate) fn pd_cq(dev: &Device, out: &mut Text) -> Result<(Pd, Cq), &'static str> {
+    let pd = ok(Pd::new(dev), "PD", out)?;
+    let cq = ok(cq(dev), "CQ", out)?;
+    Ok((pd, cq))
+}
+
 pub(crate) fn buf(dev: &Device) -> Result<Arc<DmaBuf>> {
     Ok(Arc::new(DmaBuf::new(dev, 4096)?, GFP_KERNEL)?)
 }

@@ -3,7 +3,7 @@
 //! Cases of DMA buffers: CPU copies that exclude each other, buffers of
 //! several chunks.
 
-use crate::common::{buf, caps, cq, ok, port, refused, ud_rts, Env, Text, QKEY};
+use crate::common::{buf, caps, ok, pd_cq, port, refused, ud_rts, Env, Text, QKEY};
 use core::{
     fmt::Write,
     sync::atomic::{AtomicBool, AtomicU32, Ordering},
@@ -12,7 +12,6 @@ use kernel::{prelude::*, sync::Arc, workqueue};
 use kverbs::{
     dma::{DmaBuf, CHUNK},
     mr::Mr,
-    pd::Pd,
     qp::{Qp, QpCaps},
 };
 
@@ -156,8 +155,7 @@ pub(crate) fn chunked_buffer_takes_an_sge_per_chunk(
         "buffer over MAX_LEN",
         out,
     )?;
-    let pd = ok(Pd::new(dev), "PD", out)?;
-    let cq = ok(cq(dev), "CQ", out)?;
+    let (pd, cq) = pd_cq(dev, out)?;
     let one = ok(ud_rts(&pd, &cq), "UD QP of one SGE", out)?;
     refused(
         one.post_recv(&big, CHUNK - 8, 16),

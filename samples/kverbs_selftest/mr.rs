@@ -5,8 +5,8 @@
 //! (stale rkeys, atomics), no lock held across a registration's wait.
 
 use crate::common::{
-    av, buf, caps, cq, first_gid, ok, port, rc_pair, rc_pair_access, rc_self, refused, Env, Text,
-    TIMEOUT_MS,
+    av, buf, caps, cq, first_gid, ok, pd_cq, port, rc_pair, rc_pair_access, rc_self, refused, Env,
+    Text, TIMEOUT_MS,
 };
 use core::{
     fmt::Write,
@@ -118,8 +118,7 @@ pub(crate) fn mr_not_locked_across_registration_wait(
     out: &mut Text,
 ) -> Result<(), &'static str> {
     let dev = &env.a;
-    let pd = ok(Pd::new(dev), "PD", out)?;
-    let cq = ok(cq(dev), "CQ", out)?;
+    let (pd, cq) = pd_cq(dev, out)?;
     let (sgid_index, dgid) = first_gid(dev).ok_or("no GID")?;
     let init = InitAttr {
         pkey_index: 0,

@@ -5,8 +5,8 @@
 //! released, alternate paths where paths do not migrate.
 
 use crate::common::{
-    av, buf, caps, cq, first_gid, ok, port, rc_pair, rc_self, refused, ud_rts, Env, Text, QKEY,
-    TIMEOUT_MS,
+    av, buf, caps, cq, first_gid, ok, pd_cq, port, rc_pair, rc_self, refused, ud_rts, Env, Text,
+    QKEY, TIMEOUT_MS,
 };
 use core::fmt::Write;
 use kernel::prelude::*;
@@ -36,8 +36,7 @@ pub(crate) fn qp_refuses_cq_of_other_device(env: &Env, out: &mut Text) -> Result
 }
 
 pub(crate) fn qp_refuses_port_out_of_range(env: &Env, out: &mut Text) -> Result<(), &'static str> {
-    let pd = ok(Pd::new(&env.a), "PD", out)?;
-    let cq = ok(cq(&env.a), "CQ", out)?;
+    let (pd, cq) = pd_cq(&env.a, out)?;
     let past = *env.a.ports().end() + 1;
     refused(
         Qp::new_rc(&pd, 0, &cq, &cq, caps(2)),
@@ -63,8 +62,7 @@ pub(crate) fn post_recv_refuses_buffer_of_other_device(
     env: &Env,
     out: &mut Text,
 ) -> Result<(), &'static str> {
-    let pd = ok(Pd::new(&env.a), "PD", out)?;
-    let cq = ok(cq(&env.a), "CQ", out)?;
+    let (pd, cq) = pd_cq(&env.a, out)?;
     let qp = ok(Qp::new_rc(&pd, port(&env.a), &cq, &cq, caps(2)), "QP", out)?;
     let qp = ok(
         qp.to_init(&InitAttr {
@@ -87,8 +85,7 @@ pub(crate) fn post_send_refuses_buffer_of_other_device(
     env: &Env,
     out: &mut Text,
 ) -> Result<(), &'static str> {
-    let pd = ok(Pd::new(&env.a), "PD", out)?;
-    let cq = ok(cq(&env.a), "CQ", out)?;
+    let (pd, cq) = pd_cq(&env.a, out)?;
     let qp = ok(rc_self(&pd, &cq), "RC QP in RTS", out)?;
     let b = ok(buf(&env.b), "buffer of B", out)?;
     refused(
@@ -139,8 +136,7 @@ pub(crate) fn wait_refuses_request_of_other_qp(
     env: &Env,
     out: &mut Text,
 ) -> Result<(), &'static str> {
-    let pd = ok(Pd::new(&env.a), "PD", out)?;
-    let cq = ok(cq(&env.a), "CQ", out)?;
+    let (pd, cq) = pd_cq(&env.a, out)?;
     let init = InitAttr {
         pkey_index: 0,
         access: Access::LOCAL_WRITE,
@@ -171,8 +167,7 @@ pub(crate) fn wait_refuses_released_unsignalled_send(
     env: &Env,
     out: &mut Text,
 ) -> Result<(), &'static str> {
-    let pd = ok(Pd::new(&env.a), "PD", out)?;
-    let cq = ok(cq(&env.a), "CQ", out)?;
+    let (pd, cq) = pd_cq(&env.a, out)?;
     let qp = ok(rc_self(&pd, &cq), "QP", out)?;
     let a = ok(buf(&env.a), "buffer", out)?;
     let c = Cancel::new();
