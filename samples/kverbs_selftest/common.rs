@@ -190,6 +190,39 @@ pub(crate) fn pd_cq(dev: &Device, out: &mut Text) -> Result<(Pd, Cq), &'static s
     Ok((pd, cq))
 }
 
+/// An RC QP connected to itself ([`rc_self`]) with all it needs, and a
+/// buffer to send from and receive into, all of one device: what the cases
+/// of sends and receives on one QP start from.
+///
+/// The fields are dropped in the order they are declared, which is the
+/// reverse of the order they are made in (as locals would be): the buffer,
+/// then the QP, before the CQ it completes on, before the PD of both.
+pub(crate) struct SelfLoop {
+    /// A [`buf`] of the device (`buffer` in what a failure says).
+    pub(crate) buf: Arc<DmaBuf>,
+    /// The QP, in RTS (`QP` in what a failure says).
+    pub(crate) qp: Qp<Rts>,
+    /// The QP's CQ, for its sends and receives: only held.
+    _cq: Cq,
+    /// The PD of the QP and the buffer: only held.
+    _pd: Pd,
+}
+
+impl SelfLoop {
+    /// Makes the PD and CQ ([`pd_cq`]), the QP, then the buffer, of `dev`.
+    pub(crate) fn new(dev: &Device, out: &mut Text) -> Result<Self, &'static str> {
+        let (pd, cq) = pd_cq(dev, out)?;
+        let qp = ok(rc_self(&pd, &cq), "QP", out)?;
+        let buf = ok(buf(dev), "buffer", out)?;
+        Ok(SelfLoop {
+            buf,
+            qp,
+            _cq: cq,
+            _pd: pd,
+        })
+    }
+}
+
 pub(crate) fn buf(dev: &Device) -> Result<Arc<DmaBuf>> {
     Ok(Arc::new(DmaBuf::new(dev, 4096)?, GFP_KERNEL)?)
 }

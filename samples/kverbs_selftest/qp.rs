@@ -5,8 +5,8 @@
 //! released, alternate paths where paths do not migrate.
 
 use crate::common::{
-    av, buf, caps, cq, first_gid, ok, pd_cq, port, rc_pair, rc_self, refused, ud_rts, Env, Text,
-    QKEY, TIMEOUT_MS,
+    av, buf, caps, cq, first_gid, ok, pd_cq, port, rc_pair, rc_self, refused, ud_rts, Env,
+    SelfLoop, Text, QKEY, TIMEOUT_MS,
 };
 use core::fmt::Write;
 use kernel::prelude::*;
@@ -167,19 +167,18 @@ pub(crate) fn wait_refuses_released_unsignalled_send(
     env: &Env,
     out: &mut Text,
 ) -> Result<(), &'static str> {
-    let (pd, cq) = pd_cq(&env.a, out)?;
-    let qp = ok(rc_self(&pd, &cq), "QP", out)?;
-    let a = ok(buf(&env.a), "buffer", out)?;
+    let lp = SelfLoop::new(&env.a, out)?;
+    let (qp, a) = (&lp.qp, &lp.buf);
     let c = Cancel::new();
-    let r1 = ok(qp.post_recv(&a, 1024, 64), "receive 1", out)?;
-    let r2 = ok(qp.post_recv(&a, 2048, 64), "receive 2", out)?;
+    let r1 = ok(qp.post_recv(a, 1024, 64), "receive 1", out)?;
+    let r2 = ok(qp.post_recv(a, 2048, 64), "receive 2", out)?;
     let quiet = ok(
-        qp.post_send(SendOp::Send, &a, 0, 64, false),
+        qp.post_send(SendOp::Send, a, 0, 64, false),
         "unsignalled SEND",
         out,
     )?;
     let loud = ok(
-        qp.post_send(SendOp::Send, &a, 0, 64, true),
+        qp.post_send(SendOp::Send, a, 0, 64, true),
         "signalled SEND",
         out,
     )?;
