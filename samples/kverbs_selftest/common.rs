@@ -128,9 +128,14 @@ pub(crate) fn to_rts(dev: &Device, q: Qp<kverbs::qp::Init>, dest: u32) -> Result
     })
 }
 
+/// Two RC QPs connected to each other, in RTS, then their CQs (so that,
+/// bound as one pattern, the QPs are dropped before the CQs): the owner of
+/// a memory region and a peer that reaches it, the owner's CQ, the peer's.
+pub(crate) type RcPair = (Qp<Rts>, Qp<Rts>, Cq, Cq);
+
 /// Two RC QPs of `pd` connected to each other, in RTS, each with its own
 /// CQ: the owner of a memory region and a peer that reaches it.
-pub(crate) fn rc_pair(pd: &Pd) -> Result<(Qp<Rts>, Qp<Rts>, Cq, Cq)> {
+pub(crate) fn rc_pair(pd: &Pd) -> Result<RcPair> {
     rc_pair_access(
         pd,
         Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE,
@@ -138,7 +143,7 @@ pub(crate) fn rc_pair(pd: &Pd) -> Result<(Qp<Rts>, Qp<Rts>, Cq, Cq)> {
 }
 
 /// [`rc_pair`] with the QPs' remote `access`.
-pub(crate) fn rc_pair_access(pd: &Pd, access: Access) -> Result<(Qp<Rts>, Qp<Rts>, Cq, Cq)> {
+pub(crate) fn rc_pair_access(pd: &Pd, access: Access) -> Result<RcPair> {
     let dev = pd.device();
     let (ca, cb) = (cq(dev)?, cq(dev)?);
     let a = Qp::new_rc(pd, port(dev), &ca, &ca, caps(4))?;

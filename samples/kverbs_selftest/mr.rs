@@ -6,7 +6,7 @@
 
 use crate::common::{
     av, buf, caps, cq, first_gid, ok, pd_cq, port, rc_pair, rc_pair_access, rc_self, refused, Env,
-    Text, TIMEOUT_MS,
+    RcPair, Text, TIMEOUT_MS,
 };
 use core::{
     fmt::Write,
@@ -235,6 +235,32 @@ fn one_op(
     Ok(ok(qp.wait(id, TIMEOUT_MS, &c), "completion", out)?.status)
 }
 
+/// Registers `mr` on `target` with `access` through the first QP (the
+/// region's owner) of a new RC pair of `pd` whose QPs allow `qp_access`
+/// ([`rc_pair_access`]), as the cases of a peer reaching a region do, each
+/// with a new pair (a refused request takes its pair to the error state).
+/// `names` are the pair's and the registration's in what a failure says.
+/// Returns the address and rkey the peer reaches the region by, and the
+/// pair.
+fn register_on_new_pair(
+    pd: &Pd,
+    qp_access: Access,
+    mr: &Mr,
+    target: &Arc<DmaBuf>,
+    access: Access,
+    (pair, registration): (&'static str, &'static str),
+    out: &mut Text,
+) -> Result<(RemoteBuf, RcPair), &'static str> {
+    let c = Cancel::new();
+    let pair = ok(rc_pair_access(pd, qp_access), pair, out)?;
+    let remote = ok(
+        mr.register(&pair.0, target, access, TIMEOUT_MS, &c),
+        registration,
+        out,
+    )?;
+    Ok((remote, pair))
+}
+
 /// The rkey's scope: once an MR is invalidated, the address and rkey a peer
 /// was given reach nothing. An RDMA WRITE and an RDMA READ with them
 /// complete with a remote access error and the buffer is unchanged; a new
@@ -262,12 +288,9 @@ pub(crate) fn stale_rkey_refused_after_invalidate(
         Ok(got)
     };
 
-    let (own, peer, _ca, _cb) = ok(rc_pair(&pd), "pair 1", out)?;
-    let old = ok(
-        mr.register(&own, &target, access, TIMEOUT_MS, &c),
-        "registration",
-        out,
-    )?;
+    let names = ("pair 1", "registration");
+    let (old, (own, peer, _ca, _cb)) =
+        register_on_new_pair(&pd, access, &mr, &target, access, names, out)?;
     if one_op(&peer, SendOp::Write(old), &src, 0, out)? != WcStatus::Success || seen(out)? != a {
         return Err("a WRITE under the live rkey did not land");
     }
@@ -288,12 +311,9 @@ pub(crate) fn stale_rkey_refused_after_invalidate(
         return Err("a READ with the stale rkey was not refused, or returned data");
     }
 
-    let (own, peer, _ca3, _cb3) = ok(rc_pair(&pd), "pair 3", out)?;
-    let new = ok(
-        mr.register(&own, &target, access, TIMEOUT_MS, &c),
-        "registration 2",
-        out,
-    )?;
+    let names = ("pair 3", "registration 2");
+    let (new, (_own, peer, _ca3, _cb3)) =
+        register_on_new_pair(&pd, access, &mr, &target, access, names, out)?;
     let _ = write!(out, "rkey {:#x} then {:#x}; ", old.rkey, new.rkey);
     if new.rkey == old.rkey {
         return Err("a new registration kept the old rkey");
@@ -345,12 +365,9 @@ pub(crate) fn atomic_needs_remote_atomic_access_and_alignment(
     // takes both QPs to the error state: the region is deregistered when
     // dropped, a second one is used below.
     let mr = ok(Mr::new(&pd, 4096), "MR", out)?;
-    let (own, peer, _ca, _cb) = ok(rc_pair_access(&pd, all), "pair 1", out)?;
-    let remote = ok(
-        mr.register(&own, &target, rw, TIMEOUT_MS, &c),
-        "registration",
-        out,
-    )?;
+    let names = ("pair 1", "registration");
+    let (remote, (_own, peer, _ca, _cb)) =
+        register_on_new_pair(&pd, all, &mr, &target, rw, names, out)?;
     let add = AtomicOp::FetchAdd { remote, add: 5 };
     let st = atomic(&peer, add, out)?;
     let _ = write!(out, "fetch-and-add without REMOTE_ATOMIC: {}; ", st);
@@ -360,12 +377,9 @@ pub(crate) fn atomic_needs_remote_atomic_access_and_alignment(
 
     // With it.
     let mr = ok(Mr::new(&pd, 4096), "MR 2", out)?;
-    let (own, peer, _ca2, _cb2) = ok(rc_pair_access(&pd, all), "pair 2", out)?;
-    let remote = ok(
-        mr.register(&own, &target, all, TIMEOUT_MS, &c),
-        "registration 2",
-        out,
-    )?;
+    let names = ("pair 2", "registration 2");
+    let (remote, (own, peer, _ca2, _cb2)) =
+        register_on_new_pair(&pd, all, &mr, &target, all, names, out)?;
     let misaligned = RemoteBuf {
         addr: remote.addr + 4,
         ..remote
