@@ -11,8 +11,10 @@ use kverbs::{
     cq::{Cq, PollCtx},
     device::{Device, Gid, Mtu},
     dma::DmaBuf,
+    event::EventSink,
     pd::Pd,
     qp::{Access, AddressVector, InitAttr, Qp, QpCaps, RtrAttr, Rts, RtsAttr, Ud},
+    srq::Srq,
     stream::Segment,
     tcp::Ipv4,
 };
@@ -226,6 +228,21 @@ impl SelfLoop {
             _pd: pd,
         })
     }
+}
+
+/// The `sink` a case made (`sink` in what a failure says), and an SRQ of
+/// `pd` of 8 receives of one SGE completing on `cq`, whose events go to
+/// the sink (`SRQ`). Bound as `let (sink, srq)`, the SRQ is dropped before
+/// the case's handle of the sink, as locals made in that order would be.
+pub(crate) fn srq_with_sink<S: EventSink + 'static>(
+    pd: &Pd,
+    cq: &Cq,
+    sink: Result<Arc<S>>,
+    out: &mut Text,
+) -> Result<(Arc<S>, Srq), &'static str> {
+    let sink = ok(sink, "sink", out)?;
+    let srq = ok(Srq::new_with_events(pd, cq, 8, 1, sink.clone()), "SRQ", out)?;
+    Ok((sink, srq))
 }
 
 pub(crate) fn buf(dev: &Device) -> Result<Arc<DmaBuf>> {

@@ -5,7 +5,9 @@
 //! event sink, must not be able to do to the kernel (the second soundness
 //! review). Each case says what it would have met before the fix.
 
-use crate::common::{buf, caps, connect_pair, cq, ok, port, rc_self, seg, Env, Text, TIMEOUT_MS};
+use crate::common::{
+    buf, caps, connect_pair, cq, ok, port, rc_self, seg, srq_with_sink, Env, Text, TIMEOUT_MS,
+};
 use core::{
     fmt::Write,
     sync::atomic::{AtomicBool, AtomicU32, Ordering},
@@ -226,23 +228,15 @@ pub(crate) fn event_sink_sleeps_and_drops_its_objects(
     let pd = ok(Pd::new(dev), "PD", out)?;
     let scq = ok(cq(dev), "send CQ", out)?;
     let rcq = ok(cq(dev), "SRQ CQ", out)?;
-    let sink = ok(
-        Arc::pin_init(
-            pin_init!(Dropper {
-                held <- new_mutex!(None),
-                dropped: AtomicBool::new(false),
-                other: AtomicU32::new(0),
-            }),
-            GFP_KERNEL,
-        ),
-        "sink",
-        out,
-    )?;
-    let srq = ok(
-        Srq::new_with_events(&pd, &rcq, 8, 1, sink.clone()),
-        "SRQ",
-        out,
-    )?;
+    let sink = Arc::pin_init(
+        pin_init!(Dropper {
+            held <- new_mutex!(None),
+            dropped: AtomicBool::new(false),
+            other: AtomicU32::new(0),
+        }),
+        GFP_KERNEL,
+    );
+    let (sink, srq) = srq_with_sink(&pd, &rcq, sink, out)?;
     let (s1, r1) = ok(
         Qp::new_rc(&pd, port(dev), &scq, &scq, caps(8)).and_then(|a| {
             let b = Qp::new_rc_srq(&pd, port(dev), &scq, &srq, caps(4), None)?;

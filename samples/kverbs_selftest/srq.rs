@@ -3,7 +3,9 @@
 //! Cases of shared receive queues: one SRQ serving two QPs, its limit
 //! event, what it refuses.
 
-use crate::common::{buf, caps, connect_pair, cq, ok, port, refused, Env, Text, TIMEOUT_MS};
+use crate::common::{
+    buf, caps, connect_pair, cq, ok, port, refused, srq_with_sink, Env, Text, TIMEOUT_MS,
+};
 use core::{
     fmt::Write,
     sync::atomic::{AtomicU32, Ordering},
@@ -76,16 +78,8 @@ pub(crate) fn srq_shared_by_two_qps(env: &Env, out: &mut Text) -> Result<(), &'s
     let pd = ok(Pd::new(dev), "PD", out)?;
     let scq = ok(cq(dev), "send CQ", out)?;
     let rcq = ok(cq(dev), "SRQ CQ", out)?;
-    let sink = ok(
-        Arc::new(LimitEvents(AtomicU32::new(0)), GFP_KERNEL).map_err(Error::from),
-        "sink",
-        out,
-    )?;
-    let srq = ok(
-        Srq::new_with_events(&pd, &rcq, 8, 1, sink.clone()),
-        "SRQ",
-        out,
-    )?;
+    let sink = Arc::new(LimitEvents(AtomicU32::new(0)), GFP_KERNEL).map_err(Error::from);
+    let (sink, srq) = srq_with_sink(&pd, &rcq, sink, out)?;
     refused(srq.arm_limit(0), EINVAL, "limit 0", out)?;
     refused(srq.arm_limit(8), EINVAL, "limit max_wr", out)?;
     let other_pd = ok(Pd::new(dev), "PD 2", out)?;
