@@ -37,8 +37,12 @@ pub(crate) struct Env {
     pub(crate) ip: Ipv4,
 }
 
+/// What a case, or a step of one, gives: `T`, or what failed (the case's
+/// `not ok` line says it, after the case's name).
+pub(crate) type Outcome<T = ()> = core::result::Result<T, &'static str>;
+
 /// A case: `Ok` if the layer behaved, else why not.
-pub(crate) type Case = fn(&Env, &mut Text) -> core::result::Result<(), &'static str>;
+pub(crate) type Case = fn(&Env, &mut Text) -> Outcome;
 
 pub(crate) const TIMEOUT_MS: u32 = 2000;
 pub(crate) const QKEY: u32 = 0x1234_5678;
@@ -56,12 +60,7 @@ pub(crate) fn caps(n: u32) -> QpCaps {
 }
 
 /// `r` failed with `want`; says what it did otherwise.
-pub(crate) fn refused<T>(
-    r: Result<T>,
-    want: Error,
-    what: &'static str,
-    out: &mut Text,
-) -> Result<(), &'static str> {
+pub(crate) fn refused<T>(r: Result<T>, want: Error, what: &'static str, out: &mut Text) -> Outcome {
     match r {
         Err(e) if e.to_errno() == want.to_errno() => Ok(()),
         Err(e) => {
@@ -82,7 +81,7 @@ pub(crate) fn refused<T>(
 }
 
 /// `r` succeeded; says how it failed otherwise.
-pub(crate) fn ok<T>(r: Result<T>, what: &'static str, out: &mut Text) -> Result<T, &'static str> {
+pub(crate) fn ok<T>(r: Result<T>, what: &'static str, out: &mut Text) -> Outcome<T> {
     r.map_err(|e| {
         let _ = write!(out, "{}: error {}", what, e.to_errno());
         what
@@ -191,7 +190,7 @@ pub(crate) fn cq(dev: &Device) -> Result<Cq> {
 /// what a failure says): what most cases start from. Bound as
 /// `let (pd, cq)`, they are dropped as two locals made in that order
 /// would be: the CQ, then the PD.
-pub(crate) fn pd_cq(dev: &Device, out: &mut Text) -> Result<(Pd, Cq), &'static str> {
+pub(crate) fn pd_cq(dev: &Device, out: &mut Text) -> Outcome<(Pd, Cq)> {
     let pd = ok(Pd::new(dev), "PD", out)?;
     let cq = ok(cq(dev), "CQ", out)?;
     Ok((pd, cq))
@@ -217,7 +216,7 @@ pub(crate) struct SelfLoop {
 
 impl SelfLoop {
     /// Makes the PD and CQ ([`pd_cq`]), the QP, then the buffer, of `dev`.
-    pub(crate) fn new(dev: &Device, out: &mut Text) -> Result<Self, &'static str> {
+    pub(crate) fn new(dev: &Device, out: &mut Text) -> Outcome<Self> {
         let (pd, cq) = pd_cq(dev, out)?;
         let qp = ok(rc_self(&pd, &cq), "QP", out)?;
         let buf = ok(buf(dev), "buffer", out)?;
@@ -239,7 +238,7 @@ pub(crate) fn srq_with_sink<S: EventSink + 'static>(
     cq: &Cq,
     sink: Result<Arc<S>>,
     out: &mut Text,
-) -> Result<(Arc<S>, Srq), &'static str> {
+) -> Outcome<(Arc<S>, Srq)> {
     let sink = ok(sink, "sink", out)?;
     let srq = ok(Srq::new_with_events(pd, cq, 8, 1, sink.clone()), "SRQ", out)?;
     Ok((sink, srq))

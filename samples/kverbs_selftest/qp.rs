@@ -5,7 +5,7 @@
 //! released, alternate paths where paths do not migrate.
 
 use crate::common::{
-    av, buf, caps, cq, first_gid, ok, pd_cq, port, rc_pair, rc_self, refused, ud_rts, Env,
+    av, buf, caps, cq, first_gid, ok, pd_cq, port, rc_pair, rc_self, refused, ud_rts, Env, Outcome,
     SelfLoop, Text, QKEY, TIMEOUT_MS,
 };
 use core::fmt::Write;
@@ -16,7 +16,7 @@ use kverbs::{
     qp::{Access, Cancel, InitAttr, Qp, SendOp, UdDest},
 };
 
-pub(crate) fn qp_refuses_cq_of_other_device(env: &Env, out: &mut Text) -> Result<(), &'static str> {
+pub(crate) fn qp_refuses_cq_of_other_device(env: &Env, out: &mut Text) -> Outcome {
     let pd = ok(Pd::new(&env.a), "PD", out)?;
     let cq_b = ok(cq(&env.b), "CQ of B", out)?;
     let cq_a = ok(cq(&env.a), "CQ of A", out)?;
@@ -35,7 +35,7 @@ pub(crate) fn qp_refuses_cq_of_other_device(env: &Env, out: &mut Text) -> Result
     )
 }
 
-pub(crate) fn qp_refuses_port_out_of_range(env: &Env, out: &mut Text) -> Result<(), &'static str> {
+pub(crate) fn qp_refuses_port_out_of_range(env: &Env, out: &mut Text) -> Outcome {
     let (pd, cq) = pd_cq(&env.a, out)?;
     let past = *env.a.ports().end() + 1;
     refused(
@@ -58,10 +58,7 @@ pub(crate) fn qp_refuses_port_out_of_range(env: &Env, out: &mut Text) -> Result<
     )
 }
 
-pub(crate) fn post_recv_refuses_buffer_of_other_device(
-    env: &Env,
-    out: &mut Text,
-) -> Result<(), &'static str> {
+pub(crate) fn post_recv_refuses_buffer_of_other_device(env: &Env, out: &mut Text) -> Outcome {
     let (pd, cq) = pd_cq(&env.a, out)?;
     let qp = ok(Qp::new_rc(&pd, port(&env.a), &cq, &cq, caps(2)), "QP", out)?;
     let qp = ok(
@@ -81,10 +78,7 @@ pub(crate) fn post_recv_refuses_buffer_of_other_device(
     )
 }
 
-pub(crate) fn post_send_refuses_buffer_of_other_device(
-    env: &Env,
-    out: &mut Text,
-) -> Result<(), &'static str> {
+pub(crate) fn post_send_refuses_buffer_of_other_device(env: &Env, out: &mut Text) -> Outcome {
     let (pd, cq) = pd_cq(&env.a, out)?;
     let qp = ok(rc_self(&pd, &cq), "RC QP in RTS", out)?;
     let b = ok(buf(&env.b), "buffer of B", out)?;
@@ -109,10 +103,7 @@ pub(crate) fn post_send_refuses_buffer_of_other_device(
     )
 }
 
-pub(crate) fn post_send_ud_refuses_ah_of_other_pd(
-    env: &Env,
-    out: &mut Text,
-) -> Result<(), &'static str> {
+pub(crate) fn post_send_ud_refuses_ah_of_other_pd(env: &Env, out: &mut Text) -> Outcome {
     let pd1 = ok(Pd::new(&env.a), "PD 1", out)?;
     let pd2 = ok(Pd::new(&env.a), "PD 2", out)?;
     let cq = ok(cq(&env.a), "CQ", out)?;
@@ -132,10 +123,7 @@ pub(crate) fn post_send_ud_refuses_ah_of_other_pd(
     )
 }
 
-pub(crate) fn wait_refuses_request_of_other_qp(
-    env: &Env,
-    out: &mut Text,
-) -> Result<(), &'static str> {
+pub(crate) fn wait_refuses_request_of_other_qp(env: &Env, out: &mut Text) -> Outcome {
     let (pd, cq) = pd_cq(&env.a, out)?;
     let init = InitAttr {
         pkey_index: 0,
@@ -163,10 +151,7 @@ pub(crate) fn wait_refuses_request_of_other_qp(
     )
 }
 
-pub(crate) fn wait_refuses_released_unsignalled_send(
-    env: &Env,
-    out: &mut Text,
-) -> Result<(), &'static str> {
+pub(crate) fn wait_refuses_released_unsignalled_send(env: &Env, out: &mut Text) -> Outcome {
     let lp = SelfLoop::new(&env.a, out)?;
     let (qp, a) = (&lp.qp, &lp.buf);
     let c = Cancel::new();
@@ -212,7 +197,7 @@ pub(crate) fn wait_refuses_released_unsignalled_send(
 /// two is expected is read from the port's link layer and the device's
 /// flag, not from `path_mig_supported`, the function under test: on a
 /// RoCE port (every rxe device) the refusal is required.
-pub(crate) fn alt_path_needs_auto_path_mig(env: &Env, out: &mut Text) -> Result<(), &'static str> {
+pub(crate) fn alt_path_needs_auto_path_mig(env: &Env, out: &mut Text) -> Outcome {
     use kverbs::{
         device::LinkLayer,
         qp::{AltPath, MigState},

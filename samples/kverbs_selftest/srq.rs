@@ -4,7 +4,7 @@
 //! event, what it refuses.
 
 use crate::common::{
-    buf, caps, connect_pair, cq, ok, port, refused, srq_with_sink, Env, Text, TIMEOUT_MS,
+    buf, caps, connect_pair, cq, ok, port, refused, srq_with_sink, Env, Outcome, Text, TIMEOUT_MS,
 };
 use core::{
     fmt::Write,
@@ -39,7 +39,7 @@ fn received_on(
     rbuf: &DmaBuf,
     (r1, r2): (&Qp<Rts>, &Qp<Rts>),
     out: &mut Text,
-) -> Result<(u32, u32), &'static str> {
+) -> Outcome<(u32, u32)> {
     let c = Cancel::new();
     let (mut on1, mut on2) = (0, 0);
     for (i, id) in ids.iter().take(5).enumerate() {
@@ -72,7 +72,7 @@ fn received_on(
 /// QP of the SRQ refuses receives of its own, a QP of another PD or an
 /// out-of-range limit is refused. The SRQ handle is dropped before its QPs,
 /// which keep it alive (KASAN and kmemleak watch the teardown).
-pub(crate) fn srq_shared_by_two_qps(env: &Env, out: &mut Text) -> Result<(), &'static str> {
+pub(crate) fn srq_shared_by_two_qps(env: &Env, out: &mut Text) -> Outcome {
     let dev = &env.a;
     let c = Cancel::new();
     let pd = ok(Pd::new(dev), "PD", out)?;

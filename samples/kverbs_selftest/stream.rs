@@ -3,7 +3,7 @@
 //! Cases of send streams: what an inline stream takes, the send slots a
 //! stream holds, a stream dropped with requests outstanding.
 
-use crate::common::{ok, refused, seg, Env, SelfLoop, Text, TIMEOUT_MS};
+use crate::common::{ok, refused, seg, Env, Outcome, SelfLoop, Text, TIMEOUT_MS};
 use core::fmt::Write;
 use kernel::prelude::*;
 use kverbs::{
@@ -12,10 +12,7 @@ use kverbs::{
 };
 
 /// An inline stream takes only SENDs and WRITEs the QP can carry inline.
-pub(crate) fn stream_inline_refuses_read_and_oversize(
-    env: &Env,
-    out: &mut Text,
-) -> Result<(), &'static str> {
+pub(crate) fn stream_inline_refuses_read_and_oversize(env: &Env, out: &mut Text) -> Outcome {
     let lp = SelfLoop::new(&env.a, out)?;
     let (qp, a) = (&lp.qp, &lp.buf);
     let max = qp.max_inline_data() as usize;
@@ -44,10 +41,7 @@ pub(crate) fn stream_inline_refuses_read_and_oversize(
 
 /// A stream takes `depth` of its QP's send slots, and gives them back
 /// when dropped with nothing outstanding.
-pub(crate) fn stream_takes_slots_and_gives_them_back(
-    env: &Env,
-    out: &mut Text,
-) -> Result<(), &'static str> {
+pub(crate) fn stream_takes_slots_and_gives_them_back(env: &Env, out: &mut Text) -> Outcome {
     let lp = SelfLoop::new(&env.a, out)?;
     let (qp, a) = (&lp.qp, &lp.buf);
     let c = Cancel::new();
@@ -88,10 +82,7 @@ pub(crate) fn stream_takes_slots_and_gives_them_back(
 /// freed then (kmemleak would report otherwise). (Forgetting the stream
 /// instead is as sound, and leaks only its ring: the QP releases the
 /// buffers, and their device references, when it is destroyed.)
-pub(crate) fn stream_dropped_with_requests_outstanding(
-    env: &Env,
-    out: &mut Text,
-) -> Result<(), &'static str> {
+pub(crate) fn stream_dropped_with_requests_outstanding(env: &Env, out: &mut Text) -> Outcome {
     let lp = SelfLoop::new(&env.a, out)?;
     let (qp, a) = (&lp.qp, &lp.buf);
     let mut s = ok(
