@@ -3,12 +3,12 @@
 //! Cases of address handles: ports the device does not have, the
 //! destination MAC resolved on RoCE.
 
-use crate::common::{av, first_gid, ok, port, refused, Env, Text};
+use crate::common::{av, first_gid, ok, port, refused, Env, Outcome, Text};
 use core::fmt::Write;
 use kernel::prelude::*;
 use kverbs::{ah::Ah, device::Gid, pd::Pd};
 
-pub(crate) fn ah_refuses_port_out_of_range(env: &Env, out: &mut Text) -> Result<(), &'static str> {
+pub(crate) fn ah_refuses_port_out_of_range(env: &Env, out: &mut Text) -> Outcome {
     let pd = ok(Pd::new(&env.a), "PD", out)?;
     let (i, gid) = first_gid(&env.a).ok_or("no GID")?;
     let past = *env.a.ports().end() + 1;
@@ -25,7 +25,7 @@ pub(crate) fn ah_refuses_port_out_of_range(env: &Env, out: &mut Text) -> Result<
 /// mapped from its address, a unicast address's comes from the IP stack
 /// (for our own address, our netdev's MAC, written out for the test to
 /// compare).
-pub(crate) fn ah_resolves_roce_dmac(env: &Env, out: &mut Text) -> Result<(), &'static str> {
+pub(crate) fn ah_resolves_roce_dmac(env: &Env, out: &mut Text) -> Outcome {
     let dev = &env.b;
     let pd = ok(Pd::new(dev), "PD", out)?;
     let (i, gid) = first_gid(dev).ok_or("no GID")?;

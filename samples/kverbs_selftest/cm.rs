@@ -3,7 +3,7 @@
 //! Cases of the connection manager: one QP per ID, a QP of another ID,
 //! the events of destroyed IDs.
 
-use crate::common::{caps, cq, ok, refused, Env, Text, TIMEOUT_MS};
+use crate::common::{caps, ok, pd_cq, refused, Env, Outcome, Text, TIMEOUT_MS};
 use core::fmt::Write;
 use kernel::prelude::*;
 use kverbs::{
@@ -15,21 +15,16 @@ use kverbs::{
 
 /// A connection manager ID with its address and route resolved to
 /// `env.ip` (of device `B`), its PD and CQ.
-fn cm_resolved(
-    env: &Env,
-    events: &CmEvents,
-    out: &mut Text,
-) -> Result<(CmId, Pd, Cq), &'static str> {
+fn cm_resolved(env: &Env, events: &CmEvents, out: &mut Text) -> Outcome<(CmId, Pd, Cq)> {
     let id = ok(CmId::new(events), "CM ID", out)?;
     let c = Cancel::new();
     ok(id.resolve(env.ip, 7999, TIMEOUT_MS, &c), "resolve", out)?;
     let dev = id.device().ok_or("no device after resolve")?;
-    let pd = ok(Pd::new(dev), "PD", out)?;
-    let cq = ok(cq(dev), "CQ", out)?;
+    let (pd, cq) = pd_cq(dev, out)?;
     Ok((id, pd, cq))
 }
 
-pub(crate) fn cm_id_takes_one_qp(env: &Env, out: &mut Text) -> Result<(), &'static str> {
+pub(crate) fn cm_id_takes_one_qp(env: &Env, out: &mut Text) -> Outcome {
     let events = ok(CmEvents::new(), "events", out)?;
     let (id, pd, cq) = cm_resolved(env, &events, out)?;
     let qp = ok(Qp::new_cm(&id, &pd, &cq, &cq, caps(2)), "first QP", out)?;
@@ -48,10 +43,7 @@ pub(crate) fn cm_id_takes_one_qp(env: &Env, out: &mut Text) -> Result<(), &'stat
     Ok(())
 }
 
-pub(crate) fn cm_connect_refuses_qp_of_other_id(
-    env: &Env,
-    out: &mut Text,
-) -> Result<(), &'static str> {
+pub(crate) fn cm_connect_refuses_qp_of_other_id(env: &Env, out: &mut Text) -> Outcome {
     let events = ok(CmEvents::new(), "events", out)?;
     let (id1, pd, cq) = cm_resolved(env, &events, out)?;
     let (id2, _, _) = cm_resolved(env, &events, out)?;
@@ -83,10 +75,7 @@ pub(crate) fn cm_connect_refuses_qp_of_other_id(
 /// An rdma_cm ID's events leave the queue when taken, and those not taken
 /// when the ID is destroyed: none is left for an ID created later at the
 /// same address, and the queue does not grow.
-pub(crate) fn cm_events_of_destroyed_id_dropped(
-    env: &Env,
-    out: &mut Text,
-) -> Result<(), &'static str> {
+pub(crate) fn cm_events_of_destroyed_id_dropped(env: &Env, out: &mut Text) -> Outcome {
     let events = ok(CmEvents::new(), "events", out)?;
     // Resolved: its two events were taken.
     let (id, _, _) = cm_resolved(env, &events, out)?;

@@ -11,8 +11,10 @@ use kverbs::{
     cq::{Cq, PollCtx},
     device::{Device, Gid, Mtu},
     dma::DmaBuf,
+    event::EventSink,
     pd::Pd,
     qp::{Access, AddressVector, InitAttr, Qp, QpCaps, RtrAttr, Rts, RtsAttr, Ud},
+    srq::Srq,
     stream::Segment,
     tcp::Ipv4,
 };
@@ -35,8 +37,12 @@ pub(crate) struct Env {
     pub(crate) ip: Ipv4,
 }
 
+/// What a case, or a step of one, gives: `T`, or what failed (the case's
+/// `not ok` line says it, after the case's name).
+pub(crate) type Outcome<T = ()> = core::result::Result<T, &'static str>;
+
 /// A case: `Ok` if the layer behaved, else why not.
-pub(crate) type Case = fn(&Env, &mut Text) -> core::result::Result<(), &'static str>;
+pub(crate) type Case = fn(&Env, &mut Text) -> Outcome;
 
 pub(crate) const TIMEOUT_MS: u32 = 2000;
 pub(crate) const QKEY: u32 = 0x1234_5678;
@@ -54,12 +60,7 @@ pub(crate) fn caps(n: u32) -> QpCaps {
 }
 
 /// `r` failed with `want`; says what it did otherwise.
-pub(crate) fn refused<T>(
-    r: Result<T>,
-    want: Error,
-    what: &'static str,
-    out: &mut Text,
-) -> Result<(), &'static str> {
+pub(crate) fn refused<T>(r: Result<T>, want: Error, what: &'static str, out: &mut Text) -> Outcome {
     match r {
         Err(e) if e.to_errno() == want.to_errno() => Ok(()),
         Err(e) => {
@@ -80,7 +81,7 @@ pub(crate) fn refused<T>(
 }
 
 /// `r` succeeded; says how it failed otherwise.
-pub(crate) fn ok<T>(r: Result<T>, what: &'static str, out: &mut Text) -> Result<T, &'static str> {
+pub(crate) fn ok<T>(r: Result<T>, what: &'static str, out: &mut Text) -> Outcome<T> {
     r.map_err(|e| {
         let _ = write!(out, "{}: error {}", what, e.to_errno());
         what
@@ -128,9 +129,14 @@ pub(crate) fn to_rts(dev: &Device, q: Qp<kverbs::qp::Init>, dest: u32) -> Result
     })
 }
 
+/// Two RC QPs connected to each other, in RTS, then their CQs (so that,
+/// bound as one pattern, the QPs are dropped before the CQs): the owner of
+/// a memory region and a peer that reaches it, the owner's CQ, the peer's.
+pub(crate) type RcPair = (Qp<Rts>, Qp<Rts>, Cq, Cq);
+
 /// Two RC QPs of `pd` connected to each other, in RTS, each with its own
 /// CQ: the owner of a memory region and a peer that reaches it.
-pub(crate) fn rc_pair(pd: &Pd) -> Result<(Qp<Rts>, Qp<Rts>, Cq, Cq)> {
+pub(crate) fn rc_pair(pd: &Pd) -> Result<RcPair> {
     rc_pair_access(
         pd,
         Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE,
@@ -138,7 +144,7 @@ pub(crate) fn rc_pair(pd: &Pd) -> Result<(Qp<Rts>, Qp<Rts>, Cq, Cq)> {
 }
 
 /// [`rc_pair`] with the QPs' remote `access`.
-pub(crate) fn rc_pair_access(pd: &Pd, access: Access) -> Result<(Qp<Rts>, Qp<Rts>, Cq, Cq)> {
+pub(crate) fn rc_pair_access(pd: &Pd, access: Access) -> Result<RcPair> {
     let dev = pd.device();
     let (ca, cb) = (cq(dev)?, cq(dev)?);
     let a = Qp::new_rc(pd, port(dev), &ca, &ca, caps(4))?;
@@ -178,6 +184,64 @@ pub(crate) fn av(dgid: Gid, sgid_index: u32) -> AddressVector {
 
 pub(crate) fn cq(dev: &Device) -> Result<Cq> {
     Cq::new(dev, 32, PollCtx::Softirq)
+}
+
+/// A PD of `dev` and a [`cq`] of it, made in that order (`PD` and `CQ` in
+/// what a failure says): what most cases start from. Bound as
+/// `let (pd, cq)`, they are dropped as two locals made in that order
+/// would be: the CQ, then the PD.
+pub(crate) fn pd_cq(dev: &Device, out: &mut Text) -> Outcome<(Pd, Cq)> {
+    let pd = ok(Pd::new(dev), "PD", out)?;
+    let cq = ok(cq(dev), "CQ", out)?;
+    Ok((pd, cq))
+}
+
+/// An RC QP connected to itself ([`rc_self`]) with all it needs, and a
+/// buffer to send from and receive into, all of one device: what the cases
+/// of sends and receives on one QP start from.
+///
+/// The fields are dropped in the order they are declared, which is the
+/// reverse of the order they are made in (as locals would be): the buffer,
+/// then the QP, before the CQ it completes on, before the PD of both.
+pub(crate) struct SelfLoop {
+    /// A [`buf`] of the device (`buffer` in what a failure says).
+    pub(crate) buf: Arc<DmaBuf>,
+    /// The QP, in RTS (`QP` in what a failure says).
+    pub(crate) qp: Qp<Rts>,
+    /// The QP's CQ, for its sends and receives: only held.
+    _cq: Cq,
+    /// The PD of the QP and the buffer: only held.
+    _pd: Pd,
+}
+
+impl SelfLoop {
+    /// Makes the PD and CQ ([`pd_cq`]), the QP, then the buffer, of `dev`.
+    pub(crate) fn new(dev: &Device, out: &mut Text) -> Outcome<Self> {
+        let (pd, cq) = pd_cq(dev, out)?;
+        let qp = ok(rc_self(&pd, &cq), "QP", out)?;
+        let buf = ok(buf(dev), "buffer", out)?;
+        Ok(SelfLoop {
+            buf,
+            qp,
+            _cq: cq,
+            _pd: pd,
+        })
+    }
+}
+
+/// The `sink` a case made (`sink` in what a failure says), and an SRQ of
+/// `pd` of 8 receives of one SGE completing on `cq`, whose events go to
+/// the sink (`SRQ`). Bound as `let (sink, srq)`, the SRQ is dropped before
+/// the case's handle of the sink, as locals made in that order would be.
+pub(crate) fn srq_with_sink<S: EventSink + 'static>(
+    pd: &Pd,
+    cq: &Cq,
+    sink: Result<Arc<S>>,
+    out: &mut Text,
+) -> Outcome<(Arc<S>, Srq)> {
+    let sink = ok(sink, "sink", out)?;
+    let srq = ok(Srq::new_with_events(pd, cq, 8, 1, sink.clone()), "SRQ", out)?;
+    Ok((sink, srq))
 }
 
 pub(crate) fn buf(dev: &Device) -> Result<Arc<DmaBuf>> {

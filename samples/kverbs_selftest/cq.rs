@@ -3,7 +3,7 @@
 //! Cases of completion queues: the room QPs take in their CQ, a CQ freed
 //! right after its last completion.
 
-use crate::common::{buf, caps, cq, ok, port, rc_self, refused, Env, Text, TIMEOUT_MS};
+use crate::common::{buf, caps, cq, ok, port, rc_self, refused, Env, Outcome, Text, TIMEOUT_MS};
 use core::fmt::Write;
 use kernel::prelude::*;
 use kverbs::{
@@ -12,7 +12,7 @@ use kverbs::{
     qp::{Cancel, Qp, QpCaps, SendOp},
 };
 
-pub(crate) fn qp_takes_cq_room(env: &Env, out: &mut Text) -> Result<(), &'static str> {
+pub(crate) fn qp_takes_cq_room(env: &Env, out: &mut Text) -> Outcome {
     let pd = ok(Pd::new(&env.a), "PD", out)?;
     let cq = ok(Cq::new(&env.a, 8, PollCtx::Softirq), "CQ", out)?;
     let room = cq.room();
@@ -64,7 +64,7 @@ pub(crate) fn qp_takes_cq_room(env: &Env, out: &mut Text) -> Result<(), &'static
 pub(crate) fn softirq_cq_freed_right_after_its_last_completion(
     env: &Env,
     out: &mut Text,
-) -> Result<(), &'static str> {
+) -> Outcome {
     let pd = ok(Pd::new(&env.a), "PD", out)?;
     let a = ok(buf(&env.a), "buffer", out)?;
     let c = Cancel::new();

@@ -3,7 +3,7 @@
 //! Cases of DMA buffers: CPU copies that exclude each other, buffers of
 //! several chunks.
 
-use crate::common::{buf, caps, cq, ok, port, refused, ud_rts, Env, Text, QKEY};
+use crate::common::{buf, caps, ok, pd_cq, port, refused, ud_rts, Env, Outcome, Text, QKEY};
 use core::{
     fmt::Write,
     sync::atomic::{AtomicBool, AtomicU32, Ordering},
@@ -12,7 +12,6 @@ use kernel::{prelude::*, sync::Arc, workqueue};
 use kverbs::{
     dma::{DmaBuf, CHUNK},
     mr::Mr,
-    pd::Pd,
     qp::{Qp, QpCaps},
 };
 
@@ -29,10 +28,7 @@ struct Race {
 /// this thread reads it for a second. A read never sees two patterns mixed
 /// (a torn copy), and copies do meet one in progress (`EBUSY`) -- without
 /// the exclusion, none ever would.
-pub(crate) fn dma_buf_copies_exclude_each_other(
-    env: &Env,
-    out: &mut Text,
-) -> Result<(), &'static str> {
+pub(crate) fn dma_buf_copies_exclude_each_other(env: &Env, out: &mut Text) -> Outcome {
     const LEN: usize = 4096;
     let race = ok(
         Arc::new(
@@ -115,10 +111,7 @@ pub(crate) fn dma_buf_copies_exclude_each_other(
 /// a range takes one SGE per chunk it touches, and a QP refuses a request
 /// that needs more SGEs than it was created with (`EINVAL`) but takes it
 /// when created with enough. An MR maps it whole.
-pub(crate) fn chunked_buffer_takes_an_sge_per_chunk(
-    env: &Env,
-    out: &mut Text,
-) -> Result<(), &'static str> {
+pub(crate) fn chunked_buffer_takes_an_sge_per_chunk(env: &Env, out: &mut Text) -> Outcome {
     let dev = &env.a;
     let len = 2 * CHUNK + 100;
     let big = ok(DmaBuf::new(dev, len), "buffer of 2 chunks + 100 bytes", out)?;
@@ -156,8 +149,7 @@ pub(crate) fn chunked_buffer_takes_an_sge_per_chunk(
         "buffer over MAX_LEN",
         out,
     )?;
-    let pd = ok(Pd::new(dev), "PD", out)?;
-    let cq = ok(cq(dev), "CQ", out)?;
+    let (pd, cq) = pd_cq(dev, out)?;
     let one = ok(ud_rts(&pd, &cq), "UD QP of one SGE", out)?;
     refused(
         one.post_recv(&big, CHUNK - 8, 16),

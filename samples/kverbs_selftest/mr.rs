@@ -5,8 +5,8 @@
 //! (stale rkeys, atomics), no lock held across a registration's wait.
 
 use crate::common::{
-    av, buf, caps, cq, first_gid, ok, port, rc_pair, rc_pair_access, rc_self, refused, Env, Text,
-    TIMEOUT_MS,
+    av, buf, caps, cq, first_gid, ok, pd_cq, port, rc_pair, rc_pair_access, rc_self, refused, Env,
+    Outcome, RcPair, Text, TIMEOUT_MS,
 };
 use core::{
     fmt::Write,
@@ -21,10 +21,7 @@ use kverbs::{
     qp::{Access, AtomicOp, Cancel, InitAttr, Qp, RemoteBuf, RtrAttr, Rts, RtsAttr, SendOp},
 };
 
-pub(crate) fn mr_map_refuses_buffer_of_other_device(
-    env: &Env,
-    out: &mut Text,
-) -> Result<(), &'static str> {
+pub(crate) fn mr_map_refuses_buffer_of_other_device(env: &Env, out: &mut Text) -> Outcome {
     let pd = ok(Pd::new(&env.a), "PD", out)?;
     let mr = ok(Mr::new(&pd, 4096), "MR", out)?;
     let b = ok(buf(&env.b), "buffer of B", out)?;
@@ -33,12 +30,7 @@ pub(crate) fn mr_map_refuses_buffer_of_other_device(
 
 /// An RC QP of `qp_pd` in RTS and an MR of `mr_pd` mapped on a buffer, all
 /// of device A.
-fn qp_and_mapped_mr(
-    env: &Env,
-    qp_pd: &Pd,
-    mr_pd: &Pd,
-    out: &mut Text,
-) -> Result<(Qp<Rts>, Mr), &'static str> {
+fn qp_and_mapped_mr(env: &Env, qp_pd: &Pd, mr_pd: &Pd, out: &mut Text) -> Outcome<(Qp<Rts>, Mr)> {
     let cq = ok(cq(&env.a), "CQ", out)?;
     let qp = ok(rc_self(qp_pd, &cq), "QP", out)?;
     let mr = ok(Mr::new(mr_pd, 4096), "MR", out)?;
@@ -47,10 +39,7 @@ fn qp_and_mapped_mr(
     Ok((qp, mr))
 }
 
-pub(crate) fn mr_registration_refuses_qp_of_other_pd(
-    env: &Env,
-    out: &mut Text,
-) -> Result<(), &'static str> {
+pub(crate) fn mr_registration_refuses_qp_of_other_pd(env: &Env, out: &mut Text) -> Outcome {
     let pd1 = ok(Pd::new(&env.a), "PD 1", out)?;
     let pd2 = ok(Pd::new(&env.a), "PD 2", out)?;
     let (qp, mr) = qp_and_mapped_mr(env, &pd2, &pd1, out)?;
@@ -66,7 +55,7 @@ pub(crate) fn mr_registration_refuses_qp_of_other_pd(
 pub(crate) fn mr_registration_refuses_remote_write_without_local_write(
     env: &Env,
     out: &mut Text,
-) -> Result<(), &'static str> {
+) -> Outcome {
     let pd = ok(Pd::new(&env.a), "PD", out)?;
     let (qp, mr) = qp_and_mapped_mr(env, &pd, &pd, out)?;
     let c = Cancel::new();
@@ -113,13 +102,9 @@ struct Registering {
 /// READ has failed; meanwhile `map` from another thread is refused at once
 /// with EBUSY instead of waiting for the lock. The registration must last
 /// long after `map` returned, or the case cannot tell the two apart.
-pub(crate) fn mr_not_locked_across_registration_wait(
-    env: &Env,
-    out: &mut Text,
-) -> Result<(), &'static str> {
+pub(crate) fn mr_not_locked_across_registration_wait(env: &Env, out: &mut Text) -> Outcome {
     let dev = &env.a;
-    let pd = ok(Pd::new(dev), "PD", out)?;
-    let cq = ok(cq(dev), "CQ", out)?;
+    let (pd, cq) = pd_cq(dev, out)?;
     let (sgid_index, dgid) = first_gid(dev).ok_or("no GID")?;
     let init = InitAttr {
         pkey_index: 0,
@@ -230,10 +215,36 @@ fn one_op(
     local: &Arc<DmaBuf>,
     off: usize,
     out: &mut Text,
-) -> Result<kverbs::wc::WcStatus, &'static str> {
+) -> Outcome<kverbs::wc::WcStatus> {
     let c = Cancel::new();
     let id = ok(qp.post_send(op, local, off, 16, true), "post", out)?;
     Ok(ok(qp.wait(id, TIMEOUT_MS, &c), "completion", out)?.status)
+}
+
+/// Registers `mr` on `target` with `access` through the first QP (the
+/// region's owner) of a new RC pair of `pd` whose QPs allow `qp_access`
+/// ([`rc_pair_access`]), as the cases of a peer reaching a region do, each
+/// with a new pair (a refused request takes its pair to the error state).
+/// `names` are the pair's and the registration's in what a failure says.
+/// Returns the address and rkey the peer reaches the region by, and the
+/// pair.
+fn register_on_new_pair(
+    pd: &Pd,
+    qp_access: Access,
+    mr: &Mr,
+    target: &Arc<DmaBuf>,
+    access: Access,
+    (pair, registration): (&'static str, &'static str),
+    out: &mut Text,
+) -> Outcome<(RemoteBuf, RcPair)> {
+    let c = Cancel::new();
+    let pair = ok(rc_pair_access(pd, qp_access), pair, out)?;
+    let remote = ok(
+        mr.register(&pair.0, target, access, TIMEOUT_MS, &c),
+        registration,
+        out,
+    )?;
+    Ok((remote, pair))
 }
 
 /// The rkey's scope: once an MR is invalidated, the address and rkey a peer
@@ -242,10 +253,7 @@ fn one_op(
 /// registration of the same buffer has a new key, under which the old one
 /// still fails and the new one works. (Each refused request takes its QP
 /// pair to the error state, so each uses a new pair.)
-pub(crate) fn stale_rkey_refused_after_invalidate(
-    env: &Env,
-    out: &mut Text,
-) -> Result<(), &'static str> {
+pub(crate) fn stale_rkey_refused_after_invalidate(env: &Env, out: &mut Text) -> Outcome {
     use kverbs::wc::WcStatus;
     let dev = &env.a;
     let c = Cancel::new();
@@ -257,18 +265,15 @@ pub(crate) fn stale_rkey_refused_after_invalidate(
     ok(src.write(16, &b), "source B", out)?;
     let access = Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE;
     let mr = ok(Mr::new(&pd, 4096), "MR", out)?;
-    let seen = |out: &mut Text| -> Result<[u8; 16], &'static str> {
+    let seen = |out: &mut Text| -> Outcome<[u8; 16]> {
         let mut got = [0u8; 16];
         ok(target.read(0, &mut got), "target read", out)?;
         Ok(got)
     };
 
-    let (own, peer, _ca, _cb) = ok(rc_pair(&pd), "pair 1", out)?;
-    let old = ok(
-        mr.register(&own, &target, access, TIMEOUT_MS, &c),
-        "registration",
-        out,
-    )?;
+    let names = ("pair 1", "registration");
+    let (old, (own, peer, _ca, _cb)) =
+        register_on_new_pair(&pd, access, &mr, &target, access, names, out)?;
     if one_op(&peer, SendOp::Write(old), &src, 0, out)? != WcStatus::Success || seen(out)? != a {
         return Err("a WRITE under the live rkey did not land");
     }
@@ -289,12 +294,9 @@ pub(crate) fn stale_rkey_refused_after_invalidate(
         return Err("a READ with the stale rkey was not refused, or returned data");
     }
 
-    let (own, peer, _ca3, _cb3) = ok(rc_pair(&pd), "pair 3", out)?;
-    let new = ok(
-        mr.register(&own, &target, access, TIMEOUT_MS, &c),
-        "registration 2",
-        out,
-    )?;
+    let names = ("pair 3", "registration 2");
+    let (new, (_own, peer, _ca3, _cb3)) =
+        register_on_new_pair(&pd, access, &mr, &target, access, names, out)?;
     let _ = write!(out, "rkey {:#x} then {:#x}; ", old.rkey, new.rkey);
     if new.rkey == old.rkey {
         return Err("a new registration kept the old rkey");
@@ -321,7 +323,7 @@ pub(crate) fn stale_rkey_refused_after_invalidate(
 pub(crate) fn atomic_needs_remote_atomic_access_and_alignment(
     env: &Env,
     out: &mut Text,
-) -> Result<(), &'static str> {
+) -> Outcome {
     use kverbs::wc::WcStatus;
     let dev = &env.a;
     let c = Cancel::new();
@@ -330,7 +332,7 @@ pub(crate) fn atomic_needs_remote_atomic_access_and_alignment(
     let old = ok(buf(dev), "old value buffer", out)?;
     let start = 0x0102_0304_0506_0708u64;
     ok(target.write(0, &start.to_ne_bytes()), "target", out)?;
-    let value = |b: &DmaBuf, out: &mut Text| -> Result<u64, &'static str> {
+    let value = |b: &DmaBuf, out: &mut Text| -> Outcome<u64> {
         let mut v = [0u8; 8];
         ok(b.read(0, &mut v), "read", out)?;
         Ok(u64::from_ne_bytes(v))
@@ -339,19 +341,16 @@ pub(crate) fn atomic_needs_remote_atomic_access_and_alignment(
     let all = rw | Access::REMOTE_ATOMIC;
     let atomic = |qp: &Qp<Rts>, op: AtomicOp, out: &mut Text| {
         let id = ok(qp.post_atomic(op, &old, 0, true), "post atomic", out)?;
-        Ok::<_, &'static str>(ok(qp.wait(id, TIMEOUT_MS, &c), "completion", out)?.status)
+        Outcome::Ok(ok(qp.wait(id, TIMEOUT_MS, &c), "completion", out)?.status)
     };
 
     // Without remote atomic access on the region. The refused request
     // takes both QPs to the error state: the region is deregistered when
     // dropped, a second one is used below.
     let mr = ok(Mr::new(&pd, 4096), "MR", out)?;
-    let (own, peer, _ca, _cb) = ok(rc_pair_access(&pd, all), "pair 1", out)?;
-    let remote = ok(
-        mr.register(&own, &target, rw, TIMEOUT_MS, &c),
-        "registration",
-        out,
-    )?;
+    let names = ("pair 1", "registration");
+    let (remote, (_own, peer, _ca, _cb)) =
+        register_on_new_pair(&pd, all, &mr, &target, rw, names, out)?;
     let add = AtomicOp::FetchAdd { remote, add: 5 };
     let st = atomic(&peer, add, out)?;
     let _ = write!(out, "fetch-and-add without REMOTE_ATOMIC: {}; ", st);
@@ -361,12 +360,9 @@ pub(crate) fn atomic_needs_remote_atomic_access_and_alignment(
 
     // With it.
     let mr = ok(Mr::new(&pd, 4096), "MR 2", out)?;
-    let (own, peer, _ca2, _cb2) = ok(rc_pair_access(&pd, all), "pair 2", out)?;
-    let remote = ok(
-        mr.register(&own, &target, all, TIMEOUT_MS, &c),
-        "registration 2",
-        out,
-    )?;
+    let names = ("pair 2", "registration 2");
+    let (remote, (own, peer, _ca2, _cb2)) =
+        register_on_new_pair(&pd, all, &mr, &target, all, names, out)?;
     let misaligned = RemoteBuf {
         addr: remote.addr + 4,
         ..remote

@@ -5,8 +5,8 @@
 //! released, alternate paths where paths do not migrate.
 
 use crate::common::{
-    av, buf, caps, cq, first_gid, ok, port, rc_pair, rc_self, refused, ud_rts, Env, Text, QKEY,
-    TIMEOUT_MS,
+    av, buf, caps, cq, first_gid, ok, pd_cq, port, rc_pair, rc_self, refused, ud_rts, Env, Outcome,
+    SelfLoop, Text, QKEY, TIMEOUT_MS,
 };
 use core::fmt::Write;
 use kernel::prelude::*;
@@ -16,7 +16,7 @@ use kverbs::{
     qp::{Access, Cancel, InitAttr, Qp, SendOp, UdDest},
 };
 
-pub(crate) fn qp_refuses_cq_of_other_device(env: &Env, out: &mut Text) -> Result<(), &'static str> {
+pub(crate) fn qp_refuses_cq_of_other_device(env: &Env, out: &mut Text) -> Outcome {
     let pd = ok(Pd::new(&env.a), "PD", out)?;
     let cq_b = ok(cq(&env.b), "CQ of B", out)?;
     let cq_a = ok(cq(&env.a), "CQ of A", out)?;
@@ -35,9 +35,8 @@ pub(crate) fn qp_refuses_cq_of_other_device(env: &Env, out: &mut Text) -> Result
     )
 }
 
-pub(crate) fn qp_refuses_port_out_of_range(env: &Env, out: &mut Text) -> Result<(), &'static str> {
-    let pd = ok(Pd::new(&env.a), "PD", out)?;
-    let cq = ok(cq(&env.a), "CQ", out)?;
+pub(crate) fn qp_refuses_port_out_of_range(env: &Env, out: &mut Text) -> Outcome {
+    let (pd, cq) = pd_cq(&env.a, out)?;
     let past = *env.a.ports().end() + 1;
     refused(
         Qp::new_rc(&pd, 0, &cq, &cq, caps(2)),
@@ -59,12 +58,8 @@ pub(crate) fn qp_refuses_port_out_of_range(env: &Env, out: &mut Text) -> Result<
     )
 }
 
-pub(crate) fn post_recv_refuses_buffer_of_other_device(
-    env: &Env,
-    out: &mut Text,
-) -> Result<(), &'static str> {
-    let pd = ok(Pd::new(&env.a), "PD", out)?;
-    let cq = ok(cq(&env.a), "CQ", out)?;
+pub(crate) fn post_recv_refuses_buffer_of_other_device(env: &Env, out: &mut Text) -> Outcome {
+    let (pd, cq) = pd_cq(&env.a, out)?;
     let qp = ok(Qp::new_rc(&pd, port(&env.a), &cq, &cq, caps(2)), "QP", out)?;
     let qp = ok(
         qp.to_init(&InitAttr {
@@ -83,12 +78,8 @@ pub(crate) fn post_recv_refuses_buffer_of_other_device(
     )
 }
 
-pub(crate) fn post_send_refuses_buffer_of_other_device(
-    env: &Env,
-    out: &mut Text,
-) -> Result<(), &'static str> {
-    let pd = ok(Pd::new(&env.a), "PD", out)?;
-    let cq = ok(cq(&env.a), "CQ", out)?;
+pub(crate) fn post_send_refuses_buffer_of_other_device(env: &Env, out: &mut Text) -> Outcome {
+    let (pd, cq) = pd_cq(&env.a, out)?;
     let qp = ok(rc_self(&pd, &cq), "RC QP in RTS", out)?;
     let b = ok(buf(&env.b), "buffer of B", out)?;
     refused(
@@ -112,10 +103,7 @@ pub(crate) fn post_send_refuses_buffer_of_other_device(
     )
 }
 
-pub(crate) fn post_send_ud_refuses_ah_of_other_pd(
-    env: &Env,
-    out: &mut Text,
-) -> Result<(), &'static str> {
+pub(crate) fn post_send_ud_refuses_ah_of_other_pd(env: &Env, out: &mut Text) -> Outcome {
     let pd1 = ok(Pd::new(&env.a), "PD 1", out)?;
     let pd2 = ok(Pd::new(&env.a), "PD 2", out)?;
     let cq = ok(cq(&env.a), "CQ", out)?;
@@ -135,12 +123,8 @@ pub(crate) fn post_send_ud_refuses_ah_of_other_pd(
     )
 }
 
-pub(crate) fn wait_refuses_request_of_other_qp(
-    env: &Env,
-    out: &mut Text,
-) -> Result<(), &'static str> {
-    let pd = ok(Pd::new(&env.a), "PD", out)?;
-    let cq = ok(cq(&env.a), "CQ", out)?;
+pub(crate) fn wait_refuses_request_of_other_qp(env: &Env, out: &mut Text) -> Outcome {
+    let (pd, cq) = pd_cq(&env.a, out)?;
     let init = InitAttr {
         pkey_index: 0,
         access: Access::LOCAL_WRITE,
@@ -167,24 +151,19 @@ pub(crate) fn wait_refuses_request_of_other_qp(
     )
 }
 
-pub(crate) fn wait_refuses_released_unsignalled_send(
-    env: &Env,
-    out: &mut Text,
-) -> Result<(), &'static str> {
-    let pd = ok(Pd::new(&env.a), "PD", out)?;
-    let cq = ok(cq(&env.a), "CQ", out)?;
-    let qp = ok(rc_self(&pd, &cq), "QP", out)?;
-    let a = ok(buf(&env.a), "buffer", out)?;
+pub(crate) fn wait_refuses_released_unsignalled_send(env: &Env, out: &mut Text) -> Outcome {
+    let lp = SelfLoop::new(&env.a, out)?;
+    let (qp, a) = (&lp.qp, &lp.buf);
     let c = Cancel::new();
-    let r1 = ok(qp.post_recv(&a, 1024, 64), "receive 1", out)?;
-    let r2 = ok(qp.post_recv(&a, 2048, 64), "receive 2", out)?;
+    let r1 = ok(qp.post_recv(a, 1024, 64), "receive 1", out)?;
+    let r2 = ok(qp.post_recv(a, 2048, 64), "receive 2", out)?;
     let quiet = ok(
-        qp.post_send(SendOp::Send, &a, 0, 64, false),
+        qp.post_send(SendOp::Send, a, 0, 64, false),
         "unsignalled SEND",
         out,
     )?;
     let loud = ok(
-        qp.post_send(SendOp::Send, &a, 0, 64, true),
+        qp.post_send(SendOp::Send, a, 0, 64, true),
         "signalled SEND",
         out,
     )?;
@@ -218,7 +197,7 @@ pub(crate) fn wait_refuses_released_unsignalled_send(
 /// two is expected is read from the port's link layer and the device's
 /// flag, not from `path_mig_supported`, the function under test: on a
 /// RoCE port (every rxe device) the refusal is required.
-pub(crate) fn alt_path_needs_auto_path_mig(env: &Env, out: &mut Text) -> Result<(), &'static str> {
+pub(crate) fn alt_path_needs_auto_path_mig(env: &Env, out: &mut Text) -> Outcome {
     use kverbs::{
         device::LinkLayer,
         qp::{AltPath, MigState},

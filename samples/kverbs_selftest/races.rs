@@ -5,7 +5,10 @@
 //! event sink, must not be able to do to the kernel (the second soundness
 //! review). Each case says what it would have met before the fix.
 
-use crate::common::{buf, caps, connect_pair, cq, ok, port, rc_self, seg, Env, Text, TIMEOUT_MS};
+use crate::common::{
+    buf, caps, connect_pair, cq, ok, port, rc_self, seg, srq_with_sink, Env, Outcome, Text,
+    TIMEOUT_MS,
+};
 use core::{
     fmt::Write,
     sync::atomic::{AtomicBool, AtomicU32, Ordering},
@@ -56,10 +59,7 @@ const DROP_ROUNDS: u32 = 150;
 /// them (KASAN: use-after-free). The layer lets one task process at a
 /// time; the other yields: how often they met is counted, and must not be
 /// zero, or the case proved nothing.
-pub(crate) fn direct_cq_shared_by_two_tasks_dropping_qps(
-    env: &Env,
-    out: &mut Text,
-) -> Result<(), &'static str> {
+pub(crate) fn direct_cq_shared_by_two_tasks_dropping_qps(env: &Env, out: &mut Text) -> Outcome {
     let dev = &env.a;
     let pd = ok(Pd::new(dev), "PD", out)?;
     let dcq = ok(Cq::new(dev, 256, PollCtx::Direct), "direct CQ", out)?;
@@ -150,10 +150,7 @@ pub(crate) fn direct_cq_shared_by_two_tasks_dropping_qps(
 /// ring's size is built or copied on the stack, which is 16 KiB (before,
 /// `new` and `snapshot` put the whole array there, the latter with
 /// interrupts off: a stack overflow).
-pub(crate) fn event_ring_of_4096_snapshotted(
-    _env: &Env,
-    out: &mut Text,
-) -> Result<(), &'static str> {
+pub(crate) fn event_ring_of_4096_snapshotted(_env: &Env, out: &mut Text) -> Outcome {
     const N: usize = 4096;
     let ring = ok(
         KBox::pin_init(EventRing::<N>::new(), GFP_KERNEL),
@@ -218,31 +215,20 @@ impl EventSink for Dropper {
 /// destruction then happens inside the delivery of its own event.
 /// Called where rxe raised it, this was a sleep in atomic context and a
 /// QP destroyed from its own task (which waits for that task to end).
-pub(crate) fn event_sink_sleeps_and_drops_its_objects(
-    env: &Env,
-    out: &mut Text,
-) -> Result<(), &'static str> {
+pub(crate) fn event_sink_sleeps_and_drops_its_objects(env: &Env, out: &mut Text) -> Outcome {
     let dev = &env.a;
     let pd = ok(Pd::new(dev), "PD", out)?;
     let scq = ok(cq(dev), "send CQ", out)?;
     let rcq = ok(cq(dev), "SRQ CQ", out)?;
-    let sink = ok(
-        Arc::pin_init(
-            pin_init!(Dropper {
-                held <- new_mutex!(None),
-                dropped: AtomicBool::new(false),
-                other: AtomicU32::new(0),
-            }),
-            GFP_KERNEL,
-        ),
-        "sink",
-        out,
-    )?;
-    let srq = ok(
-        Srq::new_with_events(&pd, &rcq, 8, 1, sink.clone()),
-        "SRQ",
-        out,
-    )?;
+    let sink = Arc::pin_init(
+        pin_init!(Dropper {
+            held <- new_mutex!(None),
+            dropped: AtomicBool::new(false),
+            other: AtomicU32::new(0),
+        }),
+        GFP_KERNEL,
+    );
+    let (sink, srq) = srq_with_sink(&pd, &rcq, sink, out)?;
     let (s1, r1) = ok(
         Qp::new_rc(&pd, port(dev), &scq, &scq, caps(8)).and_then(|a| {
             let b = Qp::new_rc_srq(&pd, port(dev), &scq, &srq, caps(4), None)?;
@@ -340,10 +326,7 @@ fn cm_client(cl: &Clients) {
 /// request is never purged with a destroyed ID's events -- it would then
 /// never be taken nor destroyed, and hold up the device's removal, which
 /// `kverbs_soundness.sh` does within 5 s after the self-test).
-pub(crate) fn cm_requests_while_accepted_ids_are_destroyed(
-    env: &Env,
-    out: &mut Text,
-) -> Result<(), &'static str> {
+pub(crate) fn cm_requests_while_accepted_ids_are_destroyed(env: &Env, out: &mut Text) -> Outcome {
     let c = Cancel::new();
     let events = ok(CmEvents::with_requests(1), "events", out)?;
     let listener = ok(CmId::new(&events), "listener", out)?;

@@ -3,7 +3,9 @@
 //! Cases of shared receive queues: one SRQ serving two QPs, its limit
 //! event, what it refuses.
 
-use crate::common::{buf, caps, connect_pair, cq, ok, port, refused, Env, Text, TIMEOUT_MS};
+use crate::common::{
+    buf, caps, connect_pair, cq, ok, port, refused, srq_with_sink, Env, Outcome, Text, TIMEOUT_MS,
+};
 use core::{
     fmt::Write,
     sync::atomic::{AtomicU32, Ordering},
@@ -37,7 +39,7 @@ fn received_on(
     rbuf: &DmaBuf,
     (r1, r2): (&Qp<Rts>, &Qp<Rts>),
     out: &mut Text,
-) -> Result<(u32, u32), &'static str> {
+) -> Outcome<(u32, u32)> {
     let c = Cancel::new();
     let (mut on1, mut on2) = (0, 0);
     for (i, id) in ids.iter().take(5).enumerate() {
@@ -70,22 +72,14 @@ fn received_on(
 /// QP of the SRQ refuses receives of its own, a QP of another PD or an
 /// out-of-range limit is refused. The SRQ handle is dropped before its QPs,
 /// which keep it alive (KASAN and kmemleak watch the teardown).
-pub(crate) fn srq_shared_by_two_qps(env: &Env, out: &mut Text) -> Result<(), &'static str> {
+pub(crate) fn srq_shared_by_two_qps(env: &Env, out: &mut Text) -> Outcome {
     let dev = &env.a;
     let c = Cancel::new();
     let pd = ok(Pd::new(dev), "PD", out)?;
     let scq = ok(cq(dev), "send CQ", out)?;
     let rcq = ok(cq(dev), "SRQ CQ", out)?;
-    let sink = ok(
-        Arc::new(LimitEvents(AtomicU32::new(0)), GFP_KERNEL).map_err(Error::from),
-        "sink",
-        out,
-    )?;
-    let srq = ok(
-        Srq::new_with_events(&pd, &rcq, 8, 1, sink.clone()),
-        "SRQ",
-        out,
-    )?;
+    let sink = Arc::new(LimitEvents(AtomicU32::new(0)), GFP_KERNEL).map_err(Error::from);
+    let (sink, srq) = srq_with_sink(&pd, &rcq, sink, out)?;
     refused(srq.arm_limit(0), EINVAL, "limit 0", out)?;
     refused(srq.arm_limit(8), EINVAL, "limit max_wr", out)?;
     let other_pd = ok(Pd::new(dev), "PD 2", out)?;

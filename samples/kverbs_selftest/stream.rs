@@ -3,41 +3,35 @@
 //! Cases of send streams: what an inline stream takes, the send slots a
 //! stream holds, a stream dropped with requests outstanding.
 
-use crate::common::{buf, cq, ok, rc_self, refused, seg, Env, Text, TIMEOUT_MS};
+use crate::common::{ok, refused, seg, Env, Outcome, SelfLoop, Text, TIMEOUT_MS};
 use core::fmt::Write;
 use kernel::prelude::*;
 use kverbs::{
-    pd::Pd,
     qp::{Cancel, SendOp},
     stream::SendStream,
 };
 
 /// An inline stream takes only SENDs and WRITEs the QP can carry inline.
-pub(crate) fn stream_inline_refuses_read_and_oversize(
-    env: &Env,
-    out: &mut Text,
-) -> Result<(), &'static str> {
-    let pd = ok(Pd::new(&env.a), "PD", out)?;
-    let cq = ok(cq(&env.a), "CQ", out)?;
-    let qp = ok(rc_self(&pd, &cq), "QP", out)?;
-    let a = ok(buf(&env.a), "buffer", out)?;
+pub(crate) fn stream_inline_refuses_read_and_oversize(env: &Env, out: &mut Text) -> Outcome {
+    let lp = SelfLoop::new(&env.a, out)?;
+    let (qp, a) = (&lp.qp, &lp.buf);
     let max = qp.max_inline_data() as usize;
     let _ = write!(out, "max inline {}; ", max);
     let remote = kverbs::qp::RemoteBuf::default();
     refused(
-        SendStream::new_inline(&qp, &[(SendOp::Read(remote), seg(&a, 8))], 1, 1),
+        SendStream::new_inline(qp, &[(SendOp::Read(remote), seg(a, 8))], 1, 1),
         EINVAL,
         "inline RDMA READ",
         out,
     )?;
     refused(
-        SendStream::new_inline(&qp, &[(SendOp::Send, seg(&a, max + 1))], 1, 1),
+        SendStream::new_inline(qp, &[(SendOp::Send, seg(a, max + 1))], 1, 1),
         EINVAL,
         "inline SEND of max_inline_data + 1 bytes",
         out,
     )?;
     let s = ok(
-        SendStream::new_inline(&qp, &[(SendOp::Send, seg(&a, max))], 1, 1),
+        SendStream::new_inline(qp, &[(SendOp::Send, seg(a, max))], 1, 1),
         "inline SEND of max_inline_data bytes",
         out,
     )?;
@@ -47,37 +41,32 @@ pub(crate) fn stream_inline_refuses_read_and_oversize(
 
 /// A stream takes `depth` of its QP's send slots, and gives them back
 /// when dropped with nothing outstanding.
-pub(crate) fn stream_takes_slots_and_gives_them_back(
-    env: &Env,
-    out: &mut Text,
-) -> Result<(), &'static str> {
-    let pd = ok(Pd::new(&env.a), "PD", out)?;
-    let cq = ok(cq(&env.a), "CQ", out)?;
-    let qp = ok(rc_self(&pd, &cq), "QP", out)?;
-    let a = ok(buf(&env.a), "buffer", out)?;
+pub(crate) fn stream_takes_slots_and_gives_them_back(env: &Env, out: &mut Text) -> Outcome {
+    let lp = SelfLoop::new(&env.a, out)?;
+    let (qp, a) = (&lp.qp, &lp.buf);
     let c = Cancel::new();
     let s = ok(
-        SendStream::new(&qp, &[(SendOp::Send, seg(&a, 64))], 4, 1),
+        SendStream::new(qp, &[(SendOp::Send, seg(a, 64))], 4, 1),
         "stream of 4 (all the QP's send slots)",
         out,
     )?;
     refused(
-        qp.post_send(SendOp::Send, &a, 0, 64, true),
+        qp.post_send(SendOp::Send, a, 0, 64, true),
         ENOSPC,
         "post_send beside a stream holding every slot",
         out,
     )?;
     refused(
-        SendStream::new(&qp, &[(SendOp::Send, seg(&a, 64))], 1, 1),
+        SendStream::new(qp, &[(SendOp::Send, seg(a, 64))], 1, 1),
         ENOSPC,
         "a second stream",
         out,
     )?;
     drop(s);
     // The slots are back: a receive for it, then a send.
-    let r = ok(qp.post_recv(&a, 1024, 64), "receive", out)?;
+    let r = ok(qp.post_recv(a, 1024, 64), "receive", out)?;
     let id = ok(
-        qp.post_send(SendOp::Send, &a, 0, 64, true),
+        qp.post_send(SendOp::Send, a, 0, 64, true),
         "post_send after the stream",
         out,
     )?;
@@ -93,16 +82,11 @@ pub(crate) fn stream_takes_slots_and_gives_them_back(
 /// freed then (kmemleak would report otherwise). (Forgetting the stream
 /// instead is as sound, and leaks only its ring: the QP releases the
 /// buffers, and their device references, when it is destroyed.)
-pub(crate) fn stream_dropped_with_requests_outstanding(
-    env: &Env,
-    out: &mut Text,
-) -> Result<(), &'static str> {
-    let pd = ok(Pd::new(&env.a), "PD", out)?;
-    let cq = ok(cq(&env.a), "CQ", out)?;
-    let qp = ok(rc_self(&pd, &cq), "QP", out)?;
-    let a = ok(buf(&env.a), "buffer", out)?;
+pub(crate) fn stream_dropped_with_requests_outstanding(env: &Env, out: &mut Text) -> Outcome {
+    let lp = SelfLoop::new(&env.a, out)?;
+    let (qp, a) = (&lp.qp, &lp.buf);
     let mut s = ok(
-        SendStream::new(&qp, &[(SendOp::Send, seg(&a, 64))], 4, 2),
+        SendStream::new(qp, &[(SendOp::Send, seg(a, 64))], 4, 2),
         "stream",
         out,
     )?;
@@ -114,7 +98,7 @@ pub(crate) fn stream_dropped_with_requests_outstanding(
         return Err("the SENDs should wait for a receive");
     }
     drop(s);
-    drop(a);
-    drop(qp);
+    drop(lp.buf);
+    drop(lp.qp);
     Ok(())
 }
