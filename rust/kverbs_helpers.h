@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
  * Helpers for what bindgen cannot wrap: macros.  Implemented in
- * kverbs_helpers.c, part of kverbs.ko, which exports them.
+ * kverbs_helpers.c, part of kverbs.ko, which exports them; those of the
+ * events workqueue, at the end, in kverbs_module.c.
  */
 #ifndef KVERBS_HELPERS_H
 #define KVERBS_HELPERS_H
@@ -10,6 +11,7 @@
 #include <linux/spinlock_types.h>
 
 struct attribute;
+struct ib_device;
 struct scatterlist;
 struct wait_queue_head;
 struct work_struct;
@@ -72,7 +74,6 @@ void kverbs_cq_quiesce_softirq(struct ib_cq *cq);
 /* msleep_interruptible(). */
 unsigned long kverbs_msleep_interruptible(unsigned int ms);
 
-struct ib_device;
 struct ib_gid_attr;
 struct rdma_ah_attr;
 
@@ -178,5 +179,13 @@ int kverbs_ip_mc_join(struct socket **res, __be32 group, int ifindex);
 
 /* The same for an IPv6 group (16 bytes, network order). */
 int kverbs_ip6_mc_join(struct socket **res, const u8 *group, int ifindex);
+
+struct workqueue_struct;
+
+/*
+ * In kverbs_module.c: the workqueue of event deliveries, allocated in
+ * kverbs.ko's init and destroyed (drained) in its exit.
+ */
+struct workqueue_struct *kverbs_events_wq(void);
 
 #endif

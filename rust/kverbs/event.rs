@@ -14,6 +14,11 @@
 //! allocation) and queue a work item that hands the events to the sink in
 //! process context, one at a time and in order. So a sink may sleep, take
 //! mutexes, and drop the QP, SRQ or registration the event is about.
+//!
+//! The work items run on a workqueue of kverbs.ko's own, `kverbs_events`
+//! (unbound), allocated in its init: its exit destroys it, which waits for
+//! the runs still finishing, so none is left in kverbs' code once the
+//! module is gone.
 
 use crate::{bindings, device::Device, device::PortNum, irq_lock::IrqLock};
 use core::{
@@ -177,11 +182,12 @@ impl Event {
 
 /// Where events go.
 pub trait EventSink: Send + Sync {
-    /// Called for each event, in process context (a workqueue), one event
-    /// of an object at a time and in the order they came: it may sleep,
-    /// and may drop the object the event is about (the events still queued
-    /// for it are then dropped). Events that come faster than they are
-    /// handled are dropped beyond [`QUEUED_EVENTS`] (with a kernel message).
+    /// Called for each event, in process context (a worker of kverbs.ko's
+    /// workqueue `kverbs_events`), one event of an object at a time and in
+    /// the order they came: it may sleep, and may drop the object the event
+    /// is about (the events still queued for it are then dropped). Events
+    /// that come faster than they are handled are dropped beyond
+    /// [`QUEUED_EVENTS`] (with a kernel message).
     ///
     /// The object's drop waits for a call in progress on another task and
     /// then makes the calls for the events still queued itself, so every
@@ -199,11 +205,11 @@ pub const QUEUED_EVENTS: usize = 32;
 ///
 /// # Invariants
 ///
-/// `work` is queued (on the system workqueue) only with a reference to
-/// this `Arc` that its run (or [`EventQueue::release`], which cancels it)
-/// gives back. `running` is 1 while a run delivers, by the task `runner`;
-/// `idle` is woken when it goes back to 0. Once `closed`, nothing more is
-/// delivered.
+/// `work` is queued (on kverbs.ko's workqueue, `kverbs_events_wq`) only
+/// with a reference to this `Arc` that its run (or [`EventQueue::release`],
+/// which cancels it) gives back. `running` is 1 while a run delivers, by
+/// the task `runner`; `idle` is woken when it goes back to 0. Once
+/// `closed`, nothing more is delivered.
 #[pin_data]
 pub(crate) struct EventQueue {
     #[pin]
@@ -293,10 +299,16 @@ impl EventQueue {
     /// Records `ev` and schedules its delivery: from any context.
     fn push(this: ArcBorrow<'_, Self>, ev: Event) {
         this.ring.push(crate::now_ns(), ev);
+        // SAFETY: `kverbs_events_wq` is the workqueue kverbs.ko allocates
+        // in its init (which fails without it) and destroys in its exit,
+        // which comes after the modules that use the layer, the one that
+        // made this queue's object among them, are gone: it is valid for
+        // this call, and its destruction runs what is still queued first.
+        let wq = unsafe { workqueue::Queue::from_raw(bindings::kverbs_events_wq().cast()) };
         // A reference for the work item; given back (and not the last one:
         // the object holds its own) if it is queued already, in which case
         // that run delivers this event too.
-        let _ = workqueue::system().enqueue(Arc::from(this));
+        let _ = wq.enqueue(Arc::from(this));
     }
 
     /// Gives back the reference of [`EventQueue::new_raw`] once the object

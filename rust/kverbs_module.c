@@ -1,0 +1,61 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * kverbs.ko's init and exit: the workqueue that hands asynchronous events
+ * to their sinks (rust/kverbs/event.rs).
+ *
+ * The events are delivered from a workqueue of kverbs.ko's own rather than
+ * the system one so that its exit can wait for every delivery: a run of the
+ * work item of an event queue still executes kverbs code (and may drop the
+ * last reference to the queue) after the object's drop has seen it end, and
+ * nothing else waits for it.  destroy_workqueue() in the exit drains the
+ * queue, so no kverbs code runs from it once kverbs.ko is gone.
+ *
+ * Not in kverbs_helpers.c: the symbols of that file are all exported (see
+ * kverbs_exports.c), and module_init() and module_exit() define the global
+ * init_module and cleanup_module.  What the layer calls here is exported
+ * below.
+ */
+
+#include <linux/export.h>
+#include <linux/module.h>
+#include <linux/workqueue.h>
+
+#include "kverbs_helpers.h"
+
+/* Set from kverbs_init() to kverbs_exit(); every event queue lives between. */
+static struct workqueue_struct *events_wq;
+
+struct workqueue_struct *kverbs_events_wq(void)
+{
+	return events_wq;
+}
+EXPORT_SYMBOL_GPL(kverbs_events_wq);
+
+static int __init kverbs_init(void)
+{
+	/*
+	 * WQ_UNBOUND: a sink runs a module's code, which may sleep for long
+	 * (a QP it drops is drained for up to 5 s) or compute; unbound workers
+	 * are not concurrency managed, so a long delivery neither holds up the
+	 * per-CPU pools the rest of the kernel shares nor waits for them, and
+	 * events are too rare for the CPU that raised them to matter.
+	 * Not ordered (max_active 0, the default): the runs of one event queue
+	 * never overlap anyway, and an ordered queue would hold every sink up
+	 * behind the slowest (and deadlock one that waits for another's event).
+	 * No WQ_MEM_RECLAIM: a delivery allocates with GFP_KERNEL and is on no
+	 * memory reclaim path, so it needs no rescuer.
+	 */
+	events_wq = alloc_workqueue("kverbs_events", WQ_UNBOUND, 0);
+	if (!events_wq)
+		return -ENOMEM;
+	return 0;
+}
+
+static void __exit kverbs_exit(void)
+{
+	/* Runs what is still queued and waits for it first. */
+	destroy_workqueue(events_wq);
+}
+
+module_init(kverbs_init);
+module_exit(kverbs_exit);
