@@ -192,7 +192,9 @@ pub trait EventSink: Send + Sync {
     /// The object's drop waits for a call in progress on another task and
     /// then makes the calls for the events still queued itself, so every
     /// event raised before it is delivered and none after it returned: do
-    /// not drop an object while holding a lock its sink takes.
+    /// not drop an object while holding a lock its sink takes. The drop
+    /// then gives back the object's reference to the sink (a sink that
+    /// drops its own object: when its delivery ends).
     fn event(&self, ev: &Event);
 }
 
@@ -209,7 +211,10 @@ pub const QUEUED_EVENTS: usize = 32;
 /// with a reference to this `Arc` that its run (or [`EventQueue::release`],
 /// which cancels it) gives back. `running` is 1 while a run delivers, by
 /// the task `runner`; `idle` is woken when it goes back to 0. Once
-/// `closed`, nothing more is delivered.
+/// `closed`, nothing more is delivered. `sink` holds the sink until
+/// [`EventQueue::release`] takes it, when no run is to call it any more
+/// (if `release` is called from the sink's own delivery, until the queue
+/// goes).
 #[pin_data]
 pub(crate) struct EventQueue {
     #[pin]
@@ -221,11 +226,12 @@ pub(crate) struct EventQueue {
     running: AtomicU32,
     runner: AtomicUsize,
     closed: AtomicBool,
-    sink: Arc<dyn EventSink>,
+    #[pin]
+    sink: IrqLock<Option<Arc<dyn EventSink>>>,
 }
 
 // SAFETY: The wait queue is a kernel object made for use from any thread;
-// the rest is `Send + Sync` (atomics, the ring's lock, the sink).
+// the rest is `Send + Sync` (atomics, the ring's and the sink's locks).
 unsafe impl Send for EventQueue {}
 // SAFETY: As above.
 unsafe impl Sync for EventQueue {}
@@ -268,7 +274,7 @@ impl EventQueue {
                 running: AtomicU32::new(0),
                 runner: AtomicUsize::new(0),
                 closed: AtomicBool::new(false),
-                sink,
+                sink <- IrqLock::new(Some(sink)),
             }? Error),
             GFP_KERNEL,
         )?;
@@ -280,6 +286,11 @@ impl EventQueue {
     /// `until_closed`, stops when the queue is closed (by a sink that
     /// dropped the object).
     fn deliver(&self, until_closed: bool) {
+        // The calls may sleep: they are made with a reference of their own,
+        // not under the lock.
+        let Some(sink) = self.sink.with(|s| s.clone()) else {
+            return;
+        };
         let mut events = KVec::new();
         let lost = self.ring.take_new(&mut events);
         if lost > 0 {
@@ -292,7 +303,7 @@ impl EventQueue {
             if until_closed && self.closed.load(Ordering::SeqCst) {
                 break;
             }
-            self.sink.event(ev);
+            sink.event(ev);
         }
     }
 
@@ -315,9 +326,10 @@ impl EventQueue {
     /// can raise no more events, and closes the queue: no run delivers
     /// after this. Called from the sink's own delivery (a sink that dropped
     /// its object), the rest is not delivered. Otherwise a pending run is
-    /// cancelled, one in progress waited for, and what is left delivered
-    /// here. No `flush_work`: a sink that drops another object from its
-    /// delivery would nest two runs of this work item's lockdep class.
+    /// cancelled, one in progress waited for, what is left delivered here,
+    /// and the queue's reference to the sink dropped. No `flush_work`: a
+    /// sink that drops another object from its delivery would nest two runs
+    /// of this work item's lockdep class.
     ///
     /// # Safety
     ///
@@ -348,6 +360,10 @@ impl EventQueue {
             unsafe { bindings::kverbs_wait_u32(q.idle.get(), q.running.as_ptr(), 0, 100, false) };
         }
         q.deliver(false);
+        // No run calls the sink any more: its reference is dropped here, by
+        // the object's drop, not with the queue by a run that may still
+        // hold a reference to it and end later, when nothing waits for it.
+        drop(q.sink.with(Option::take));
     }
 }
 
