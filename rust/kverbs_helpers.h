@@ -188,4 +188,7 @@ struct workqueue_struct;
  */
 struct workqueue_struct *kverbs_events_wq(void);
 
+/* flush_workqueue() of that workqueue. */
+void kverbs_flush_events(void);
+
 #endif

@@ -8,7 +8,9 @@
  * work item of an event queue still executes kverbs code (and may drop the
  * last reference to the queue) after the object's drop has seen it end, and
  * nothing else waits for it.  destroy_workqueue() in the exit drains the
- * queue, so no kverbs code runs from it once kverbs.ko is gone.
+ * queue, so no kverbs code runs from it once kverbs.ko is gone; a client's
+ * Registration flushes it when dropped (kverbs_flush_events()), so that no
+ * delivery to a sink of a module that uses the layer outlives its exit.
  *
  * Not in kverbs_helpers.c: the symbols of that file are all exported (see
  * kverbs_exports.c), and module_init() and module_exit() define the global
@@ -30,6 +32,12 @@ struct workqueue_struct *kverbs_events_wq(void)
 	return events_wq;
 }
 EXPORT_SYMBOL_GPL(kverbs_events_wq);
+
+void kverbs_flush_events(void)
+{
+	flush_workqueue(events_wq);
+}
+EXPORT_SYMBOL_GPL(kverbs_flush_events);
 
 static int __init kverbs_init(void)
 {

@@ -136,6 +136,15 @@ struct Inner<T> {
 
 /// A registered RDMA client; unregistered on drop.
 ///
+/// The drop also waits for the event deliveries still running
+/// ([`EventSink`](crate::event::EventSink)): when it returns, no sink of an
+/// object dropped before (in [`Client::remove`], which it calls, or
+/// earlier) is still called, nor is a worker still in its code, so the
+/// module that held the registration may be unloaded. It is dropped in
+/// process context, as the module object is on unload, never from a sink
+/// (the delivery would wait for itself) nor with a lock held that a sink
+/// takes.
+///
 /// # Invariants
 ///
 /// `inner.client` is registered with the RDMA core, and `T::slot()` points to
@@ -208,6 +217,12 @@ impl<T: Client> Drop for Registration<T> {
         // no callback runs any more.
         unsafe { bindings::ib_unregister_client(self.inner.client.get()) };
         T::slot().0.store(ptr::null_mut(), Ordering::Release);
+        // The objects dropped in `remove` (or before) are gone, but a sink
+        // that dropped its own object may still be returning from that
+        // call, and its run then drops its reference to the sink: wait for
+        // the runs, so that the module can go once its exit has dropped
+        // this.
+        crate::event::wait_for_deliveries();
     }
 }
 

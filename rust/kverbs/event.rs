@@ -195,6 +195,14 @@ pub trait EventSink: Send + Sync {
     /// not drop an object while holding a lock its sink takes. The drop
     /// then gives back the object's reference to the sink (a sink that
     /// drops its own object: when its delivery ends).
+    ///
+    /// No call to a module's sink outlives the drop of the module's client
+    /// [`Registration`](crate::client::Registration), for the objects
+    /// dropped before it returns (in
+    /// [`Client::remove`](crate::client::Client::remove), which it calls,
+    /// or earlier): it waits for the runs still ending -- a call that
+    /// dropped its own object returns after that drop -- so that once the
+    /// module's exit has returned, none of its code runs on the workqueue.
     fn event(&self, ev: &Event);
 }
 
@@ -365,6 +373,20 @@ impl EventQueue {
         // hold a reference to it and end later, when nothing waits for it.
         drop(q.sink.with(Option::take));
     }
+}
+
+/// Waits until every run of an event queue queued or in progress has ended
+/// (`flush_workqueue`): those of objects already dropped included, which
+/// may still be returning from the call of a sink that dropped its own
+/// object, or dropping their references. Called by a client's
+/// [`Registration`](crate::client::Registration) when dropped.
+///
+/// Process context only, and never from a sink (the run would wait for
+/// itself: lockdep reports it), nor holding a lock a sink may take.
+pub(crate) fn wait_for_deliveries() {
+    // SAFETY: The workqueue is live while kverbs code runs (see `push`);
+    // flushing it only waits.
+    unsafe { bindings::kverbs_flush_events() };
 }
 
 /// The `event_handler` of QPs (and SRQs) created with a sink: `ctx` is the
