@@ -15,7 +15,7 @@
 //! process context, one at a time and in order. So a sink may sleep, take
 //! mutexes, and drop the QP, SRQ or registration the event is about.
 
-use crate::{bindings, device::Device, device::PortNum, irq_lock::IrqLock};
+use crate::{bindings, device::Device, device::PortNum, irq_lock::IrqLock, ARef};
 use core::{
     ffi::c_void,
     ptr::NonNull,
@@ -25,7 +25,7 @@ use kernel::{
     impl_has_work, new_work,
     prelude::*,
     sync::{Arc, ArcBorrow},
-    types::{ARef, Opaque},
+    types::Opaque,
     workqueue::{self, Work, WorkItem},
 };
 
