@@ -4,11 +4,13 @@
  * Rust.  Static inline functions need no helper here: bindgen wraps them in
  * the generated rust/kverbs_extern.c.
  */
+#include <linux/debugfs.h>
 #include <linux/delay.h>
 #include <linux/math64.h>
 #include <linux/fault-inject.h>
 #include <linux/kmemleak.h>
 #include <linux/irq_poll.h>
+#include <linux/kobject.h>
 #include <linux/rcupdate.h>
 #include <linux/igmp.h>
 #include <net/ipv6.h>
@@ -139,6 +141,21 @@ void kverbs_ah_attr_dmac(const struct rdma_ah_attr *attr, u8 *out)
 void kverbs_sysfs_attr_init(struct attribute *attr)
 {
 	sysfs_attr_init(attr);
+}
+
+void kverbs_kobj_attr_set_show(struct kobj_attribute *attr,
+			       ssize_t (*show)(struct kobject *kobj,
+					       struct kobj_attribute *attr,
+					       char *buf))
+{
+	attr->show = show;
+}
+
+struct dentry *kverbs_debugfs_create_file(const char *name, umode_t mode,
+					  struct dentry *parent, void *data,
+					  const struct file_operations *fops)
+{
+	return debugfs_create_file(name, mode, parent, data, fops);
 }
 
 void kverbs_init_waitqueue_head(struct wait_queue_head *wq)

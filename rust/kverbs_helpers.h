@@ -11,7 +11,11 @@
 #include <linux/spinlock_types.h>
 
 struct attribute;
+struct dentry;
+struct file_operations;
 struct ib_device;
+struct kobj_attribute;
+struct kobject;
 struct scatterlist;
 struct wait_queue_head;
 struct work_struct;
@@ -19,6 +23,23 @@ struct ib_qp;
 
 /* sysfs_attr_init(): gives a dynamically allocated attribute a lockdep key. */
 void kverbs_sysfs_attr_init(struct attribute *attr);
+
+/*
+ * attr->show = show: a member of its own in 6.12, one of two alternatives
+ * (show, show_const) in a union, or with CFI a struct, in 7.x.
+ */
+void kverbs_kobj_attr_set_show(struct kobj_attribute *attr,
+			       ssize_t (*show)(struct kobject *kobj,
+					       struct kobj_attribute *attr,
+					       char *buf));
+
+/*
+ * debugfs_create_file(): a function in 6.12, a _Generic macro over
+ * debugfs_create_file_full() and debugfs_create_file_short() in 7.x.
+ */
+struct dentry *kverbs_debugfs_create_file(const char *name, umode_t mode,
+					  struct dentry *parent, void *data,
+					  const struct file_operations *fops);
 
 /* init_waitqueue_head(), with one lockdep class for all kverbs queues. */
 void kverbs_init_waitqueue_head(struct wait_queue_head *wq);

@@ -18,6 +18,11 @@
 # fragment with tools/bench/config over it (no debug options), cached apart
 # (perf-build-<key>); each flavor keeps its own latest build.
 #
+# KVERBS_KERNEL=7.3 builds Debian's linux-source-7.3 instead of 6.12 (the
+# default), from the same fragment less the options that kernel no longer
+# has (gone_options below); its builds are cached apart (k7.3-build-<key>,
+# k7.3-perf-build-<key>), so that the two kernels do not evict each other.
+#
 # KVERBS_KERNEL_TARBALL and KVERBS_CONFIG (the fragment) override the
 # defaults; the harness tests use them.
 
@@ -38,12 +43,24 @@ esac
 top=$(cd "$(dirname "$0")/.." && pwd)
 fragment=${KVERBS_CONFIG:-$top/tools/testing/selftests/kverbs/config}
 fragment_name=$fragment
-case "${KVERBS_FLAVOR:-debug}" in
+flavor=${KVERBS_FLAVOR:-debug}
+case "$flavor" in
 debug) prefix=build ;;
 perf) prefix=perf-build ;;
 *) die "KVERBS_FLAVOR=${KVERBS_FLAVOR}: debug (the default) or perf" ;;
 esac
-tarball=${KVERBS_KERNEL_TARBALL:-/usr/src/linux-source-6.12.tar.xz}
+# The fragment's options that a kernel no longer has, one place per kernel.
+# 7.3: CRYPTO_CRC32 is gone (rxe's ICRC calls the crc32 library directly).
+kernel=${KVERBS_KERNEL:-6.12}
+case "$kernel" in
+6.12) gone_options=() ;;
+7.3)
+	gone_options=(CONFIG_CRYPTO_CRC32)
+	prefix=k7.3-$prefix
+	;;
+*) die "KVERBS_KERNEL=$kernel: 6.12 (the default) or 7.3" ;;
+esac
+tarball=${KVERBS_KERNEL_TARBALL:-/usr/src/linux-source-$kernel.tar.xz}
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/kverbs
 jobs=${JOBS:-$(($(nproc) + 1))}
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -53,28 +70,39 @@ kmake_vars=(LLVM=-19 RUSTC=/usr/bin/rustc RUSTFMT=/usr/bin/rustfmt
 
 # What a fresh machine may lack: each missing piece is one line saying what
 # to do, never a silent exit.
-[ -r "$tarball" ] || die "no kernel source at $tarball: run tools/setup.sh (or make setup)"
+[ -r "$tarball" ] || die "no kernel source at $tarball: run tools/setup.sh (or make setup${kernel:+ KVERBS_KERNEL=$kernel})"
 [ -r "$fragment" ] || die "no config fragment at $fragment"
-if [ "$prefix" = perf-build ]; then
+effective=$(mktemp)
+trap 'rm -f "$effective" "$effective.opts"' EXIT
+if [ "$flavor" = perf ]; then
 	# The fragment with the overrides' options replaced by their lines.
 	overrides=$top/tools/bench/config
 	[ -r "$overrides" ] || die "no config overrides at $overrides"
-	effective=$(mktemp)
-	trap 'rm -f "$effective"' EXIT
 	sed -nE 's/^(# )?(CONFIG_[A-Za-z0-9_]+)[= ].*/\2/p' "$overrides" >"$effective.opts"
 	grep -vwF -f "$effective.opts" "$fragment" >"$effective" || true
 	rm -f "$effective.opts"
 	cat "$overrides" >>"$effective"
 	fragment_name="$fragment with $overrides over it"
-	fragment=$effective
+	cp "$effective" "$effective.opts"
+else
+	cp "$fragment" "$effective.opts"
 fi
+# The options this kernel no longer has leave the fragment.
+if [ ${#gone_options[@]} -gt 0 ]; then
+	printf '%s\n' "${gone_options[@]}" | grep -vwF -f - "$effective.opts" >"$effective" || true
+	fragment_name="$fragment_name (less ${gone_options[*]}, gone in $kernel)"
+else
+	cp "$effective.opts" "$effective"
+fi
+rm -f "$effective.opts"
+fragment=$effective
 for tool in /usr/bin/rustc clang-19 ld.lld-19 bindgen make tar xz; do
 	command -v "$tool" >/dev/null || die "$tool not found: run tools/setup.sh (or make setup)"
 done
 [ -d /usr/lib/rustlib/src/rust/library ] || [ -d "$(/usr/bin/rustc --print sysroot)/lib/rustlib/src/rust/library" ] ||
 	die "no Rust library source for /usr/bin/rustc: run tools/setup.sh (package rust-web-src)"
 
-kver=$(dpkg-query -W -f='${Version}' linux-source-6.12 2>/dev/null || stat -c %Y "$tarball")
+kver=$(dpkg-query -W -f='${Version}' "linux-source-$kernel" 2>/dev/null || stat -c %Y "$tarball")
 key=$( {
 	echo "kernel $kver"
 	cat "$fragment"

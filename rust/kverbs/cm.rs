@@ -259,9 +259,7 @@ fn remove(list: &mut KVec<Event>, i: usize) -> Event {
     let len = list.len();
     list.as_mut_slice()[i..].rotate_left(1);
     let e = list[len - 1];
-    // SAFETY: Shrinking by one; `Event` is `Copy`, nothing to drop, and
-    // the element left out was copied above.
-    unsafe { list.set_len(len - 1) };
+    crate::compat::truncate(list, len - 1);
     e
 }
 

@@ -27,6 +27,7 @@ use crate::bindings;
 use crate::device::Device;
 use crate::qp::Slot;
 use crate::srq::QpTable;
+use crate::ARef;
 use core::{
     ptr::NonNull,
     sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering},
@@ -36,7 +37,6 @@ use kernel::{
     new_mutex,
     prelude::*,
     sync::{Arc, Mutex},
-    types::ARef,
     types::Opaque,
 };
 

@@ -221,7 +221,13 @@ impl<T> File<T> {
         // directory. `private` stays valid until the file is removed:
         // `File::drop` removes the file before the box is freed.
         let dentry = from_err_ptr(unsafe {
-            bindings::debugfs_create_file(name.as_char_ptr(), mode, dir.0.dentry, private, fops)
+            bindings::kverbs_debugfs_create_file(
+                name.as_char_ptr(),
+                mode,
+                dir.0.dentry,
+                private,
+                fops,
+            )
         })?;
         // INVARIANT: the file was created above with `entry` and `fops`.
         Ok(File {

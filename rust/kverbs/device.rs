@@ -5,17 +5,18 @@
 //! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
 
 use crate::bindings;
+use crate::AlwaysRefCounted;
 use core::{fmt, marker::PhantomData, ops::RangeInclusive, ptr::NonNull};
 use kernel::{
     error::{from_err_ptr, to_result},
     prelude::*,
-    types::{AlwaysRefCounted, Opaque},
+    types::Opaque,
 };
 
 /// An RDMA device (`struct ib_device`).
 ///
 /// Only references to it exist: `&Device` inside the callbacks of a
-/// [`crate::client::Client`], and [`kernel::types::ARef<Device>`] for a
+/// [`crate::client::Client`], and [`ARef<Device>`](crate::ARef) for a
 /// reference that outlives them.
 ///
 /// # Invariants
@@ -256,7 +257,8 @@ impl Device {
     ///
     /// ```compile_fail,E0505
     /// # use kverbs::device::Device;
-    /// # use kernel::{prelude::*, types::ARef};
+    /// # use kernel::prelude::*;
+    /// # use kverbs::ARef;
     /// fn f(dev: ARef<Device>) -> Result {
     ///     let g = dev.gid_attr(1, 0)?;
     ///     drop(dev);
@@ -295,6 +297,7 @@ impl fmt::Display for Guid {
         )
     }
 }
+crate::kernel_display!(Guid);
 
 /// A device name.
 pub struct Name([u8; bindings::IB_DEVICE_NAME_MAX as usize]);
@@ -325,6 +328,7 @@ impl fmt::Display for NetdevName {
         f.write_str(c_text(&self.0))
     }
 }
+crate::kernel_display!(NetdevName);
 
 /// Text up to the first NUL, or `?` where it is not UTF-8.
 fn c_text(bytes: &[u8]) -> &str {
@@ -344,6 +348,7 @@ impl fmt::Display for Name {
         f.write_str(self.as_str())
     }
 }
+crate::kernel_display!(Name);
 
 impl fmt::Display for FwVersion {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -359,6 +364,7 @@ impl fmt::Display for FwVersion {
         }
     }
 }
+crate::kernel_display!(FwVersion);
 
 /// Device attributes: a copy of `struct ib_device_attr`.
 pub struct DeviceAttr(bindings::ib_device_attr);
@@ -651,6 +657,7 @@ impl fmt::Display for Gid {
         Ok(())
     }
 }
+crate::kernel_display!(Gid);
 
 /// See [`Gid::ipv6`].
 pub struct Ipv6Display<'a>(&'a Gid);
@@ -699,6 +706,7 @@ impl fmt::Display for Ipv6Display<'_> {
         Ok(())
     }
 }
+crate::kernel_display!(Ipv6Display<'_>);
 
 /// GID type (`enum ib_gid_type`).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

@@ -7,8 +7,9 @@
 
 use crate::bindings;
 use crate::device::Device;
+use crate::ARef;
 use core::sync::atomic::{AtomicBool, Ordering};
-use kernel::{alloc::flags::__GFP_NOWARN, prelude::*, types::ARef};
+use kernel::{alloc::flags::__GFP_NOWARN, prelude::*};
 
 /// The bytes of one chunk of a buffer: a buffer of at most this many bytes
 /// is one allocation, a larger one is made of chunks this large (the last

@@ -20,7 +20,7 @@
 //! the runs still finishing, so none is left in kverbs' code once the
 //! module is gone.
 
-use crate::{bindings, device::Device, device::PortNum, irq_lock::IrqLock};
+use crate::{bindings, device::Device, device::PortNum, irq_lock::IrqLock, ARef};
 use core::{
     ffi::c_void,
     ptr::NonNull,
@@ -30,7 +30,7 @@ use kernel::{
     impl_has_work, new_work,
     prelude::*,
     sync::{Arc, ArcBorrow},
-    types::{ARef, Opaque},
+    types::Opaque,
     workqueue::{self, Work, WorkItem},
 };
 

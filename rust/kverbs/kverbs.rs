@@ -60,6 +60,7 @@ mod bindings {
 pub mod ah;
 pub mod client;
 pub mod cm;
+mod compat;
 pub mod cq;
 pub mod debugfs;
 pub mod device;
@@ -78,6 +79,7 @@ pub mod tcp;
 mod wait;
 pub mod wc;
 
+pub use compat::{ARef, AlwaysRefCounted};
 pub use show::{Show, Store};
 pub(crate) use wait::Deadline;
 

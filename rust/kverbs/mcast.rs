@@ -84,6 +84,7 @@ impl core::fmt::Display for Group {
         }
     }
 }
+crate::kernel_display!(Group);
 
 /// Parses an IPv6 address (`ff0e::1:2`, no embedded IPv4, no zone).
 fn parse_ipv6(text: &str) -> Option<[u8; 16]> {

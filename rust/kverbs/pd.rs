@@ -6,8 +6,9 @@
 
 use crate::bindings;
 use crate::device::Device;
+use crate::ARef;
 use core::ptr::NonNull;
-use kernel::{c_str, error::from_err_ptr, prelude::*, sync::Arc, types::ARef};
+use kernel::{c_str, error::from_err_ptr, prelude::*, sync::Arc};
 
 /// A protection domain (`ib_alloc_pd`), deallocated when the last of its
 /// users (queue pairs, memory regions, this handle) is dropped.

@@ -257,9 +257,7 @@ impl Srq {
             if let Some(i) = qps.iter().position(|q| q.0 == raw as usize) {
                 let last = qps.len() - 1;
                 qps.as_mut_slice().swap(i, last);
-                // SAFETY: Shrinking by one drops a `Copy` value; `last` is
-                // in bounds.
-                unsafe { qps.set_len(last) };
+                crate::compat::truncate(qps, last);
             }
         });
     }

@@ -69,7 +69,8 @@ impl KernelDir {
         let mut kattr: bindings::kobj_attribute = unsafe { core::mem::zeroed() };
         kattr.attr.name = name.as_char_ptr();
         kattr.attr.mode = 0o444;
-        kattr.show = Some(show_callback::<T>);
+        // SAFETY: `kattr` is a valid attribute, owned here.
+        unsafe { bindings::kverbs_kobj_attr_set_show(&mut kattr, Some(show_callback::<T>)) };
         let inner = KBox::new(
             AttrInner {
                 kattr: Opaque::new(kattr),

@@ -41,6 +41,7 @@ impl core::fmt::Display for Ipv4 {
         write!(f, "{}.{}.{}.{}", a[0], a[1], a[2], a[3])
     }
 }
+crate::kernel_display!(Ipv4);
 
 /// A kernel socket, shut down and released on drop.
 ///

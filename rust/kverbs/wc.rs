@@ -69,6 +69,7 @@ impl fmt::Display for WcStatus {
         f.write_str(self.msg())
     }
 }
+crate::kernel_display!(WcStatus);
 
 /// What a completed work request was (`enum ib_wc_opcode`).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

@@ -7,7 +7,8 @@ use crate::report::Report;
 use crate::stats::{add, Stats};
 use core::fmt::Write;
 use core::sync::atomic::{AtomicBool, Ordering};
-use kernel::{new_mutex, prelude::*, sync::Arc, sync::Mutex, types::ARef};
+use kernel::{new_mutex, prelude::*, sync::Arc, sync::Mutex};
+use kverbs::ARef;
 use kverbs::{
     device::{Device, PortState},
     errno,

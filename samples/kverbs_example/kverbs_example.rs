@@ -25,7 +25,8 @@ mod srq;
 mod stats;
 
 use core::fmt::Write;
-use kernel::{c_str, new_mutex, prelude::*, str::CString, sync::Arc, sync::Mutex, types::ARef};
+use kernel::{c_str, new_mutex, prelude::*, str::CString, sync::Arc, sync::Mutex};
+use kverbs::ARef;
 use kverbs::{
     client::{Client, Registration},
     debugfs::{Dir, File},

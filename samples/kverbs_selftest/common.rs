@@ -6,7 +6,8 @@
 //! buffers).
 
 use core::fmt::Write;
-use kernel::{prelude::*, sync::Arc, types::ARef};
+use kernel::{prelude::*, sync::Arc};
+use kverbs::ARef;
 use kverbs::{
     cq::{Cq, PollCtx},
     device::{Device, Gid, Mtu},

@@ -40,7 +40,8 @@ mod stream;
 
 use common::{Case, Env, Text};
 use core::fmt::Write;
-use kernel::{c_str, new_mutex, prelude::*, sync::Arc, sync::Mutex, types::ARef};
+use kernel::{c_str, new_mutex, prelude::*, sync::Arc, sync::Mutex};
+use kverbs::ARef;
 use kverbs::{
     client::{Client, Registration},
     debugfs::{Dir, File},

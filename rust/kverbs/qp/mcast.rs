@@ -44,9 +44,7 @@ impl<S: State> Qp<S, Ud> {
         })?;
         let last = book.mcast.len() - 1;
         book.mcast.as_mut_slice().swap(i, last);
-        // SAFETY: Shrinking drops nothing (`Gid` is `Copy`) and `last` is
-        // in bounds.
-        unsafe { book.mcast.set_len(last) };
+        crate::compat::truncate(&mut book.mcast, last);
         Ok(())
     }
 }

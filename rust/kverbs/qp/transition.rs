@@ -51,6 +51,7 @@ impl core::fmt::Display for MaskNames {
         Ok(())
     }
 }
+crate::kernel_display!(MaskNames);
 
 impl Qp<Reset, Ud> {
     /// RESET to INIT, for a UD QP: its Q_Key is `qkey`.
