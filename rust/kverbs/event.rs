@@ -13,7 +13,8 @@
 //! copy the event into a bounded ring ([`EventRing`], interrupt safe, no
 //! allocation) and queue a work item that hands the events to the sink in
 //! process context, one at a time and in order. So a sink may sleep, take
-//! mutexes, and drop the QP, SRQ or registration the event is about.
+//! mutexes, and drop the QP, SRQ or [`DeviceEvents`] the event is about
+//! (not a client `Registration`: its drop waits for the deliveries).
 //!
 //! The work items run on a workqueue of kverbs.ko's own, `kverbs_events`
 //! (unbound), allocated in its init: its exit destroys it, which waits for
@@ -198,11 +199,15 @@ pub trait EventSink: Send + Sync {
     ///
     /// No call to a module's sink outlives the drop of the module's client
     /// [`Registration`](crate::client::Registration), for the objects
-    /// dropped before it returns (in
+    /// dropped before it is called (in
     /// [`Client::remove`](crate::client::Client::remove), which it calls,
     /// or earlier): it waits for the runs still ending -- a call that
     /// dropped its own object returns after that drop -- so that once the
     /// module's exit has returned, none of its code runs on the workqueue.
+    /// A module with no client registration (rdma_cm only), or one that
+    /// drops such objects after it, calls [`wait_for_deliveries`] in its
+    /// exit once they are dropped. That wait is for every delivery in
+    /// progress, of any module: a sink must not block without a bound.
     fn event(&self, ev: &Event);
 }
 
@@ -321,8 +326,11 @@ impl EventQueue {
         // SAFETY: `kverbs_events_wq` is the workqueue kverbs.ko allocates
         // in its init (which fails without it) and destroys in its exit,
         // which comes after the modules that use the layer, the one that
-        // made this queue's object among them, are gone: it is valid for
-        // this call, and its destruction runs what is still queued first.
+        // made this queue's object among them, are gone (no object with a
+        // queue outlives the module that made it: leaking one is a bug of
+        // that module, as it would be for its `Registration`): it is valid
+        // for this call, and its destruction runs what is still queued
+        // first.
         let wq = unsafe { workqueue::Queue::from_raw(bindings::kverbs_events_wq().cast()) };
         // A reference for the work item; given back (and not the last one:
         // the object holds its own) if it is queued already, in which case
@@ -382,8 +390,10 @@ impl EventQueue {
 /// [`Registration`](crate::client::Registration) when dropped.
 ///
 /// Process context only, and never from a sink (the run would wait for
-/// itself: lockdep reports it), nor holding a lock a sink may take.
-pub(crate) fn wait_for_deliveries() {
+/// itself: lockdep reports it), nor holding a lock a sink may take. A
+/// module's exit calls it if it has objects with sinks and no client
+/// registration (see [`EventSink::event`]).
+pub fn wait_for_deliveries() {
     // SAFETY: The workqueue is live while kverbs code runs (see `push`);
     // flushing it only waits.
     unsafe { bindings::kverbs_flush_events() };
