@@ -14,7 +14,17 @@
 #include <linux/rcupdate.h>
 #include <linux/igmp.h>
 #include <net/ipv6.h>
+#include <linux/version.h>
+#if LINUX_VERSION_CODE < KERNEL_VERSION(7, 0, 0)
 #include <net/ipv6_stubs.h>
+#endif
+
+/* The address of kernel_bind() and kernel_connect(): unsized in 7.x. */
+#if LINUX_VERSION_CODE >= KERNEL_VERSION(7, 0, 0)
+#define KVERBS_SOCKADDR(p) ((struct sockaddr_unsized *)(p))
+#else
+#define KVERBS_SOCKADDR(p) ((struct sockaddr *)(p))
+#endif
 #include <net/route.h>
 #include <linux/in.h>
 #include <linux/rtnetlink.h>
@@ -292,7 +302,7 @@ int kverbs_sock_bind_v4(struct socket *sock, __be32 addr, u16 port)
 	};
 
 	sock_set_reuseaddr(sock->sk);
-	return kernel_bind(sock, (struct sockaddr *)&sin, sizeof(sin));
+	return kernel_bind(sock, KVERBS_SOCKADDR(&sin), sizeof(sin));
 }
 
 int kverbs_sock_connect_v4(struct socket *sock, __be32 addr, u16 port)
@@ -303,7 +313,7 @@ int kverbs_sock_connect_v4(struct socket *sock, __be32 addr, u16 port)
 		.sin_addr.s_addr = addr,
 	};
 
-	return kernel_connect(sock, (struct sockaddr *)&sin, sizeof(sin), 0);
+	return kernel_connect(sock, KVERBS_SOCKADDR(&sin), sizeof(sin), 0);
 }
 
 int kverbs_sock_create_tcp(struct socket **res)
@@ -404,6 +414,22 @@ int kverbs_ip6_mc_join(struct socket **res, const u8 *group, int ifindex)
 	return err;
 }
 
+/*
+ * An IPv6 route: through ipv6_stub in 6.12, where IPv6 may be a module
+ * loaded after us; directly in 7.x, where it is built in or absent (and
+ * ip6_dst_lookup_flow() then fails with EAFNOSUPPORT).
+ */
+static struct dst_entry *kverbs_ip6_route(struct net *net, struct flowi6 *fl6)
+{
+#if LINUX_VERSION_CODE >= KERNEL_VERSION(7, 0, 0)
+	return ip6_dst_lookup_flow(net, NULL, fl6, NULL);
+#else
+	if (!IS_ENABLED(CONFIG_IPV6) || !ipv6_stub->ipv6_dst_lookup_flow)
+		return ERR_PTR(-EAFNOSUPPORT);
+	return ipv6_stub->ipv6_dst_lookup_flow(net, NULL, fl6, NULL);
+#endif
+}
+
 int kverbs_mcast_route(struct ib_device *dev, u32 port, const u8 *sgid, const u8 *mgid)
 {
 	const struct in6_addr *src = (const void *)sgid, *dst = (const void *)mgid;
@@ -425,8 +451,6 @@ int kverbs_mcast_route(struct ib_device *dev, u32 port, const u8 *sgid, const u8
 			err = PTR_ERR(rt);
 		else
 			ip_rt_put(rt);
-	} else if (!IS_ENABLED(CONFIG_IPV6) || !ipv6_stub->ipv6_dst_lookup_flow) {
-		err = -EAFNOSUPPORT;
 	} else {
 		struct flowi6 fl6 = {
 			.flowi6_oif = ndev->ifindex,
@@ -434,7 +458,7 @@ int kverbs_mcast_route(struct ib_device *dev, u32 port, const u8 *sgid, const u8
 			.daddr = *dst,
 			.saddr = *src,
 		};
-		struct dst_entry *d = ipv6_stub->ipv6_dst_lookup_flow(dev_net(ndev), NULL, &fl6, NULL);
+		struct dst_entry *d = kverbs_ip6_route(dev_net(ndev), &fl6);
 
 		if (IS_ERR(d)) {
 			err = PTR_ERR(d);

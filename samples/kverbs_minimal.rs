@@ -26,7 +26,6 @@ use kverbs::{
 module! {
     type: KverbsMinimal,
     name: "kverbs_minimal",
-    author: "kverbs developers",
     description: "kverbs minimal: one loopback RDMA WRITE on each RDMA device",
     license: "GPL",
 }

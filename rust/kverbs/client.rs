@@ -258,7 +258,7 @@ unsafe extern "C" fn add_callback<T: Client>(dev: *mut bindings::ib_device) -> c
                 bindings::ib_set_client_data(
                     dev,
                     inner.client.get(),
-                    data.into_foreign().cast_mut(),
+                    crate::compat::into_foreign(data),
                 )
             };
             0

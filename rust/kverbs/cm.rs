@@ -33,7 +33,7 @@ use core::{
 };
 use kernel::{
     error::from_err_ptr,
-    ffi::{c_int, c_void},
+    ffi::{c_int, c_ulong, c_void},
     new_mutex,
     prelude::*,
     sync::{Arc, Mutex},
@@ -556,7 +556,7 @@ impl CmId {
                 self.as_raw(),
                 u32::from_ne_bytes(addr.0),
                 port,
-                timeout_ms as _,
+                timeout_ms as c_ulong,
             )
         })?;
         self.0.events.wait(
@@ -567,7 +567,7 @@ impl CmId {
         )?;
         // SAFETY: The ID is live and its address resolved.
         kernel::error::to_result(unsafe {
-            bindings::rdma_resolve_route(self.as_raw(), timeout_ms as _)
+            bindings::rdma_resolve_route(self.as_raw(), timeout_ms as c_ulong)
         })?;
         self.0.events.wait(
             self.0.token(),

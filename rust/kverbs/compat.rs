@@ -17,7 +17,7 @@ pub use kernel::types::{ARef, AlwaysRefCounted};
 #[cfg(kverbs_linux_7)]
 pub use kernel::sync::aref::{ARef, AlwaysRefCounted};
 
-use kernel::prelude::*;
+use kernel::{prelude::*, uaccess::UserSlice};
 
 /// Shortens `v` to its first `len` elements (no-op if it is not longer).
 /// The elements are `Copy`: nothing is dropped.
@@ -30,6 +30,34 @@ pub(crate) fn truncate<T: Copy>(v: &mut KVec<T>, len: usize) {
         // are initialised; those left out are `Copy` and need no drop.
         unsafe { v.set_len(len) };
     }
+}
+
+/// A count of `struct ib_device_attr` (`max_qp`, `max_cqe`, ...): an `int`
+/// in 6.12, a `u32` in 7.x; as the `i32` the layer has always given, a
+/// count above `i32::MAX` (none is) saturating.
+pub(crate) fn attr_count<T: TryInto<i32>>(v: T) -> i32 {
+    v.try_into().unwrap_or(i32::MAX)
+}
+
+/// The user memory of a `write` to a file: `UserSlice::new` takes an
+/// address in 6.12, a `UserPtr` in 7.x.
+pub(crate) fn user_slice(buf: *const kernel::ffi::c_char, len: usize) -> UserSlice {
+    #[cfg(kverbs_linux_7)]
+    let slice = UserSlice::new(
+        kernel::uaccess::UserPtr::from_ptr(buf.cast_mut().cast()),
+        len,
+    );
+    #[cfg(not(kverbs_linux_7))]
+    let slice = UserSlice::new(buf as usize, len);
+    slice
+}
+
+/// A `ForeignOwnable` as the pointer C keeps: `into_foreign` gives a
+/// `*const c_void` in 6.12, a `*mut c_void` in 7.x.
+pub(crate) fn into_foreign<T: kernel::types::ForeignOwnable>(t: T) -> *mut kernel::ffi::c_void {
+    // 7.x's `*mut` coerces to `*const`: one conversion for both.
+    let p: *const kernel::ffi::c_void = t.into_foreign();
+    p.cast_mut()
 }
 
 /// Makes the types named [`kernel::fmt::Display`] where the kernel has

@@ -35,7 +35,6 @@ use kernel::{
     str::CStr,
     sync::Arc,
     types::Opaque,
-    uaccess::UserSlice,
     ThisModule,
 };
 
@@ -413,7 +412,7 @@ unsafe extern "C" fn write_callback(
         return EINVAL.to_errno() as isize;
     }
     let mut input = KVec::new();
-    if let Err(e) = UserSlice::new(buf as usize, count).read_all(&mut input, GFP_KERNEL) {
+    if let Err(e) = crate::compat::user_slice(buf, count).read_all(&mut input, GFP_KERNEL) {
         return e.to_errno() as isize;
     }
     // SAFETY: `single_open` set `private_data` to the `seq_file`, whose

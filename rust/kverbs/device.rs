@@ -404,11 +404,11 @@ impl DeviceAttr {
     }
     /// Most queue pairs.
     pub fn max_qp(&self) -> i32 {
-        self.0.max_qp
+        crate::compat::attr_count(self.0.max_qp)
     }
     /// Most work requests on one queue.
     pub fn max_qp_wr(&self) -> i32 {
-        self.0.max_qp_wr
+        crate::compat::attr_count(self.0.max_qp_wr)
     }
     /// Device capability flags (`IB_DEVICE_*`).
     pub fn device_cap_flags(&self) -> u64 {
@@ -416,35 +416,35 @@ impl DeviceAttr {
     }
     /// Most scatter/gather entries of a send work request.
     pub fn max_send_sge(&self) -> i32 {
-        self.0.max_send_sge
+        crate::compat::attr_count(self.0.max_send_sge)
     }
     /// Most scatter/gather entries of a receive work request.
     pub fn max_recv_sge(&self) -> i32 {
-        self.0.max_recv_sge
+        crate::compat::attr_count(self.0.max_recv_sge)
     }
     /// Most completion queues.
     pub fn max_cq(&self) -> i32 {
-        self.0.max_cq
+        crate::compat::attr_count(self.0.max_cq)
     }
     /// Most entries of one completion queue.
     pub fn max_cqe(&self) -> i32 {
-        self.0.max_cqe
+        crate::compat::attr_count(self.0.max_cqe)
     }
     /// Most memory regions.
     pub fn max_mr(&self) -> i32 {
-        self.0.max_mr
+        crate::compat::attr_count(self.0.max_mr)
     }
     /// Most protection domains.
     pub fn max_pd(&self) -> i32 {
-        self.0.max_pd
+        crate::compat::attr_count(self.0.max_pd)
     }
     /// Most outstanding RDMA READ/atomic requests a QP accepts.
     pub fn max_qp_rd_atom(&self) -> i32 {
-        self.0.max_qp_rd_atom
+        crate::compat::attr_count(self.0.max_qp_rd_atom)
     }
     /// Most outstanding RDMA READ/atomic requests a QP issues.
     pub fn max_qp_init_rd_atom(&self) -> i32 {
-        self.0.max_qp_init_rd_atom
+        crate::compat::attr_count(self.0.max_qp_init_rd_atom)
     }
     /// Whether the device migrates RC QPs to an alternate path on its own
     /// (`IB_DEVICE_AUTO_PATH_MIG`).
@@ -457,19 +457,19 @@ impl DeviceAttr {
     }
     /// Most shared receive queues.
     pub fn max_srq(&self) -> i32 {
-        self.0.max_srq
+        crate::compat::attr_count(self.0.max_srq)
     }
     /// Most multicast groups.
     pub fn max_mcast_grp(&self) -> i32 {
-        self.0.max_mcast_grp
+        crate::compat::attr_count(self.0.max_mcast_grp)
     }
     /// Most QPs attached to one multicast group.
     pub fn max_mcast_qp_attach(&self) -> i32 {
-        self.0.max_mcast_qp_attach
+        crate::compat::attr_count(self.0.max_mcast_qp_attach)
     }
     /// Most address handles.
     pub fn max_ah(&self) -> i32 {
-        self.0.max_ah
+        crate::compat::attr_count(self.0.max_ah)
     }
     /// Number of partition keys.
     pub fn max_pkeys(&self) -> u16 {

@@ -250,7 +250,7 @@ impl Ring {
     /// heap memory that never moves while the ring exists.
     fn sg_list(&self, t: usize) -> (*mut bindings::ib_sge, i32) {
         let (start, n) = self.segs[t];
-        (&self.sges[start] as *const _ as *mut _, n)
+        (ptr::from_ref(&self.sges[start]).cast_mut(), n)
     }
 
     fn outstanding(&self) -> u64 {
@@ -511,7 +511,7 @@ impl<'a> SendStream<'a> {
                     .store(seq + 1, Ordering::Release);
             }
             let next = match next {
-                Some(j) => &mut self.wrs[j].wr as *mut bindings::ib_send_wr,
+                Some(j) => ptr::from_mut(&mut self.wrs[j].wr),
                 None => ptr::null_mut(),
             };
             let wr = &mut self.wrs[i].wr;
@@ -523,7 +523,7 @@ impl<'a> SendStream<'a> {
                 };
             wr.next = next;
         }
-        let first = &self.wrs[first as usize].wr as *const bindings::ib_send_wr;
+        let first = ptr::from_ref(&self.wrs[first as usize].wr);
         let mut bad = ptr::null();
         // SAFETY: The QP is live and in RTS; the chain's requests are valid
         // for it (built in `new`: SGEs of buffers mapped for its device held
@@ -629,11 +629,11 @@ impl<'a, S: CanPostRecv, T: Transport> RecvStream<'a, S, T> {
                 .upto
                 .store(seq + 1, Ordering::Release);
             self.wrs[i].next = match next {
-                Some(j) => &mut self.wrs[j] as *mut bindings::ib_recv_wr,
+                Some(j) => ptr::from_mut(&mut self.wrs[j]),
                 None => ptr::null_mut(),
             };
         }
-        let first = &self.wrs[first as usize] as *const bindings::ib_recv_wr;
+        let first = ptr::from_ref(&self.wrs[first as usize]);
         let mut bad = ptr::null();
         // SAFETY: The QP is live and may take receives (`S`); the requests
         // were built in `new` on mapped buffers and CQEs the shared part

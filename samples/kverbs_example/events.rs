@@ -26,7 +26,7 @@ pub(crate) struct EventLog {
 
 impl EventLog {
     pub(crate) fn new(dev: &kverbs::device::Device) -> Result<Arc<Self>> {
-        let dev = CString::try_from_fmt(kernel::fmt!("{}", dev.name()))?;
+        let dev = CString::try_from_fmt(format_args!("{}", dev.name()))?;
         Arc::pin_init(
             try_pin_init!(EventLog {
                 ring <- EventRing::new(),
@@ -52,6 +52,7 @@ impl core::fmt::Display for Of {
         }
     }
 }
+kverbs::kernel_display!(Of);
 
 impl EventSink for EventLog {
     fn event(&self, ev: &Event) {

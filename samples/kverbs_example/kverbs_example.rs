@@ -39,7 +39,6 @@ use kverbs::{
 module! {
     type: KverbsExample,
     name: "kverbs_example",
-    author: "kverbs developers",
     description: "kverbs example: an RDMA client in safe Rust",
     license: "GPL",
 }
@@ -193,7 +192,7 @@ impl Drop for PerDevice {
     fn drop(&mut self) {
         let mut list = self.devices.lock();
         for slot in list.as_mut_slice() {
-            if slot.as_ref().map(|n| n.as_bytes()) == Some(self.name.as_bytes()) {
+            if slot.as_ref().map(|n| n.to_str()) == Some(self.name.to_str()) {
                 *slot = None;
             }
         }
@@ -211,7 +210,7 @@ impl Client for Example {
     type DeviceData = KBox<PerDevice>;
 
     fn add(&self, dev: &Device) -> Result<KBox<PerDevice>> {
-        let name = CString::try_from_fmt(kernel::fmt!("{}", dev.name()))?;
+        let name = CString::try_from_fmt(format_args!("{}", dev.name()))?;
         let dir = self.root.subdir(&name)?;
         let info = dir.file(c_str!("info"), Info(dev.into()))?;
         let stats = Arc::new(stats::Stats::default(), GFP_KERNEL)?;
@@ -239,7 +238,7 @@ impl Client for Example {
         let stats = dir.file(c_str!("stats"), stats::StatsFile(stats))?;
         let device_events = DeviceEvents::register(dev, log.clone())?;
         let events_file = dir.file(c_str!("events"), events::EventsFile(log))?;
-        let entry = CString::try_from_fmt(kernel::fmt!("{}", dev.name()))?;
+        let entry = CString::try_from_fmt(format_args!("{}", dev.name()))?;
         let data = KBox::new(
             PerDevice {
                 rc,

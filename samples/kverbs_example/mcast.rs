@@ -183,7 +183,7 @@ impl Mcast {
                 joins: KVec::new(),
             });
         }
-        let m = manual.as_mut().ok_or(EINVAL)?;
+        let m = (*manual).as_mut().ok_or(EINVAL)?;
         if m.joins.iter().any(|(g, _)| *g == group) {
             pr_warn!("{}: mcast: {} is attached already\n", dev.name(), group);
             return Err(EEXIST);
@@ -211,7 +211,7 @@ impl Mcast {
             pr_warn!("{}: mcast: {} is not attached\n", dev.name(), group);
             ENOENT
         };
-        let m = manual.as_mut().ok_or_else(not_attached)?;
+        let m = (*manual).as_mut().ok_or_else(not_attached)?;
         let i = m
             .joins
             .iter()

@@ -53,7 +53,6 @@ use kverbs::{
 module! {
     type: KverbsSelftest,
     name: "kverbs_selftest",
-    author: "kverbs developers",
     description: "kverbs self-test: in-kernel tests of what the layer refuses",
     license: "GPL",
 }

@@ -31,7 +31,6 @@ use kverbs::{
 module! {
     type: KverbsUlp,
     name: "kverbs_ulp",
-    author: "kverbs developers",
     description: "kverbs ULP template: a loopback SEND/RECV on each RDMA device, built out of tree",
     license: "GPL",
 }

@@ -108,7 +108,7 @@ pub(crate) struct SlotRes {
 /// `n` free slots; of the SRQ whose table is `qps`, if any (which must
 /// outlive them: keep it with them).
 pub(crate) fn new_slots(n: u32, qps: Option<&Arc<crate::srq::QpTable>>) -> Result<KVec<Slot>> {
-    let qps = qps.map_or(ptr::null(), |t| &**t as *const _);
+    let qps = qps.map_or(ptr::null(), |t| ptr::from_ref(&**t));
     let mut v = KVec::with_capacity(n as usize, GFP_KERNEL)?;
     for _ in 0..n {
         // INVARIANT: `qps` is null or the caller's table, kept with them.
