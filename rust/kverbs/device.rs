@@ -369,6 +369,19 @@ crate::kernel_display!(FwVersion);
 /// Device attributes: a copy of `struct ib_device_attr`.
 pub struct DeviceAttr(bindings::ib_device_attr);
 
+/// The `struct ib_device_attr` counts: each an `i32` getter of the field of
+/// its name (see [`crate::compat::attr_count`]).
+macro_rules! counts {
+    ($($(#[$doc:meta])* $name:ident,)*) => {
+        $(
+            $(#[$doc])*
+            pub fn $name(&self) -> i32 {
+                crate::compat::attr_count(self.0.$name)
+            }
+        )*
+    };
+}
+
 impl DeviceAttr {
     /// Numeric firmware version.
     pub fn fw_ver(&self) -> u64 {
@@ -402,49 +415,39 @@ impl DeviceAttr {
     pub fn hw_ver(&self) -> u32 {
         self.0.hw_ver
     }
-    /// Most queue pairs.
-    pub fn max_qp(&self) -> i32 {
-        crate::compat::attr_count(self.0.max_qp)
-    }
-    /// Most work requests on one queue.
-    pub fn max_qp_wr(&self) -> i32 {
-        crate::compat::attr_count(self.0.max_qp_wr)
+    counts! {
+        /// Most queue pairs.
+        max_qp,
+        /// Most work requests on one queue.
+        max_qp_wr,
+        /// Most scatter/gather entries of a send work request.
+        max_send_sge,
+        /// Most scatter/gather entries of a receive work request.
+        max_recv_sge,
+        /// Most completion queues.
+        max_cq,
+        /// Most entries of one completion queue.
+        max_cqe,
+        /// Most memory regions.
+        max_mr,
+        /// Most protection domains.
+        max_pd,
+        /// Most outstanding RDMA READ/atomic requests a QP accepts.
+        max_qp_rd_atom,
+        /// Most outstanding RDMA READ/atomic requests a QP issues.
+        max_qp_init_rd_atom,
+        /// Most shared receive queues.
+        max_srq,
+        /// Most multicast groups.
+        max_mcast_grp,
+        /// Most QPs attached to one multicast group.
+        max_mcast_qp_attach,
+        /// Most address handles.
+        max_ah,
     }
     /// Device capability flags (`IB_DEVICE_*`).
     pub fn device_cap_flags(&self) -> u64 {
         self.0.device_cap_flags
-    }
-    /// Most scatter/gather entries of a send work request.
-    pub fn max_send_sge(&self) -> i32 {
-        crate::compat::attr_count(self.0.max_send_sge)
-    }
-    /// Most scatter/gather entries of a receive work request.
-    pub fn max_recv_sge(&self) -> i32 {
-        crate::compat::attr_count(self.0.max_recv_sge)
-    }
-    /// Most completion queues.
-    pub fn max_cq(&self) -> i32 {
-        crate::compat::attr_count(self.0.max_cq)
-    }
-    /// Most entries of one completion queue.
-    pub fn max_cqe(&self) -> i32 {
-        crate::compat::attr_count(self.0.max_cqe)
-    }
-    /// Most memory regions.
-    pub fn max_mr(&self) -> i32 {
-        crate::compat::attr_count(self.0.max_mr)
-    }
-    /// Most protection domains.
-    pub fn max_pd(&self) -> i32 {
-        crate::compat::attr_count(self.0.max_pd)
-    }
-    /// Most outstanding RDMA READ/atomic requests a QP accepts.
-    pub fn max_qp_rd_atom(&self) -> i32 {
-        crate::compat::attr_count(self.0.max_qp_rd_atom)
-    }
-    /// Most outstanding RDMA READ/atomic requests a QP issues.
-    pub fn max_qp_init_rd_atom(&self) -> i32 {
-        crate::compat::attr_count(self.0.max_qp_init_rd_atom)
     }
     /// Whether the device migrates RC QPs to an alternate path on its own
     /// (`IB_DEVICE_AUTO_PATH_MIG`).
@@ -454,22 +457,6 @@ impl DeviceAttr {
     /// Atomic operation support (`enum ib_atomic_cap`: NONE, HCA, GLOB).
     pub fn atomic_cap(&self) -> u32 {
         self.0.atomic_cap
-    }
-    /// Most shared receive queues.
-    pub fn max_srq(&self) -> i32 {
-        crate::compat::attr_count(self.0.max_srq)
-    }
-    /// Most multicast groups.
-    pub fn max_mcast_grp(&self) -> i32 {
-        crate::compat::attr_count(self.0.max_mcast_grp)
-    }
-    /// Most QPs attached to one multicast group.
-    pub fn max_mcast_qp_attach(&self) -> i32 {
-        crate::compat::attr_count(self.0.max_mcast_qp_attach)
-    }
-    /// Most address handles.
-    pub fn max_ah(&self) -> i32 {
-        crate::compat::attr_count(self.0.max_ah)
     }
     /// Number of partition keys.
     pub fn max_pkeys(&self) -> u16 {
