@@ -16,7 +16,11 @@ mode=${1:-check}
 top=$(cd "$(dirname "$0")/../.." && pwd)
 kdir=$("$top/tools/build-kernel.sh")
 ksrc=$(readlink -f "$kdir/source")
-work=${KVERBS_VM_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kverbs/vm}
+# The VM's files (initramfs, logs): one directory per kernel, so that runs
+# on 6.12 and on 7.3 (KVERBS_KERNEL=7.3) do not overwrite each other's.
+vm=vm
+[ "${KVERBS_KERNEL:-6.12}" = 6.12 ] || vm=vm-$KVERBS_KERNEL
+work=${KVERBS_VM_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kverbs/$vm}
 mkdir -p "$work"
 
 # KVERBS_MODULES: the modules to put in the guest (make bench builds its
