@@ -9,6 +9,7 @@
 #
 #   <program> <seconds> s <ok|not ok|SKIP|never ran|died>   one line each
 #   kverbs: <why>                                             for each problem
+#                                (each failed case is one: "<program>: case failed: <name>")
 #   N passed, N failed[, N skipped]                           last
 #
 # The exit status is 0 only if every planned program ran to its totals,
@@ -98,7 +99,12 @@ prog != "" && /^# 1\.\.[0-9]+$/ { sub_plan = substr($0, 6) + 0; next }
 prog != "" && /^# 1\.\.0 # SKIP/ { skip_why = $0; sub(/^# 1\.\.0 # SKIP */, "", skip_why); next }
 prog != "" && /^# (not )?ok [0-9]+ / {
 	sub_seen++
-	if ($2 == "not") sub_notok++
+	if ($2 == "not") {
+		sub_notok++
+		name = $0
+		sub(/^# not ok [0-9]+ /, "", name)
+		why(prog ": case failed: " name)
+	}
 	else if ($0 ~ /# SKIP/) sub_skip++
 	else sub_ok++
 	next
