@@ -470,11 +470,11 @@ fuzz_result() {
 # victim goes away (rdma link del; for rxe_dummy also dummy0 deleted, or
 # both). The victim's run is rc loopback (rxe_lo) or mcast (rxe_dummy),
 # or bench in every other pair of loops (2, 3, 6, 7, ...). It ends with
-# ECANCELED (or EINTR; ENETDOWN when only the netdev went) within 5 s, the
-# other run passes; the victim comes back and a validated run of the same
-# kind passes.
+# ECANCELED (or EINTR; ENETDOWN when only the netdev went) within 5 s of
+# the removal's start, the other run passes; the victim comes back and a
+# validated run of the same kind passes.
 removal_loop() {
-	local i=$1 victim how delay r=0 t0 took vpid opid verr vfile vrun bench
+	local i=$1 victim how delay r=0 t0 took removal vpid opid verr vfile vrun bench
 	victim=$(( (SEED + i * 7919) % 2 ))
 	how=$(( (SEED + i * 104729) % 3 ))
 	delay=$(( (SEED * 31 + i * 17) % 10 ))
@@ -493,7 +493,15 @@ removal_loop() {
 		vfile=$KV_DEBUGFS/$(basename "$(dirname "$vfile")")/bench
 		vrun='test=write_bw,size=65536,iters=131072,timeout_ms=20000'
 	fi
-	(printf '%s' "$vrun" >"$vfile") 2>/tmp/rm_victim.err &
+	# The victim notes when its write returned: the bound is on the run,
+	# not on how long the removal commands themselves take to return.
+	rm -f /tmp/rm_victim.end
+	(
+		(printf '%s' "$vrun" >"$vfile") 2>/tmp/rm_victim.err
+		st=$?
+		cut -d' ' -f1 /proc/uptime >/tmp/rm_victim.end
+		exit $st
+	) &
 	vpid=$!
 	kv_wait grep -q "^status: running" "$vfile" || { kv_msg "loop $i: the run on $vfile did not start"; r=1; }
 	sleep "0.$delay"
@@ -504,8 +512,11 @@ removal_loop() {
 	1.1) ip link del dummy0 || r=1 ;;
 	1.2) kv_rxe_del rxe_dummy && ip link del dummy0 || r=1 ;;
 	esac
+	removal=$(kv_secs_since "$t0")
 	wait $vpid && { kv_msg "loop $i: the victim's run finished"; r=1; }
-	took=$(kv_secs_since "$t0")
+	[ -s /tmp/rm_victim.end ] || { kv_msg "loop $i: the victim noted no end"; return 1; }
+	took=$(awk -v a="$t0" -v b="$(cat /tmp/rm_victim.end)" 'BEGIN { printf "%.1f", b - a }')
+	kv_msg "loop $i: $(basename "$vfile") on rxe_$([ "$victim" = 0 ] && echo lo || echo dummy) (how $how) ended $took s after the removal began; the removal commands returned after $removal s"
 	verr=$(cat /tmp/rm_victim.err)
 	# With only its netdev deleted the port goes down at once and the
 	# device later: the run ends with ENETDOWN or ECANCELED, whichever
