@@ -516,7 +516,7 @@ removal_loop() {
 	wait $vpid && { kv_msg "loop $i: the victim's run finished"; r=1; }
 	[ -s /tmp/rm_victim.end ] || { kv_msg "loop $i: the victim noted no end"; return 1; }
 	took=$(awk -v a="$t0" -v b="$(cat /tmp/rm_victim.end)" 'BEGIN { printf "%.1f", b - a }')
-	kv_msg "loop $i: $(basename "$vfile") on rxe_$([ "$victim" = 0 ] && echo lo || echo dummy) (how $how) ended $took s after the removal began; the removal commands returned after $removal s"
+	kv_msg "loop $i: $(basename "$vfile") on $(basename "$(dirname "$vfile")") (how $how) ended $took s after the removal began; the removal commands returned after $removal s"
 	verr=$(cat /tmp/rm_victim.err)
 	# With only its netdev deleted the port goes down at once and the
 	# device later: the run ends with ENETDOWN or ECANCELED, whichever

@@ -137,12 +137,8 @@ peer_closes_early() {
 	# A TCP peer that connects and goes away without a word.
 	# "status: running" comes before the listen: retry while refused.
 	kernel_run "role=server,timeout_ms=5000"
-	local connected=0
-	for _ in $(seq 40); do
-		bash -c 'exec 3<>/dev/tcp/127.0.0.1/19875; exec 3<&-' 2>/dev/null && { connected=1; break; }
-		sleep 0.1
-	done
-	[ $connected = 1 ] || { kv_msg "the server never listened"; return 1; }
+	kv_wait bash -c 'exec 3<>/dev/tcp/127.0.0.1/19875; exec 3<&-' 2>/dev/null ||
+		{ kv_msg "the server never listened"; return 1; }
 	wait $RUN_PID && { kv_msg "the server succeeded"; return 1; }
 	kv_msg "$(cat /tmp/run.err)"
 	grep -q "no connection data from the peer" "$RC"
