@@ -83,6 +83,8 @@ cp "$top/tools/vm/demo.sh" "$top/tools/vm/peer-cmd.sh" "$root/kverbs/"
 cp "$top/tools/bench/guest-bench.sh" "$root/kverbs/bench.sh"
 # make bench's settings (tools/bench/bench.sh).
 [ -n "${KVERBS_BENCH_CONF:-}" ] && cp "$KVERBS_BENCH_CONF" "$root/kverbs/bench.conf"
+# KVERBS_CASES: the test cases to run (kverbs_lib.sh, kv_selected).
+[ -n "${KVERBS_CASES:-}" ] && echo "$KVERBS_CASES" >"$root/kverbs/cases"
 # make stress: the hardening tests in full (the file holds their seed), with
 # the time they need.
 if [ -n "${KVERBS_STRESS:-}" ]; then

@@ -53,9 +53,12 @@ net=(-nic none)
 # Two-host tests: a second VM (the peer, one vCPU: the host has two)
 # joined to this one by a QEMU
 # socket netdev over UDP on 127.0.0.1, both on 169.254.10.0/24; rxe runs on
-# each one's eth0. KVERBS_TWO_HOSTS=0 runs without it.
+# each one's eth0. KVERBS_TWO_HOSTS=0 runs without it; a run without the
+# programs that use it (kverbs_two_hosts.sh, kverbs_srq_manual.sh's last
+# cases) does not boot it.
 peer_pid=
-if [ "$mode" = check ] && [ "${KVERBS_TWO_HOSTS:-1}" = 1 ]; then
+if [ "$mode" = check ] && [ "${KVERBS_TWO_HOSTS:-1}" = 1 ] &&
+	[[ " $progs " == *" kverbs_two_hosts.sh "* || " $progs " == *" kverbs_srq_manual.sh "* ]]; then
 	p1=$((20000 + RANDOM % 20000))
 	p2=$((p1 + 1))
 	peer_append="console=ttyS0 loglevel=4 log_buf_len=8M panic=-1 kmemleak=on kverbs.mode=peer kverbs.ip=169.254.10.2"

@@ -203,9 +203,28 @@ kv_secs_since() {
 # kv_case NAME FUNC [ARGS...]: runs one test case; it passes if FUNC
 # succeeds and the kernel logged no report while it ran, is skipped if FUNC
 # returns $KSFT_SKIP (and says why) with a clean log.
+# KVERBS_CASES (in the guest: /kverbs/cases, written by make check): an
+# extended regular expression; when set, a case whose name it does not
+# match is reported as skipped without running. A program's setup cases
+# (setup_*) and the checks after it (kmemleak_clean_*, peer_vm_*) always
+# run: the selected cases need the first, and the others are what every
+# run must pass.
+KV_CASES=${KVERBS_CASES:-$(cat /kverbs/cases 2>/dev/null)}
+
+# kv_selected NAME: whether case NAME runs.
+kv_selected() {
+	[ -z "$KV_CASES" ] && return 0
+	echo "$1" | grep -qE -e '^(setup|kmemleak_clean|peer_vm)_' -e "$KV_CASES"
+}
+
 kv_case() {
 	local name=$1 ok=1 splat start
 	shift
+	if ! kv_selected "$name"; then
+		kv_msg "$name: not in KVERBS_CASES"
+		ktap_test_skip "$name"
+		return 0
+	fi
 	start=$(cut -d' ' -f1 /proc/uptime)
 	KV_CASE=$name
 	echo "kverbs-selftest: begin $name" >/dev/kmsg
