@@ -313,7 +313,7 @@ dead_peer_device_gone() {
 	peer "bash -c \"printf '%s' 'role=server,$DEAD_OPTS' >$BENCH\" >/dev/null 2>&1 &" >/dev/null
 	bench_client_here "$DEAD_OPTS"
 	pid=$DEAD_PID
-	kv_wait grep -q "^status: running" "$BENCH" || r=1
+	kv_wait grep -q "^status: running" "$BENCH" || { kv_msg "$BENCH never said 'status: running'"; r=1; }
 	sleep 4
 	t0=$(cut -d' ' -f1 /proc/uptime)
 	peer "rdma link del rxe_eth" >/dev/null || { kv_msg "rdma link del on the peer failed"; r=1; }
@@ -321,9 +321,9 @@ dead_peer_device_gone() {
 	local took
 	took=$(kv_secs_since "$t0")
 	kv_msg "the run ended $took s after the peer's device went: $(cat /tmp/dead.err)"
-	awk -v t="$took" -v b="$BOUND" 'BEGIN { exit !(t < b) }' || r=1
-	grep -q "Input/output error" /tmp/dead.err || r=1
-	peer "rdma link add rxe_eth type rxe netdev eth0" >/dev/null || r=1
+	awk -v t="$took" -v b="$BOUND" 'BEGIN { exit !(t < b) }' || { kv_msg "not within $BOUND s"; r=1; }
+	grep -q "Input/output error" /tmp/dead.err || { kv_msg "not the error wanted (Input/output error)"; r=1; }
+	peer "rdma link add rxe_eth type rxe netdev eth0" >/dev/null || { kv_msg "rdma link add in the peer failed"; r=1; }
 	if ! { kv_unload && kv_load; }; then
 		kv_msg "the module did not unload"
 		r=1
@@ -340,19 +340,19 @@ dead_peer_process_killed() {
 	local r=0 t0 pid
 	bash -c "printf '%s' 'role=server,$DEAD_OPTS' >$BENCH" 2>/tmp/dead.err &
 	pid=$!
-	kv_wait grep -q "^status: running" "$BENCH" || r=1
+	kv_wait grep -q "^status: running" "$BENCH" || { kv_msg "$BENCH never said 'status: running'"; r=1; }
 	sleep 1
 	peer "bash -c \"printf '%s' 'role=client,addr=$HERE,$DEAD_OPTS' >$BENCH\" >/dev/null 2>&1 & echo \$! >/tmp/dead.pid" >/dev/null
 	sleep 4
 	peer "grep -q '^status: running' $BENCH" || { kv_msg "the peer's client is not running"; r=1; }
 	t0=$(cut -d' ' -f1 /proc/uptime)
-	peer "kill -9 \$(cat /tmp/dead.pid)" >/dev/null || r=1
+	peer "kill -9 \$(cat /tmp/dead.pid)" >/dev/null || { kv_msg "kill -9 in the peer failed"; r=1; }
 	wait $pid && { kv_msg "the run went on to the end"; r=1; }
 	local took
 	took=$(kv_secs_since "$t0")
 	kv_msg "the run ended $took s after the peer was killed: $(cat /tmp/dead.err)"
-	awk -v t="$took" -v b="$BOUND" 'BEGIN { exit !(t < b) }' || r=1
-	grep -q "Connection reset by peer" /tmp/dead.err || r=1
+	awk -v t="$took" -v b="$BOUND" 'BEGIN { exit !(t < b) }' || { kv_msg "not within $BOUND s"; r=1; }
+	grep -q "Connection reset by peer" /tmp/dead.err || { kv_msg "not the error wanted (Connection reset by peer)"; r=1; }
 	if ! { kv_unload && kv_load; }; then
 		kv_msg "the module did not unload"
 		r=1
@@ -383,8 +383,8 @@ dead_peer_wait() {
 	took=$(kv_secs_since "$t0")
 	DEAD_TOOK=$took
 	kv_msg "the run ended $took s after the peer went: $(cat /tmp/dead.err)"
-	awk -v t="$took" -v b="$bound" 'BEGIN { exit !(t < b) }' || r=1
-	grep -Eq "$want" /tmp/dead.err || r=1
+	awk -v t="$took" -v b="$bound" 'BEGIN { exit !(t < b) }' || { kv_msg "not within $bound s"; r=1; }
+	grep -Eq "$want" /tmp/dead.err || { kv_msg "not the error wanted ($want)"; r=1; }
 	if ! { kv_unload && kv_load; }; then
 		kv_msg "the module did not unload"
 		r=1
@@ -400,7 +400,7 @@ dead_peer_device_gone_server_here() {
 	local r=0 t0
 	bash -c "printf '%s' 'role=server,$DEAD_OPTS' >$BENCH" 2>/tmp/dead.err &
 	DEAD_PID=$!
-	kv_wait grep -q "^status: running" "$BENCH" || r=1
+	kv_wait grep -q "^status: running" "$BENCH" || { kv_msg "$BENCH never said 'status: running'"; r=1; }
 	sleep 1
 	peer "bash -c \"printf '%s' 'role=client,addr=$HERE,$DEAD_OPTS' >$BENCH\" >/dev/null 2>&1 &" >/dev/null
 	sleep 4
@@ -408,7 +408,7 @@ dead_peer_device_gone_server_here() {
 	t0=$(cut -d' ' -f1 /proc/uptime)
 	peer "rdma link del rxe_eth" >/dev/null || { kv_msg "rdma link del on the peer failed"; r=1; }
 	dead_peer_wait "$t0" "$BOUND" "Connection reset by peer" || r=1
-	peer "rdma link add rxe_eth type rxe netdev eth0" >/dev/null || r=1
+	peer "rdma link add rxe_eth type rxe netdev eth0" >/dev/null || { kv_msg "rdma link add in the peer failed"; r=1; }
 	return $r
 }
 
@@ -419,10 +419,10 @@ dead_peer_process_killed_client_here() {
 	local r=0 t0
 	peer "bash -c \"printf '%s' 'role=server,$DEAD_OPTS' >$BENCH\" >/dev/null 2>&1 & echo \$! >/tmp/dead.pid" >/dev/null
 	bench_client_here "$DEAD_OPTS"
-	kv_wait grep -q "^status: running" "$BENCH" || r=1
+	kv_wait grep -q "^status: running" "$BENCH" || { kv_msg "$BENCH never said 'status: running'"; r=1; }
 	sleep 4
 	t0=$(cut -d' ' -f1 /proc/uptime)
-	peer "kill -9 \$(cat /tmp/dead.pid)" >/dev/null || r=1
+	peer "kill -9 \$(cat /tmp/dead.pid)" >/dev/null || { kv_msg "kill -9 in the peer failed"; r=1; }
 	dead_peer_wait "$t0" "$BOUND" "Input/output error" || r=1
 	return $r
 }
@@ -451,10 +451,10 @@ dead_peer_rping_server_killed_cm_client_here() {
 	local r=0 t0
 	peer "rping -s -a $THERE >/dev/null 2>&1 & echo \$! >/tmp/dead.pid" >/dev/null
 	cm_client_here
-	kv_wait grep -q "^status: running" "$RC" || r=1
+	kv_wait grep -q "^status: running" "$RC" || { kv_msg "$RC never said 'status: running'"; r=1; }
 	sleep 4
 	t0=$(cut -d' ' -f1 /proc/uptime)
-	peer "kill -9 \$(cat /tmp/dead.pid)" >/dev/null || r=1
+	peer "kill -9 \$(cat /tmp/dead.pid)" >/dev/null || { kv_msg "kill -9 in the peer failed"; r=1; }
 	dead_peer_wait "$t0" "$BOUND" "Connection reset by peer" || r=1
 	kv_diag <"$RC"
 	return $r
@@ -469,18 +469,18 @@ dead_peer_rping_client_killed_cm_server_here() {
 	local r=0 t0 took
 	bash -c "printf '%s' 'role=cm_server,addr=$HERE,$CM_DEAD_OPTS' >$RC" 2>/tmp/dead.err &
 	DEAD_PID=$!
-	kv_wait grep -q "^status: running" "$RC" || r=1
+	kv_wait grep -q "^status: running" "$RC" || { kv_msg "$RC never said 'status: running'"; r=1; }
 	sleep 1
 	peer "rping -c -a $HERE -C 1000000 >/dev/null 2>&1 & echo \$! >/tmp/dead.pid" >/dev/null
 	sleep 5
 	t0=$(cut -d' ' -f1 /proc/uptime)
-	peer "kill -9 \$(cat /tmp/dead.pid)" >/dev/null || r=1
+	peer "kill -9 \$(cat /tmp/dead.pid)" >/dev/null || { kv_msg "kill -9 in the peer failed"; r=1; }
 	wait "$DEAD_PID" || { kv_msg "the server failed: $(cat /tmp/dead.err)"; r=1; }
 	took=$(kv_secs_since "$t0")
 	kv_diag <"$RC"
 	kv_msg "the run ended $took s after the peer was killed"
-	awk -v t="$took" 'BEGIN { exit !(t < 10) }' || r=1
-	grep -Eq "^rdma_cm: the client disconnected after [1-9][0-9]* ping" "$RC" || r=1
+	awk -v t="$took" 'BEGIN { exit !(t < 10) }' || { kv_msg "not within 10 s"; r=1; }
+	grep -Eq "^rdma_cm: the client disconnected after [1-9][0-9]* ping" "$RC" || { kv_msg "no 'the client disconnected after N pings'"; kv_diag <"$RC"; r=1; }
 	if ! { kv_unload && kv_load; }; then
 		kv_msg "the module did not unload"
 		r=1
@@ -504,7 +504,7 @@ dead_peer_device_gone_cm_client_here() {
 	local r=0 t0 CM_DEAD_OPTS="iters=1000000,size=64,timeout_ms=10000"
 	peer "bash -c \"printf '%s' 'role=cm_server,addr=$THERE,$CM_DEAD_OPTS' >$RC\" >/dev/null 2>&1 &" >/dev/null
 	cm_client_here
-	kv_wait grep -q "^status: running" "$RC" || r=1
+	kv_wait grep -q "^status: running" "$RC" || { kv_msg "$RC never said 'status: running'"; r=1; }
 	sleep 4
 	t0=$(cut -d' ' -f1 /proc/uptime)
 	peer "rdma link del rxe_eth" >/dev/null || { kv_msg "rdma link del on the peer failed"; r=1; }
@@ -516,7 +516,7 @@ dead_peer_device_gone_cm_client_here() {
 		awk -v t="$DEAD_TOOK" 'BEGIN { exit !(t >= 9) }' || { kv_msg "ETIMEDOUT before timeout_ms"; r=1; }
 	fi
 	kv_diag <"$RC"
-	peer "rdma link add rxe_eth type rxe netdev eth0" >/dev/null || r=1
+	peer "rdma link add rxe_eth type rxe netdev eth0" >/dev/null || { kv_msg "rdma link add in the peer failed"; r=1; }
 	return $r
 }
 
