@@ -48,9 +48,22 @@ fi
 kdir=$(KVERBS_FLAVOR=perf "$top/tools/build-kernel.sh")
 echo "kverbs: bench: performance kernel $kdir"
 
+# What the figures were measured on, a column of raw.csv and summary.csv
+# (report.py): the guest's kernel, the commit, the host.
+{
+	echo "kernel=$(cat "$kdir/include/config/kernel.release")"
+	echo "commit=$(git -C "$top" describe --always --dirty 2>/dev/null || echo unknown)"
+	echo "machine=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1 | tr -s ' ');" \
+		"$(nproc) CPUs; $(awk '/^MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo);" \
+		"QEMU TCG"
+} >"$out/run.env"
+sed 's/^/kverbs: bench: /' "$out/run.env"
+
 # The modules, built against the performance kernel in a copy of the
-# sources (building in the tree would replace its test-kernel objects).
+# sources (building in the tree would replace its test-kernel objects),
+# one per kernel.
 build=$cache/bench-build
+[ "${KVERBS_KERNEL:-6.12}" = 6.12 ] || build=$cache/bench-build-$KVERBS_KERNEL
 mkdir -p "$build/src" "$build/cbench"
 cp "$top/Kbuild" "$build/src/"
 (cd "$top" && find rust samples -type f \( -name '*.rs' -o -name '*.c' -o -name '*.h' \) \

@@ -24,8 +24,27 @@ LAT_FIELDS = ["bytes", "iterations", "t_min_us", "t_max_us", "t_typical_us",
               "t_avg_us", "t_stdev_us", "p99_us", "p99_9_us"]
 
 
+# What a run was measured on (DIR/run.env, written by bench.sh): a column
+# of each CSV.
+RUN_KEYS = ["kernel", "commit", "machine"]
+
+
+def run_env(out):
+    env = dict.fromkeys(RUN_KEYS, "")
+    try:
+        with open(os.path.join(out, "run.env")) as f:
+            for line in f:
+                k, _, v = line.rstrip("\n").partition("=")
+                if k in env:
+                    env[k] = v
+    except FileNotFoundError:
+        pass
+    return env
+
+
 def main():
     out = sys.argv[1]
+    env = run_env(out)
     runs, fails = [], []
     with open(os.path.join(out, "bench.log"), errors="replace") as f:
         for line in f:
@@ -48,10 +67,12 @@ def main():
 
     with open(os.path.join(out, "raw.csv"), "w", newline="") as f:
         w = csv.writer(f, lineterminator="\n")
-        w.writerow(["test", "impl", "qps", "size", "round"] + sorted(set(BW_FIELDS + LAT_FIELDS)))
+        w.writerow(["test", "impl", "qps", "size", "round"] + sorted(set(BW_FIELDS + LAT_FIELDS)) +
+                   RUN_KEYS)
         for r in runs:
             w.writerow([r["test"], r["impl"], r["qps"], r["size"], r["round"]] +
-                       [r.get(k, "") for k in sorted(set(BW_FIELDS + LAT_FIELDS))])
+                       [r.get(k, "") for k in sorted(set(BW_FIELDS + LAT_FIELDS))] +
+                       [env[k] for k in RUN_KEYS])
 
     def median(test, impl, qps, size, key):
         v = [r[key] for r in runs if (r["test"], r["impl"], r["qps"], r["size"]) == (test, impl, qps, size)]
@@ -108,16 +129,17 @@ def main():
             p("  " + x)
     p("")
     p(f"runs: {len(runs)}; results: {out}")
+    p("; ".join(f"{k}: {env[k]}" for k in RUN_KEYS if env[k]))
     print("\n".join(text))
     with open(os.path.join(out, "summary.txt"), "w") as f:
         f.write("\n".join(text) + "\n")
     keys = ["test", "qps", "size", "metric", "perftest", "c", "kverbs", "rounds",
-            "mpps_perftest", "mpps_kverbs", "kverbs_softirq"]
+            "mpps_perftest", "mpps_kverbs", "kverbs_softirq"] + RUN_KEYS
     with open(os.path.join(out, "summary.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=keys, lineterminator="\n")
         w.writeheader()
         for row in summary:
-            w.writerow({k: row.get(k, "") for k in keys})
+            w.writerow({k: row.get(k, env.get(k, "")) for k in keys})
     plot(out, summary)
     return 1 if fails else 0
 
