@@ -9,7 +9,9 @@
 #   make run        boot the test kernel in QEMU, create soft-RoCE devices,
 #                   load the example module and show what it finds
 #   make check      run the kselftests in QEMU (KTAP, then "N passed, N failed");
-#                   builds tools/ulp_template first (make ulp)
+#                   builds tools/ulp_template first (make ulp);
+#                   KVERBS_TESTS="a.sh b.sh": those programs only,
+#                   KVERBS_CASES=REGEX: the cases matching it only
 #   make ulp        build the out-of-tree ULP template (tools/ulp_template)
 #                   against this tree, the documented way
 #   make check-harness  the test harness's own tests (tools/testing/kverbs_harness.sh)
