@@ -86,6 +86,7 @@ pub use attr::{
 pub use drain::DrainFaultInjection;
 pub use slot::{Waited, WrId};
 
+pub(crate) use attr::SendWr;
 pub(crate) use create::check_port;
 use create::CqRoom;
 pub(crate) use slot::{

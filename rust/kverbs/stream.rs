@@ -45,7 +45,7 @@
 use crate::bindings;
 use crate::cq::{Cq, PollCtx};
 use crate::dma::DmaBuf;
-use crate::qp::{CanPostRecv, Cancel, Qp, Queue, Rc, Rts, SendOp, State, Transport};
+use crate::qp::{CanPostRecv, Cancel, Qp, Queue, Rc, Rts, SendOp, SendWr, State, Transport};
 use crate::wc::WcStatus;
 use core::{
     ptr,
@@ -394,7 +394,7 @@ impl Ring {
 pub struct SendStream<'a> {
     qp: &'a Qp<Rts, Rc>,
     ring: Ring,
-    wrs: KVec<bindings::ib_rdma_wr>,
+    wrs: KVec<SendWr>,
     signal_every: u32,
     /// `IB_SEND_INLINE` or 0.
     inline: i32,
@@ -408,6 +408,11 @@ impl<'a> SendStream<'a> {
     /// A stream of at most `depth` outstanding requests on `qp`, built from
     /// `wrs` (used in turn), one in `signal_every` signalled. Takes `depth`
     /// of the QP's send slots (`ENOSPC` if fewer are free).
+    ///
+    /// An atomic ([`SendOp::Atomic`]) takes a segment of 8 bytes, 8-byte
+    /// aligned, where its old value lands (`EINVAL` otherwise, `EOPNOTSUPP`
+    /// on a device without atomics); the requests outstanding from one entry
+    /// of `wrs` share it, so read it after each wait.
     pub fn new(
         qp: &'a Qp<Rts, Rc>,
         wrs: &[(SendOp, Segment)],
@@ -428,17 +433,20 @@ impl<'a> SendStream<'a> {
             return Err(EINVAL);
         }
         let mut segs = KVec::with_capacity(wrs.len(), GFP_KERNEL)?;
-        for (_, s) in wrs {
+        for (op, s) in wrs {
+            if let SendOp::Atomic(a) = op {
+                a.check(qp.device(), s.offset, s.len)?;
+            }
             segs.push(s.clone(), GFP_KERNEL)?;
         }
         let ring = Ring::new(depth, &segs, qp, Queue::Send, inline)?;
         let mut ring_wrs = KVec::with_capacity(depth as usize, GFP_KERNEL)?;
         for i in 0..depth as usize {
             let t = i % wrs.len();
-            let mut wr = wrs[t].0.rdma_wr();
+            let mut wr = SendWr::new(wrs[t].0);
             // The SGEs and the CQE live in heap memory that never moves.
-            (wr.wr.sg_list, wr.wr.num_sge) = ring.sg_list(t);
-            wr.wr.__bindgen_anon_1.wr_cqe = ring.shared.cqes[i].cqe.get();
+            (wr.wr().sg_list, wr.wr().num_sge) = ring.sg_list(t);
+            wr.wr().__bindgen_anon_1.wr_cqe = ring.shared.cqes[i].cqe.get();
             ring_wrs.push(wr, GFP_KERNEL)?;
         }
         qp.attach_stream(false, depth, &ring.shared)?;
@@ -463,7 +471,9 @@ impl<'a> SendStream<'a> {
         signal_every: u32,
     ) -> Result<Self> {
         for (op, seg) in wrs {
-            if matches!(op, SendOp::Read(_)) || seg.len > qp.max_inline_data() as usize {
+            if matches!(op, SendOp::Read(_) | SendOp::Atomic(_))
+                || seg.len > qp.max_inline_data() as usize
+            {
                 return Err(EINVAL);
             }
         }
@@ -511,10 +521,10 @@ impl<'a> SendStream<'a> {
                     .store(seq + 1, Ordering::Release);
             }
             let next = match next {
-                Some(j) => ptr::from_mut(&mut self.wrs[j].wr),
+                Some(j) => ptr::from_mut(self.wrs[j].wr()),
                 None => ptr::null_mut(),
             };
-            let wr = &mut self.wrs[i].wr;
+            let wr = self.wrs[i].wr();
             wr.send_flags = self.inline
                 | if signaled {
                     bindings::IB_SEND_SIGNALED
@@ -523,15 +533,16 @@ impl<'a> SendStream<'a> {
                 };
             wr.next = next;
         }
-        let first = ptr::from_ref(&self.wrs[first as usize].wr);
+        let first = ptr::from_mut(self.wrs[first as usize].wr()).cast_const();
         let mut bad = ptr::null();
         // SAFETY: The QP is live and in RTS; the chain's requests are valid
         // for it (built in `new`: SGEs of buffers mapped for its device held
-        // by the shared part, CQEs of the shared part, which the QP keeps
-        // until it is destroyed), `ib_rdma_wr`s for the RDMA opcodes.
+        // by the shared part, 8 aligned bytes for an atomic, CQEs of the
+        // shared part, which the QP keeps until it is destroyed), each the
+        // `ib_rdma_wr` or `ib_atomic_wr` its opcode names (`SendWr`).
         let ret = unsafe { bindings::ib_post_send(self.qp.as_raw(), first, &mut bad) };
-        // `wr` is the first field of `ib_rdma_wr`: `bad` is a ring element.
-        let (base, bad) = (self.wrs.as_ptr(), bad.cast::<bindings::ib_rdma_wr>());
+        // `wr` is at offset 0 of a `SendWr`: `bad` is a ring element.
+        let (base, bad) = (self.wrs.as_ptr(), bad.cast::<SendWr>());
         self.ring
             .account(ret, n, base, bad, self.qp.device(), qpn, "send")
     }

@@ -171,6 +171,10 @@ const CASES: &[(&str, Case)] = &[
         "atomic_needs_remote_atomic_access_and_alignment",
         mr::atomic_needs_remote_atomic_access_and_alignment,
     ),
+    (
+        "atomic_stream_chains_fetch_adds_beside_writes",
+        mr::atomic_stream_chains_fetch_adds_beside_writes,
+    ),
     ("srq_shared_by_two_qps", srq::srq_shared_by_two_qps),
     (
         "alt_path_needs_auto_path_mig",

@@ -2,7 +2,8 @@
 
 //! Cases of memory regions: buffers of another device, QPs of another
 //! PD, the access a registration gives and what a peer can do with it
-//! (stale rkeys, atomics), no lock held across a registration's wait.
+//! (stale rkeys, atomics, on their own and on a stream), no lock held
+//! across a registration's wait.
 
 use crate::common::{
     av, buf, caps, cq, first_gid, ok, pd_cq, port, rc_pair, rc_pair_access, rc_self, refused, Env,
@@ -19,6 +20,7 @@ use kverbs::{
     mr::Mr,
     pd::Pd,
     qp::{Access, AtomicOp, Cancel, InitAttr, Qp, RemoteBuf, RtrAttr, Rts, RtsAttr, SendOp},
+    stream::{Segment, SendStream},
 };
 
 pub(crate) fn mr_map_refuses_buffer_of_other_device(env: &Env, out: &mut Text) -> Outcome {
@@ -428,5 +430,95 @@ pub(crate) fn atomic_needs_remote_atomic_access_and_alignment(
     }
     ok(mr.invalidate(&own, TIMEOUT_MS, &c), "LOCAL_INV 2", out)?;
     let _ = write!(out, "fetch-and-add and compare-and-swap ok");
+    Ok(())
+}
+
+/// Atomics on a send stream: a stream refuses an atomic whose segment is
+/// not 8 aligned bytes, or whose target is misaligned or short, and an
+/// inline one; a stream alternating fetch-and-adds with RDMA WRITEs
+/// (`ib_atomic_wr` and `ib_rdma_wr` in one chain) adds once per atomic,
+/// writes, and returns the old value of the last.
+pub(crate) fn atomic_stream_chains_fetch_adds_beside_writes(env: &Env, out: &mut Text) -> Outcome {
+    let dev = &env.a;
+    let c = Cancel::new();
+    let pd = ok(Pd::new(dev), "PD", out)?;
+    let target = ok(buf(dev), "target buffer", out)?;
+    let old = ok(buf(dev), "old value buffer", out)?;
+    let start = 0x1111_2222_3333_4444u64;
+    let data = *b"written!";
+    ok(target.write(0, &start.to_ne_bytes()), "target", out)?;
+    ok(old.write(8, &data), "source", out)?;
+    let all =
+        Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE | Access::REMOTE_ATOMIC;
+    let mr = ok(Mr::new(&pd, 4096), "MR", out)?;
+    let (remote, (own, peer, _ca, _cb)) =
+        register_on_new_pair(&pd, all, &mr, &target, all, ("pair", "registration"), out)?;
+    let seg = |offset, len| Segment {
+        buf: old.clone(),
+        offset,
+        len,
+    };
+    let add = |remote| SendOp::Atomic(AtomicOp::FetchAdd { remote, add: 1 });
+    for (op, s, what) in [
+        (add(remote), seg(0, 4), "an atomic on 4 bytes"),
+        (
+            add(remote),
+            seg(4, 8),
+            "an atomic at a misaligned local offset",
+        ),
+        (
+            add(RemoteBuf {
+                addr: remote.addr + 4,
+                ..remote
+            }),
+            seg(0, 8),
+            "an atomic at a misaligned remote address",
+        ),
+        (
+            add(RemoteBuf { len: 4, ..remote }),
+            seg(0, 8),
+            "an atomic on a remote buffer of 4 bytes",
+        ),
+    ] {
+        refused(SendStream::new(&peer, &[(op, s)], 1, 1), EINVAL, what, out)?;
+    }
+    refused(
+        SendStream::new_inline(&peer, &[(add(remote), seg(0, 8))], 1, 1),
+        EINVAL,
+        "an inline atomic",
+        out,
+    )?;
+    let write = SendOp::Write(RemoteBuf {
+        addr: remote.addr + 8,
+        len: 8,
+        ..remote
+    });
+    let mut s = ok(
+        SendStream::new(&peer, &[(add(remote), seg(0, 8)), (write, seg(8, 8))], 4, 4),
+        "stream of fetch-and-adds and writes",
+        out,
+    )?;
+    ok(
+        s.post(4, true),
+        "a chain of 2 fetch-and-adds and 2 writes",
+        out,
+    )?;
+    ok(s.wait(4, TIMEOUT_MS, &c), "their completion", out)?;
+    drop(s);
+    let (mut v, mut w) = ([0u8; 8], [0u8; 8]);
+    ok(target.read(0, &mut v), "read target", out)?;
+    ok(target.read(8, &mut w), "read written", out)?;
+    let now = u64::from_ne_bytes(v);
+    ok(old.read(0, &mut v), "read old value", out)?;
+    let got = u64::from_ne_bytes(v);
+    let _ = write!(out, "target {:#x}, old value {:#x}; ", now, got);
+    if now != start + 2 || got != start + 1 {
+        return Err("two fetch-and-adds in a chain did not add 2 and return the old value");
+    }
+    if w != data {
+        return Err("the writes chained with atomics did not land");
+    }
+    ok(mr.invalidate(&own, TIMEOUT_MS, &c), "LOCAL_INV", out)?;
+    let _ = write!(out, "atomics and writes in one chain ok");
     Ok(())
 }

@@ -7,7 +7,8 @@
 
 use crate::ah::Ah;
 use crate::bindings;
-use crate::device::{Gid, Mtu, PortNum};
+use crate::device::{Device, Gid, Mtu, PortNum};
+use kernel::prelude::*;
 
 /// QP states, as type parameters of [`Qp`].
 pub trait State: private::Sealed {
@@ -254,14 +255,33 @@ pub enum SendOp {
     WriteWithImm(RemoteBuf, u32),
     /// RDMA READ of the peer's buffer.
     Read(RemoteBuf),
+    /// An atomic operation on the peer's 8 bytes; the old value lands in
+    /// the 8 bytes of the request's local memory.
+    Atomic(AtomicOp),
 }
 
-impl SendOp {
-    /// The request for this operation: opcode, immediate data, remote
-    /// address and key; the caller adds the SGEs and the CQE.
-    pub(crate) fn rdma_wr(self) -> bindings::ib_rdma_wr {
+/// A send work request as the device reads it: an `ib_rdma_wr` for SEND,
+/// RDMA WRITE and READ, an `ib_atomic_wr` for the atomics. Both begin with
+/// the `ib_send_wr` that is posted and chained, and the driver finds the
+/// rest from the opcode (`rdma_wr()`, `atomic_wr()`: `container_of`).
+///
+/// # Invariants
+///
+/// The member the opcode names is the one initialised; the `ib_send_wr`
+/// at offset 0 always is.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) union SendWr {
+    rdma: bindings::ib_rdma_wr,
+    atomic: bindings::ib_atomic_wr,
+}
+
+impl SendWr {
+    /// The request for `op`: opcode, immediate data, remote address and
+    /// key, the atomic's operands; the caller adds the SGEs and the CQE.
+    pub(crate) fn new(op: SendOp) -> Self {
         let mut wr = bindings::ib_rdma_wr::default();
-        let (opcode, imm, remote) = match self {
+        let (opcode, imm, remote) = match op {
             SendOp::Send => (bindings::IB_WR_SEND, None, None),
             SendOp::SendWithImm(imm) => (bindings::IB_WR_SEND_WITH_IMM, Some(imm), None),
             SendOp::Write(r) => (bindings::IB_WR_RDMA_WRITE, None, Some(r)),
@@ -269,6 +289,12 @@ impl SendOp {
                 (bindings::IB_WR_RDMA_WRITE_WITH_IMM, Some(imm), Some(r))
             }
             SendOp::Read(r) => (bindings::IB_WR_RDMA_READ, None, Some(r)),
+            // INVARIANT: an atomic opcode, the `atomic` member.
+            SendOp::Atomic(a) => {
+                return SendWr {
+                    atomic: a.atomic_wr(),
+                }
+            }
         };
         wr.wr.opcode = opcode;
         if let Some(imm) = imm {
@@ -278,7 +304,16 @@ impl SendOp {
             wr.remote_addr = r.addr;
             wr.rkey = r.rkey;
         }
-        wr
+        // INVARIANT: an RDMA or SEND opcode, the `rdma` member.
+        SendWr { rdma: wr }
+    }
+
+    /// The `ib_send_wr` the device is given.
+    pub(crate) fn wr(&mut self) -> &mut bindings::ib_send_wr {
+        // SAFETY: Both members are `repr(C)` structs whose first field is
+        // an `ib_send_wr`, at offset 0 of the union; the initialised member
+        // (type invariant) initialised it.
+        unsafe { &mut self.rdma.wr }
     }
 }
 
@@ -341,7 +376,22 @@ impl AtomicOp {
         }
     }
 
-    pub(super) fn atomic_wr(self) -> bindings::ib_atomic_wr {
+    /// Whether a device takes it on `len` bytes at `offset` of a local
+    /// buffer: `EOPNOTSUPP` if it has no atomics (`atomic_cap` NONE);
+    /// `EINVAL` unless `len` is 8 and the offset and remote address are
+    /// 8-byte aligned, with 8 bytes at the remote address.
+    pub(crate) fn check(&self, dev: &Device, offset: usize, len: usize) -> Result {
+        if dev.attrs().atomic_cap() == bindings::IB_ATOMIC_NONE {
+            return Err(crate::errno::eopnotsupp());
+        }
+        let remote = self.remote();
+        if len != 8 || offset % 8 != 0 || remote.addr % 8 != 0 || remote.len < 8 {
+            return Err(EINVAL);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn atomic_wr(self) -> bindings::ib_atomic_wr {
         let mut wr = bindings::ib_atomic_wr::default();
         let (opcode, remote, compare_add, swap) = match self {
             AtomicOp::FetchAdd { remote, add } => {

@@ -6,7 +6,7 @@
 
 use super::{
     reserve, unreserve, Access, AtomicOp, Book, CanPostRecv, Cancel, Qp, Queue, Rc, Rts, SendOp,
-    SlotRes, State, Transport, Ud, UdDest, Waited, WrId, SLOT_DONE, SLOT_FREE,
+    SendWr, SlotRes, State, Transport, Ud, UdDest, Waited, WrId, SLOT_DONE, SLOT_FREE,
 };
 use crate::bindings;
 use crate::dma::DmaBuf;
@@ -21,6 +21,8 @@ impl Qp<Rts, Rc> {
     ///
     /// An unsignalled request produces no completion if it succeeds; its
     /// slot is released when a later signalled one is reaped.
+    ///
+    /// [`SendOp::Atomic`] is [`Qp::post_atomic`], on `len` = 8 bytes.
     pub fn post_send(
         &self,
         op: SendOp,
@@ -29,18 +31,25 @@ impl Qp<Rts, Rc> {
         len: usize,
         signaled: bool,
     ) -> Result<WrId> {
+        if let SendOp::Atomic(a) = op {
+            if len != 8 {
+                return Err(EINVAL);
+            }
+            return self.post_atomic(a, buf, offset, signaled);
+        }
         let mut sges = self.sge_list(Queue::Send, buf, offset, len)?;
-        let mut wr = op.rdma_wr();
-        wr.wr.sg_list = sges.0.as_mut_ptr();
-        wr.wr.num_sge = sges.1;
+        let mut wr = SendWr::new(op);
+        wr.wr().sg_list = sges.0.as_mut_ptr();
+        wr.wr().num_sge = sges.1;
         let res = SlotRes {
             _buf: Some(buf.clone()),
             ..Default::default()
         };
-        // SAFETY: `wr.wr` is the first field of `ib_rdma_wr`, which the
-        // device of this RC QP reads for RDMA opcodes; the SGE describes
-        // memory mapped for this device that the slot keeps alive.
-        unsafe { self.post(Queue::Send, &mut wr.wr, signaled, res) }
+        // SAFETY: `wr.wr()` is the first field of the `ib_rdma_wr` that the
+        // device of this RC QP reads for RDMA and SEND opcodes (not atomic,
+        // returned above); the SGE describes memory mapped for this device
+        // that the slot keeps alive.
+        unsafe { self.post(Queue::Send, wr.wr(), signaled, res) }
     }
 
     /// Posts an atomic operation; the old value lands in the 8 bytes of
@@ -59,14 +68,7 @@ impl Qp<Rts, Rc> {
         offset: usize,
         signaled: bool,
     ) -> Result<WrId> {
-        let dev = self.device();
-        if dev.attrs().atomic_cap() == bindings::IB_ATOMIC_NONE {
-            return Err(crate::errno::eopnotsupp());
-        }
-        let remote = op.remote();
-        if offset % 8 != 0 || remote.addr % 8 != 0 || remote.len < 8 {
-            return Err(EINVAL);
-        }
+        op.check(self.device(), offset, 8)?;
         let mut sges = self.sge_list(Queue::Send, buf, offset, 8)?;
         let mut wr = op.atomic_wr();
         wr.wr.sg_list = sges.0.as_mut_ptr();

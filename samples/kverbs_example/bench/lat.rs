@@ -150,13 +150,14 @@ fn atomic_loop(
     cancel: &Cancel,
     tposted: &mut [u64],
 ) -> Result {
-    let op = AtomicOp::FetchAdd { remote, add: 1 };
+    let op = SendOp::Atomic(AtomicOp::FetchAdd { remote, add: 1 });
+    let mut a = SendStream::new(&me.qp, &[(op, seg(&me.sbuf, 8))], 1, 1)?;
     let mut old = [0u8; 8];
     let mut prev = None;
-    for ts in tposted.iter_mut().take(cfg.iters as usize) {
+    for (i, ts) in tposted.iter_mut().enumerate().take(cfg.iters as usize) {
         *ts = kverbs::now_ns();
-        let id = me.qp.post_atomic(op, &me.sbuf, 0, true)?;
-        me.qp.wait(id, cfg.timeout_ms, cancel)?.result()?;
+        a.post(1, true)?;
+        a.wait(i as u64 + 1, cfg.timeout_ms, cancel)?;
         me.sbuf.read(0, &mut old)?;
         let v = u64::from_ne_bytes(old);
         if prev.is_some_and(|p: u64| v != p.wrapping_add(1)) {

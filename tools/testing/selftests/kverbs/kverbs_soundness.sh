@@ -232,6 +232,7 @@ CASES=(
 	chunked_buffer_takes_an_sge_per_chunk
 	stale_rkey_refused_after_invalidate
 	atomic_needs_remote_atomic_access_and_alignment
+	atomic_stream_chains_fetch_adds_beside_writes
 	srq_shared_by_two_qps
 	alt_path_needs_auto_path_mig
 	direct_cq_shared_by_two_tasks_dropping_qps
