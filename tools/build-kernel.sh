@@ -53,9 +53,12 @@ esac
 # 7.3: CRYPTO_CRC32 is gone (rxe's ICRC calls the crc32 library directly).
 kernel=${KVERBS_KERNEL:-6.12}
 case "$kernel" in
-6.12) gone_options=() ;;
+6.12) gone_options=() added_options=() ;;
 7.3)
 	gone_options=(CONFIG_CRYPTO_CRC32)
+	# The NIC of the two-VM link (tools/vm/run.sh): e1000 on 7.x, where
+	# virtio-net's page pool meets an rxe lock problem.
+	added_options=(CONFIG_NET_VENDOR_INTEL=y CONFIG_E1000=y)
 	prefix=k7.3-$prefix
 	;;
 *) die "KVERBS_KERNEL=$kernel: 6.12 (the default) or 7.3" ;;
@@ -95,6 +98,10 @@ else
 	cp "$effective.opts" "$effective"
 fi
 rm -f "$effective.opts"
+if [ ${#added_options[@]} -gt 0 ]; then
+	printf '%s\n' "${added_options[@]}" >>"$effective"
+	fragment_name="$fragment_name (plus ${added_options[*]} in $kernel)"
+fi
 fragment=$effective
 for tool in /usr/bin/rustc clang-19 ld.lld-19 bindgen make tar xz; do
 	command -v "$tool" >/dev/null || die "$tool not found: run tools/setup.sh (or make setup)"

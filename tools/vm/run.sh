@@ -56,6 +56,8 @@ net=(-nic none)
 # each one's eth0. KVERBS_TWO_HOSTS=0 runs without it; a run without the
 # programs that use it (kverbs_two_hosts.sh, kverbs_srq_manual.sh's last
 # cases) does not boot it.
+vnic=virtio-net-pci
+[ "${KVERBS_KERNEL:-6.12}" = 6.12 ] || vnic=e1000
 peer_pid=
 if [ "$mode" = check ] && [ "${KVERBS_TWO_HOSTS:-1}" = 1 ] &&
 	[[ " $progs " == *" kverbs_two_hosts.sh "* || " $progs " == *" kverbs_srq_manual.sh "* ]]; then
@@ -66,11 +68,11 @@ if [ "$mode" = check ] && [ "${KVERBS_TWO_HOSTS:-1}" = 1 ] &&
 		-kernel "$kdir/arch/x86/boot/bzImage" -initrd "$initrd" -append "$peer_append"
 		-display none -monitor none -serial stdio -no-reboot
 		-netdev "socket,id=n0,udp=127.0.0.1:$p1,localaddr=127.0.0.1:$p2"
-		-device "virtio-net-pci,netdev=n0,mac=52:54:00:10:00:02")
+		-device "$vnic,netdev=n0,mac=52:54:00:10:00:02")
 	timeout "${KVERBS_VM_TIMEOUT:-4500}" "${qemu_peer[@]}" </dev/null >"$peer_log" 2>&1 &
 	peer_pid=$!
 	net=(-netdev "socket,id=n0,udp=127.0.0.1:$p2,localaddr=127.0.0.1:$p1"
-		-device "virtio-net-pci,netdev=n0,mac=52:54:00:10:00:01")
+		-device "$vnic,netdev=n0,mac=52:54:00:10:00:01")
 	append="$append kverbs.ip=169.254.10.1"
 fi
 qemu=(qemu-system-x86_64 -accel tcg -cpu max -smp 2 -m "${KVERBS_VM_MEM:-1024}"
