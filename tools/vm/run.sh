@@ -55,7 +55,10 @@ net=(-nic none)
 # socket netdev over UDP on 127.0.0.1, both on 169.254.10.0/24; rxe runs on
 # each one's eth0. KVERBS_TWO_HOSTS=0 runs without it; a run without the
 # programs that use it (kverbs_two_hosts.sh, kverbs_srq_manual.sh's last
-# cases) does not boot it.
+# cases) does not boot it. Their NIC is virtio-net, but e1000 on 7.x:
+# there virtio-net receives into a page pool, whose free inside rxe's
+# irq-off QP lock stops the VM (Documentation/kverbs.rst, "Known RDMA
+# core problems"); tools/build-kernel.sh adds CONFIG_E1000 to 7.3's kernel.
 vnic=virtio-net-pci
 [ "${KVERBS_KERNEL:-6.12}" = 6.12 ] || vnic=e1000
 peer_pid=
