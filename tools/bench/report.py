@@ -129,7 +129,8 @@ def main():
             p("  " + x)
     p("")
     p(f"runs: {len(runs)}; results: {out}")
-    p("; ".join(f"{k}: {env[k]}" for k in RUN_KEYS if env[k]))
+    if any(env.values()):
+        p("; ".join(f"{k}: {env[k]}" for k in RUN_KEYS if env[k]))
     print("\n".join(text))
     with open(os.path.join(out, "summary.txt"), "w") as f:
         f.write("\n".join(text) + "\n")

@@ -307,21 +307,27 @@ vm_broken() {
 
 # --- make bench's report --------------------------------------------------
 
-# report.py on the fixture: the medians of three rounds and their ratios.
+# report.py on the fixture: the medians of three rounds and their ratios,
+# and what the run was measured on (run.env, as bench.sh writes it) in
+# every row of both CSV files and in the summary.
 bench_report_medians_and_ratios() {
-	local d=$tmp/bench-ok
+	local d=$tmp/bench-ok on='7.3.4,abc1234,AMD EPYC; 2 CPUs; 24 GiB; QEMU TCG'
 	mkdir -p "$d" && cp "$here/bench/bench.log" "$d/" || return 1
+	printf '%s\n' kernel=7.3.4 commit=abc1234 'machine=AMD EPYC; 2 CPUs; 24 GiB; QEMU TCG' >"$d/run.env"
 	python3 "$top/tools/bench/report.py" "$d" | diag
 	[ "${PIPESTATUS[0]}" = 0 ] || { msg "report.py failed"; return 1; }
 	# write_bw 64: perftest 4, 6, 5 -> 5; C 5.2, 5, 6 -> 5.2; kverbs 5.5, 5, 6.5 -> 5.5.
-	grep -qx 'write_bw,1,64,bw_avg_mb_s,5.0,5.2,5.5,3,0.08192,0.090112,' "$d/summary.csv" ||
+	grep -qxF "write_bw,1,64,bw_avg_mb_s,5.0,5.2,5.5,3,0.08192,0.090112,,$on" "$d/summary.csv" ||
 		{ msg "write_bw row:"; grep write_bw "$d/summary.csv" | diag; return 1; }
 	# write_lat 8: t_typical perftest 40, 20, 30 -> 30; kverbs 30, 10, 20 -> 20; no C.
-	grep -qx 'write_lat,1,8,t_typical_us,30.0,,20.0,3,,,' "$d/summary.csv" ||
+	grep -qxF "write_lat,1,8,t_typical_us,30.0,,20.0,3,,,,$on" "$d/summary.csv" ||
 		{ msg "write_lat row:"; grep write_lat "$d/summary.csv" | diag; return 1; }
 	grep -qE '^ +64 +5\.00 +5\.20 +5\.50 +1\.10 +1\.06' "$d/summary.txt" ||
 		{ msg "no 64-byte line with ratios 1.10 and 1.06"; return 1; }
+	grep -qx 'kernel: 7.3.4; commit: abc1234; machine: AMD EPYC; 2 CPUs; 24 GiB; QEMU TCG' "$d/summary.txt" ||
+		{ msg "the summary does not say what the run was measured on"; return 1; }
 	[ "$(grep -c '^write_' "$d/raw.csv")" = 15 ] || { msg "raw.csv has not 15 runs"; return 1; }
+	[ "$(grep -c ",$on\$" "$d/raw.csv")" = 15 ] || { msg "raw.csv's runs do not all say what they ran on"; return 1; }
 }
 
 # A run that gave no row makes the report fail, and it is named.
