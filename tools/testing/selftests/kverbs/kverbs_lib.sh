@@ -200,9 +200,6 @@ kv_secs_since() {
 	awk -v a="$1" '{ printf "%.1f", $1 - a }' /proc/uptime
 }
 
-# kv_case NAME FUNC [ARGS...]: runs one test case; it passes if FUNC
-# succeeds and the kernel logged no report while it ran, is skipped if FUNC
-# returns $KSFT_SKIP (and says why) with a clean log.
 # KVERBS_CASES (in the guest: /kverbs/cases, written by make check): an
 # extended regular expression; when set, a case whose name it does not
 # match is reported as skipped without running. A program's setup cases
@@ -217,6 +214,9 @@ kv_selected() {
 	echo "$1" | grep -qE -e '^(setup|kmemleak_clean|peer_vm)_' -e "$KV_CASES"
 }
 
+# kv_case NAME FUNC [ARGS...]: runs one test case; it passes if FUNC
+# succeeds and the kernel logged no report while it ran, is skipped if FUNC
+# returns $KSFT_SKIP (and says why) with a clean log.
 kv_case() {
 	local name=$1 ok=1 splat start
 	shift
