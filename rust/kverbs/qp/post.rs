@@ -32,10 +32,7 @@ impl Qp<Rts, Rc> {
         signaled: bool,
     ) -> Result<WrId> {
         if let SendOp::Atomic(a) = op {
-            if len != 8 {
-                return Err(EINVAL);
-            }
-            return self.post_atomic(a, buf, offset, signaled);
+            return self.post_atomic_on(a, buf, offset, len, signaled);
         }
         let mut sges = self.sge_list(Queue::Send, buf, offset, len)?;
         let mut wr = SendWr::new(op);
@@ -68,8 +65,21 @@ impl Qp<Rts, Rc> {
         offset: usize,
         signaled: bool,
     ) -> Result<WrId> {
-        op.check(self.device(), offset, 8)?;
-        let mut sges = self.sge_list(Queue::Send, buf, offset, 8)?;
+        self.post_atomic_on(op, buf, offset, 8, signaled)
+    }
+
+    /// [`Qp::post_atomic`] on `len` bytes of `buf`, which
+    /// [`AtomicOp::check`] refuses unless they are 8.
+    fn post_atomic_on(
+        &self,
+        op: AtomicOp,
+        buf: &Arc<DmaBuf>,
+        offset: usize,
+        len: usize,
+        signaled: bool,
+    ) -> Result<WrId> {
+        op.check(self.device(), offset, len)?;
+        let mut sges = self.sge_list(Queue::Send, buf, offset, len)?;
         let mut wr = op.atomic_wr();
         wr.wr.sg_list = sges.0.as_mut_ptr();
         wr.wr.num_sge = sges.1;
@@ -79,8 +89,9 @@ impl Qp<Rts, Rc> {
         };
         // SAFETY: `wr.wr` is the first field of `ib_atomic_wr`, which the
         // device of this RC QP reads for atomic opcodes; the SGE describes
-        // 8 bytes of memory mapped for this device that the slot keeps
-        // alive (`sge_list` checked the range). They are 8-byte aligned:
+        // 8 bytes (`check` refused any other `len`) of memory mapped for
+        // this device that the slot keeps alive (`sge_list` checked the
+        // range). They are 8-byte aligned:
         // `offset` is, and so is the start of the buffer's allocation --
         // `kmalloc` aligns every object to at least 8 bytes
         // (`ARCH_KMALLOC_MINALIGN`) and a chunk of a larger buffer to
