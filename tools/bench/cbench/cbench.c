@@ -14,7 +14,8 @@
  *   cat /sys/kernel/debug/kverbs_cbench/bench
  *
  * Options: dev= (required), test=write_bw|write_lat, size= (2..1 MiB) or
- * sizes=all, iters=, tx_depth=, cq_mod=, qps= (1..16, write_bw), mtu=.
+ * sizes=all, iters=, tx_depth=, cq_mod=, qps= (1..16, write_bw), mtu=,
+ * qp_timeout= (the local ACK timeout, 4.096 us x 2^n; 14 as perftest's).
  * Loopback only; the device is held (ib_device_get_by_name) during a run.
  */
 
@@ -41,6 +42,7 @@ struct cb_cfg {
 	bool lat;
 	u32 size; /* 0: all */
 	u32 iters, tx_depth, cq_mod, qps;
+	u32 qp_timeout;
 	enum ib_mtu mtu; /* 0: the port's active MTU */
 };
 
@@ -363,7 +365,7 @@ static int cb_side_alloc(struct ib_device *dev, struct ib_pd *pd, u32 port,
 }
 
 static int cb_connect(struct cb_side *me, struct cb_side *peer, u32 port,
-		      enum ib_mtu mtu, u32 gid_idx, union ib_gid *gid)
+		      enum ib_mtu mtu, u32 gid_idx, union ib_gid *gid, u8 timeout)
 {
 	struct ib_qp_attr a = {
 		.qp_state = IB_QPS_RTR,
@@ -385,7 +387,7 @@ static int cb_connect(struct cb_side *me, struct cb_side *peer, u32 port,
 		return ret;
 	memset(&a, 0, sizeof(a));
 	a.qp_state = IB_QPS_RTS;
-	a.timeout = 14;
+	a.timeout = timeout;
 	a.retry_cnt = 7;
 	a.rnr_retry = 7;
 	a.sq_psn = 0;
@@ -670,9 +672,11 @@ static int cb_run(const struct cb_cfg *cfg)
 		if (!ret)
 			ret = cb_side_alloc(dev, pd, port, cfg, max, &pairs[q][1]);
 		if (!ret)
-			ret = cb_connect(&pairs[q][0], &pairs[q][1], port, mtu, gid_idx, &gid);
+			ret = cb_connect(&pairs[q][0], &pairs[q][1], port, mtu, gid_idx, &gid,
+					 cfg->qp_timeout);
 		if (!ret)
-			ret = cb_connect(&pairs[q][1], &pairs[q][0], port, mtu, gid_idx, &gid);
+			ret = cb_connect(&pairs[q][1], &pairs[q][0], port, mtu, gid_idx, &gid,
+					 cfg->qp_timeout);
 		if (!ret)
 			ret = cb_register(&pairs[q][0], pd, max);
 		if (!ret)
@@ -747,6 +751,7 @@ static int cb_parse(char *s, struct cb_cfg *cfg)
 	memset(cfg, 0, sizeof(*cfg));
 	cfg->size = 65536;
 	cfg->qps = 1;
+	cfg->qp_timeout = 14;
 	while ((opt = strsep(&s, ", \t\n")) && !ret) {
 		char *val;
 
@@ -786,6 +791,8 @@ static int cb_parse(char *s, struct cb_cfg *cfg)
 			have_mod = true;
 		} else if (!strcmp(opt, "qps")) {
 			ret = cb_num(opt, val, 1, 16, &cfg->qps);
+		} else if (!strcmp(opt, "qp_timeout")) {
+			ret = cb_num(opt, val, 1, 31, &cfg->qp_timeout);
 		} else if (!strcmp(opt, "mtu")) {
 			ret = cb_num(opt, val, 256, 4096, &v);
 			if (!ret) {
