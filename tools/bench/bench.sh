@@ -5,8 +5,8 @@
 # with the same loop in C, in one guest.
 #
 # Builds the performance kernel (no debug options, tools/bench/config,
-# cached under its own key), the kverbs modules and the C reference module
-# (tools/bench/cbench) against it in their own output directory (the tree's
+# cached under its own key), the kverbs modules, the C reference module
+# (tools/bench/cbench) and the limit module (tools/bench/limit) against it in their own output directory (the tree's
 # objects stay those of the test kernel), boots one guest (TCG, 2 vCPUs),
 # creates rxe on lo and runs perftest, C and kverbs alternately for each
 # test, size and round (tools/bench/guest-bench.sh), showing each run as it
@@ -21,6 +21,8 @@
 # QUICK=1: two sizes per test, QPs 1 and 4 (a few minutes). ROUNDS, TESTS,
 # BW_SIZES, LAT_SIZES, QPS_LIST in the environment override the sets;
 # KV_OPTS is added to kverbs' options (e.g. KV_OPTS=,poll=softirq).
+# INV_REQ_LOOPS=N (INV_REQ_TIMEOUT=T) adds N loops of the 8-QP write_bw that
+# can end with a remote invalid request error (tools/bench/guest-bench.sh).
 
 set -euo pipefail
 
@@ -64,15 +66,17 @@ sed 's/^/kverbs: bench: /' "$out/run.env"
 # one per kernel.
 build=$cache/bench-build
 [ "${KVERBS_KERNEL:-6.12}" = 6.12 ] || build=$cache/bench-build-$KVERBS_KERNEL
-mkdir -p "$build/src" "$build/cbench"
+mkdir -p "$build/src" "$build/cbench" "$build/limit"
 cp "$top/Kbuild" "$build/src/"
 (cd "$top" && find rust samples -type f \( -name '*.rs' -o -name '*.c' -o -name '*.h' \) \
 	! -name '*_generated.rs' ! -name '*_generated.h' ! -name 'kverbs_extern.c' \
 	-exec cp --parents -t "$build/src" {} +)
 cp "$top/tools/bench/cbench/Kbuild" "$top/tools/bench/cbench/cbench.c" "$build/cbench/"
+cp "$top/tools/bench/limit/Kbuild" "$top/tools/bench/limit/limit.c" "$build/limit/"
 vars=(LLVM=-19 RUSTC=/usr/bin/rustc BINDGEN=bindgen)
 if ! { make -s -C "$kdir" M="$build/src" "${vars[@]}" modules &&
-	make -s -C "$kdir" M="$build/cbench" LLVM=-19 modules; } >"$out/build.log" 2>&1; then
+	make -s -C "$kdir" M="$build/cbench" LLVM=-19 modules &&
+	make -s -C "$kdir" M="$build/limit" LLVM=-19 modules; } >"$out/build.log" 2>&1; then
 	tail -n 30 "$out/build.log"
 	echo "kverbs: bench: building the modules failed (log: $out/build.log)"
 	exit 1
@@ -90,8 +94,9 @@ else
 	: >"$conf"
 fi
 # Overrides, for a run of your own: ROUNDS, TESTS, BW_SIZES, LAT_SIZES,
-# QPS_LIST (see tools/bench/guest-bench.sh).
-for v in ROUNDS TESTS BW_SIZES LAT_SIZES QPS_LIST KV_OPTS; do
+# QPS_LIST, KV_OPTS, INV_REQ_LOOPS, INV_REQ_TIMEOUT (see
+# tools/bench/guest-bench.sh).
+for v in ROUNDS TESTS BW_SIZES LAT_SIZES QPS_LIST KV_OPTS INV_REQ_LOOPS INV_REQ_TIMEOUT; do
 	[ -n "${!v:-}" ] && echo "$v=\"${!v}\"" >>"$conf"
 done
 echo "kverbs: bench: results in $out"
@@ -99,7 +104,7 @@ echo "kverbs: bench: one line per run (test impl qps size round | row of its tab
 
 set +e
 KVERBS_FLAVOR=perf KVERBS_VM_DIR=$out KVERBS_VM_MEM=2048 KVERBS_BENCH_CONF=$conf \
-	KVERBS_MODULES="$build/src/kverbs.ko $build/src/kverbs_example.ko $build/cbench/kverbs_cbench.ko" \
+	KVERBS_MODULES="$build/src/kverbs.ko $build/src/kverbs_example.ko $build/cbench/kverbs_cbench.ko $build/limit/kverbs_limit.ko" \
 	KVERBS_VM_TIMEOUT=${KVERBS_VM_TIMEOUT:-7200} \
 	"$top/tools/vm/run.sh" bench | grep --line-buffered '^kverbs-bench:' | sed -u 's/^kverbs-bench: //'
 vm=${PIPESTATUS[0]}

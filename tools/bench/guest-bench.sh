@@ -2,15 +2,25 @@
 # SPDX-License-Identifier: GPL-2.0
 #
 # The guest half of `make bench` (tools/bench/bench.sh): rxe on lo, the
-# kverbs layer, its example and the C reference module loaded, then for
-# each test and size the implementations in turn -- perftest, C (write_bw and
-# write_lat only), kverbs, and for bandwidth kverbs with poll=softirq --
-# round after round, so that noise hits all alike. Each run prints one line:
+# kverbs layer, its example, the C reference module and the limit module
+# loaded, then for each test and size the implementations in turn --
+# perftest, C (write_bw and write_lat only), kverbs, and for bandwidth
+# kverbs with poll=softirq and the limit (tools/bench/limit: rxe's per-byte
+# work for the message, timed in the kernel) -- round after round, so that
+# noise hits all alike. Each run prints one line:
 #
 #   kverbs-bench: row TEST IMPL QPS SIZE ROUND <the table row's fields>
+#   kverbs-bench: limit TEST QPS SIZE ROUND <the limit module's line>
 #
 # (or "kverbs-bench: fail TEST IMPL QPS SIZE ROUND why"). /kverbs/bench.conf
 # sets ROUNDS, BW_SIZES, LAT_SIZES, QPS_LIST, TESTS, KV_OPTS.
+#
+# INV_REQ_LOOPS=N then loops the configuration that once ended with
+# IB_WC_REM_INV_REQ_ERR: write_bw, 64 KiB, 8 QPs, 300 iterations, the QPs'
+# ACK timeout INV_REQ_TIMEOUT (default 8: 1 ms), with perftest, C, kverbs
+# and kverbs poll=softirq, a line per run with the statuses rxe logged:
+#
+#   kverbs-bench: invreq IMPL LOOP ok|failed statuses=S,S,...
 
 set -u
 
@@ -21,12 +31,15 @@ LAT_SIZES="2 64 1024 4096 65536"
 QPS_LIST="1 2 4 8"
 # Options added to every kverbs run (e.g. ",poll=softirq").
 KV_OPTS=""
+INV_REQ_LOOPS=0
+INV_REQ_TIMEOUT=8
 # shellcheck source=/dev/null
 [ -f /kverbs/bench.conf ] && . /kverbs/bench.conf
 
 DEV=rxe_lo
 KV=/sys/kernel/debug/kverbs_example/$DEV/bench
 CB=/sys/kernel/debug/kverbs_cbench/bench
+LM=/sys/kernel/debug/kverbs_limit/limit
 
 say() { echo "kverbs-bench: $*"; }
 
@@ -61,10 +74,12 @@ run_perftest() {
 	local test=$1 qps=$2 size=$3 iters=$4 out i
 	local args=(-d "$DEV" -x "$GID" -s "$size" -n "$iters" -F)
 	[ "$qps" -gt 1 ] && args+=(-q "$qps")
-	"ib_$test" "${args[@]}" >/tmp/pt-server.log 2>&1 &
+	[ -n "${PT_TIMEOUT:-}" ] && args+=(-u "$PT_TIMEOUT")
+	# Bounded: a side whose peer failed must not hang the run.
+	timeout 300 "ib_$test" "${args[@]}" >/tmp/pt-server.log 2>&1 &
 	local srv=$!
 	for i in $(seq 1 50); do
-		out=$("ib_$test" "${args[@]}" 127.0.0.1 2>&1) && break
+		out=$(timeout 300 "ib_$test" "${args[@]}" 127.0.0.1 2>&1) && break
 		case $out in *"Couldn't connect"* | *"Unable to open"* | *"connect"*) sleep 0.2 ;; *) break ;; esac
 	done
 	wait "$srv"
@@ -83,6 +98,14 @@ run_kernel() {
 one() {
 	local test=$1 impl=$2 qps=$3 size=$4 round=$5 iters r
 	iters=$(iters_of "$test" "$size")
+	if [ "$impl" = limit ]; then
+		if printf 'dev=%s,size=%s' "$DEV" "$size" >"$LM" && r=$(cat "$LM") && [ -n "$r" ]; then
+			say "limit $test $qps $size $round $r"
+		else
+			say "fail $test limit $qps $size $round (no limit line)"
+		fi
+		return
+	fi
 	case $impl in
 	perftest) r=$(run_perftest "$test" "$qps" "$size" "$iters") ;;
 	c) r=$(run_kernel "$CB" "dev=$DEV,test=$test,size=$size,iters=$iters,qps=$qps") ;;
@@ -100,6 +123,7 @@ rdma link add "$DEV" type rxe netdev lo || exit 1
 insmod /kverbs/kverbs.ko || exit 1
 insmod /kverbs/kverbs_example.ko || exit 1
 insmod /kverbs/kverbs_cbench.ko || exit 1
+insmod /kverbs/kverbs_limit.ko || exit 1
 GID=$(gid_index)
 say "start rounds=$ROUNDS gid=$GID kernel=$(uname -r) cpus=$(nproc)"
 
@@ -108,9 +132,9 @@ for test in $TESTS; do
 	# instead of polling it: on two vCPUs a busy-polling thread takes
 	# one of the two CPUs rxe's requester, responder and completer need.
 	case $test in
-	write_bw) impls="perftest c kverbs kverbs_softirq" ;;
+	write_bw) impls="perftest c kverbs kverbs_softirq limit" ;;
 	write_lat) impls="perftest c kverbs" ;;
-	*_bw) impls="perftest kverbs kverbs_softirq" ;;
+	*_bw) impls="perftest kverbs kverbs_softirq limit" ;;
 	*) impls="perftest kverbs" ;;
 	esac
 	# ib_atomic_lat's fetch-and-add works on 8 bytes.
@@ -128,9 +152,31 @@ done
 # Scaling: aggregate bandwidth as QPs are added.
 for qps in $QPS_LIST; do
 	for round in $(seq 1 "$ROUNDS"); do
-		for impl in perftest c kverbs kverbs_softirq; do
+		for impl in perftest c kverbs kverbs_softirq limit; do
 			one write_bw "$impl" "$qps" 65536 "$round"
 		done
+	done
+done
+
+# The 8-QP remote invalid request error (Documentation/kverbs.rst, "Known
+# rxe problems"): whether the row came, and the completion statuses rxe
+# logged ("make_send_cqe: non-flush error status = N") during the run.
+invreq() {
+	local impl=$1 loop=$2 t=$INV_REQ_TIMEOUT before r st
+	before=$(dmesg | wc -l)
+	case $impl in
+	perftest) r=$(PT_TIMEOUT=$t run_perftest write_bw 8 65536 300) ;;
+	c) r=$(run_kernel "$CB" "dev=$DEV,test=write_bw,size=65536,iters=300,qps=8,qp_timeout=$t") ;;
+	kverbs) r=$(run_kernel "$KV" "test=write_bw,size=65536,iters=300,qps=8,qp_timeout=$t") ;;
+	kverbs_softirq) r=$(run_kernel "$KV" "test=write_bw,size=65536,iters=300,qps=8,qp_timeout=$t,poll=softirq") ;;
+	esac
+	st=$(dmesg | tail -n +"$((before + 1))" | sed -n 's/.*non-flush error status = \([0-9]*\).*/\1/p' |
+		sort -n | uniq | paste -sd, -)
+	say "invreq $impl $loop $([ -n "$r" ] && echo ok || echo failed) statuses=${st:-none}"
+}
+for loop in $(seq 1 "$INV_REQ_LOOPS"); do
+	for impl in perftest c kverbs kverbs_softirq; do
+		invreq "$impl" "$loop"
 	done
 done
 say "end"

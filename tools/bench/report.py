@@ -3,13 +3,23 @@
 #
 # report.py DIR: the tables, CSV files and plots of `make bench` from the
 # guest's console (DIR/bench.log, lines "kverbs-bench: row TEST IMPL QPS
-# SIZE ROUND FIELDS..." written by tools/bench/guest-bench.sh).
+# SIZE ROUND FIELDS..." and "kverbs-bench: limit TEST QPS SIZE ROUND
+# size S mtu M packets P messages N tx_ns T rx_ns R crc D" written by
+# tools/bench/guest-bench.sh).
 #
 # Bandwidth tests compare "BW average[MB/sec]" and "MsgRate[Mpps]"; latency
 # tests "t_typical[usec]" (perftest's median). Each figure is the median
-# of the rounds. Writes DIR/raw.csv (every run), DIR/summary.csv,
-# DIR/summary.txt (what is printed) and DIR/<test>.png (gnuplot, if
-# present).
+# of the rounds. The limit of a bandwidth test (tools/bench/limit: rxe's
+# per-byte work for one message, timed in the kernel, its requester half tx
+# and responder half rx) is size / max(tx, rx): the two halves on the
+# guest's two CPUs at once; size / (tx + rx), one CPU, is in the CSV too.
+# A figure above the limit is listed: the model misses something. The
+# loops of the 8-QP remote invalid request error ("kverbs-bench: invreq
+# IMPL LOOP ok|failed statuses=..."; INV_REQ_LOOPS) are counted per
+# implementation, apart from the runs. Writes
+# DIR/raw.csv (every run), DIR/limit.csv (every limit run),
+# DIR/summary.csv, DIR/summary.txt (what is printed) and DIR/<test>.png
+# (gnuplot, if present).
 
 import csv
 import os
@@ -27,6 +37,14 @@ LAT_FIELDS = ["bytes", "iterations", "t_min_us", "t_max_us", "t_typical_us",
 # What a run was measured on (DIR/run.env, written by bench.sh): a column
 # of each CSV.
 RUN_KEYS = ["kernel", "commit", "machine"]
+LIMIT_KEYS = ["size", "mtu", "packets", "messages", "tx_ns", "rx_ns", "crc"]
+MB = 1 << 20
+
+
+def limit_mb_s(lim, cpus):
+    """The bound of one limit run, in MB/sec (perftest's MB, 2^20 bytes)."""
+    ns = max(lim["tx_ns"], lim["rx_ns"]) if cpus == 2 else lim["tx_ns"] + lim["rx_ns"]
+    return round(lim["size"] * 1e9 / ns / MB, 3) if ns else None
 
 
 def run_env(out):
@@ -45,7 +63,7 @@ def run_env(out):
 def main():
     out = sys.argv[1]
     env = run_env(out)
-    runs, fails = [], []
+    runs, fails, limits, invreq = [], [], [], []
     with open(os.path.join(out, "bench.log"), errors="replace") as f:
         for line in f:
             words = line.split()
@@ -53,6 +71,16 @@ def main():
                 continue
             if words[1] == "fail":
                 fails.append(" ".join(words[2:]))
+            if words[1] == "invreq" and len(words) == 6:
+                invreq.append((words[2], words[4], words[5].removeprefix("statuses=")))
+                continue
+            if words[1] == "limit":
+                lim = parse_limit(words[2:])
+                if lim is None:
+                    fails.append(" ".join(words[2:6]) + ": a limit line not understood")
+                else:
+                    limits.append(lim)
+                continue
             if words[1] != "row" or len(words) < 8:
                 continue
             test, impl, qps, size, rnd = words[2:7]
@@ -74,13 +102,26 @@ def main():
                        [r.get(k, "") for k in sorted(set(BW_FIELDS + LAT_FIELDS))] +
                        [env[k] for k in RUN_KEYS])
 
+    with open(os.path.join(out, "limit.csv"), "w", newline="") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(["test", "qps", "round"] + LIMIT_KEYS + ["limit_mb_s", "limit_1cpu_mb_s"] + RUN_KEYS)
+        for lim in limits:
+            w.writerow([lim["test"], lim["qps"], lim["round"]] + [lim[k] for k in LIMIT_KEYS] +
+                       [limit_mb_s(lim, 2), limit_mb_s(lim, 1)] + [env[k] for k in RUN_KEYS])
+
     def median(test, impl, qps, size, key):
         v = [r[key] for r in runs if (r["test"], r["impl"], r["qps"], r["size"]) == (test, impl, qps, size)]
         return (statistics.median(v), len(v)) if v else (None, 0)
 
+    def limit(test, qps, size, cpus):
+        v = [limit_mb_s(x, cpus) for x in limits if (x["test"], x["qps"], x["size"]) == (test, qps, size)]
+        v = [x for x in v if x is not None]
+        return statistics.median(v) if v else None
+
     text = []
     p = text.append
     summary = []
+    above = []
     tests = []
     for r in runs:
         if r["test"] not in tests:
@@ -97,6 +138,7 @@ def main():
             hdr = f"{'size':>8} {'perftest':>10} {'C':>10} {'kverbs':>10} {'kv/perftest':>12} {'kv/C':>8}"
             if not lat:
                 hdr += f" {'Mpps pt':>9} {'Mpps kv':>9} {'kv/pt':>6} {'kv softirq':>10} {'/perftest':>9}"
+                hdr += f" {'limit':>10} {'kv/limit':>8}"
             p(hdr)
             for size in sizes:
                 m = {i: median(test, i, qps, size, key) for i in IMPLS}
@@ -119,9 +161,33 @@ def main():
                         return f"{x:9.6f}" if x is not None else f"{'-':>9}"
                     line += f" {mpps(rp)} {mpps(rk)} {ratio(rk, rp, 6)}"
                     line += f" {fmt(val['kverbs_softirq'])} {ratio(val['kverbs_softirq'], val['perftest'], 9)}"
-                    row.update(mpps_perftest=rp, mpps_kverbs=rk, kverbs_softirq=val["kverbs_softirq"])
+                    lim, lim1 = limit(test, qps, size, 2), limit(test, qps, size, 1)
+                    line += f" {fmt(lim)} {ratio(val['kverbs'], lim, 8)}"
+                    row.update(mpps_perftest=rp, mpps_kverbs=rk, kverbs_softirq=val["kverbs_softirq"],
+                               limit=lim, limit_1cpu=lim1)
+                    if lim is not None:
+                        above += [f"{test} {qps} {size} {i}: {val[i]:.2f} > {lim:.2f}"
+                                  for i in IMPLS if val[i] is not None and val[i] > lim]
                 p(line)
                 summary.append(row)
+    if limits:
+        p("")
+        p("limit: rxe's per-byte work for the message (copies, ICRCs, skbs; tools/bench/limit),")
+        p("timed in the kernel, its two halves on the two CPUs at once: an upper bound.")
+        if above:
+            p(f"figures above the limit (the model misses something): {len(above)}")
+            for x in above:
+                p("  " + x)
+    if invreq:
+        p("")
+        p("write_bw 64 KiB, 8 QPs, 300 iterations, short ACK timeout (INV_REQ_LOOPS): "
+          "failed runs and the statuses rxe logged")
+        for impl in IMPLS:
+            mine = [x for x in invreq if x[0] == impl]
+            if mine:
+                bad = [x for x in mine if x[1] != "ok"]
+                st = sorted({s for x in mine for s in x[2].split(",") if s != "none"}, key=int)
+                p(f"  {impl:<15} {len(bad)} of {len(mine)} failed; statuses: {','.join(st) or 'none'}")
     if fails:
         p("")
         p(f"runs without a result: {len(fails)}")
@@ -135,7 +201,7 @@ def main():
     with open(os.path.join(out, "summary.txt"), "w") as f:
         f.write("\n".join(text) + "\n")
     keys = ["test", "qps", "size", "metric", "perftest", "c", "kverbs", "rounds",
-            "mpps_perftest", "mpps_kverbs", "kverbs_softirq"] + RUN_KEYS
+            "mpps_perftest", "mpps_kverbs", "kverbs_softirq", "limit", "limit_1cpu"] + RUN_KEYS
     with open(os.path.join(out, "summary.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=keys, lineterminator="\n")
         w.writeheader()
@@ -143,6 +209,21 @@ def main():
             w.writerow({k: row.get(k, env.get(k, "")) for k in keys})
     plot(out, summary)
     return 1 if fails else 0
+
+
+def parse_limit(words):
+    """A limit line's words after "limit": TEST QPS SIZE ROUND, then pairs."""
+    if len(words) < 4 + 2 * len(LIMIT_KEYS):
+        return None
+    test, qps, size, rnd = words[:4]
+    pairs = dict(zip(words[4::2], words[5::2]))
+    try:
+        lim = {k: (pairs[k] if k == "crc" else int(pairs[k])) for k in LIMIT_KEYS}
+        lim.update(test=test, qps=int(qps), round=int(rnd))
+        same = lim["size"] == int(size)
+    except (KeyError, ValueError):
+        return None
+    return lim if same else None
 
 
 def plot(out, summary):
@@ -157,13 +238,13 @@ def plot(out, summary):
         with open(dat, "w") as f:
             for r in rows:
                 f.write(" ".join(str(r[k]) if r.get(k) is not None else "NaN"
-                                 for k in ("size", "perftest", "c", "kverbs", "kverbs_softirq")) + "\n")
+                                 for k in ("size", "perftest", "c", "kverbs", "kverbs_softirq", "limit")) + "\n")
         lat = test.endswith("_lat")
         ylabel = "t_typical [usec]" if lat else "BW average [MB/sec]"
         script = f"""
 set terminal png size 900,600 noenhanced
 set output '{os.path.join(out, test + ".png")}'
-set title '{test}: perftest, C and kverbs (median of rounds, rxe on lo, one guest)'
+set title '{test}: perftest, C, kverbs{"" if lat else " and the limit"} (median of rounds, rxe on lo, one guest)'
 set logscale x 2
 {'' if lat else 'set logscale y 10'}
 set xlabel 'message size [bytes]'
@@ -172,7 +253,7 @@ set key left top
 set grid
 plot '{dat}' using 1:2 with linespoints title 'perftest', \\
      '{dat}' using 1:3 with linespoints title 'C (raw verbs)', \\
-     '{dat}' using 1:4 with linespoints title 'kverbs'{"" if lat else ", '" + dat + "' using 1:5 with linespoints title 'kverbs, poll=softirq'"}
+     '{dat}' using 1:4 with linespoints title 'kverbs'{"" if lat else ", '" + dat + "' using 1:5 with linespoints title 'kverbs, poll=softirq', '" + dat + "' using 1:6 with lines dashtype 2 lw 2 title 'limit (rxe per-byte work, 2 CPUs)'"}
 """
         r = subprocess.run(["gnuplot"], input=script, text=True, capture_output=True, check=False)
         if r.returncode != 0:

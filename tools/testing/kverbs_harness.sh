@@ -27,7 +27,9 @@
 #                       not listed fails)
 #   bench_report_*      tools/bench/report.py (make bench's tables) on a
 #                       recorded guest log (kverbs_harness/bench/): medians,
-#                       ratios, CSV, and a run without result counted
+#                       ratios, CSV, the limit column and figures above
+#                       it listed, the 8-QP error's loops counted, and a
+#                       run without result counted
 #   vm_*                make check on a guest broken on purpose
 #                       (KVERBS_BREAK, see tools/vm/mkinitramfs.sh) must fail
 #                       and say why; not with --no-vm
@@ -316,18 +318,52 @@ bench_report_medians_and_ratios() {
 	printf '%s\n' kernel=7.3.4 commit=abc1234 'machine=AMD EPYC; 2 CPUs; 24 GiB; QEMU TCG' >"$d/run.env"
 	python3 "$top/tools/bench/report.py" "$d" | diag
 	[ "${PIPESTATUS[0]}" = 0 ] || { msg "report.py failed"; return 1; }
-	# write_bw 64: perftest 4, 6, 5 -> 5; C 5.2, 5, 6 -> 5.2; kverbs 5.5, 5, 6.5 -> 5.5.
-	grep -qxF "write_bw,1,64,bw_avg_mb_s,5.0,5.2,5.5,3,0.08192,0.090112,,$on" "$d/summary.csv" ||
+	# write_bw 64: perftest 4, 6, 5 -> 5; C 5.2, 5, 6 -> 5.2; kverbs 5.5, 5, 6.5 -> 5.5;
+	# the limit of each round 64 B / max(tx, rx): 1000, 1300, 1100 ns -> 61.035,
+	# 46.950, 55.487 -> 55.487 MB/s; on one CPU 64 B / (tx + rx) -> 29.064.
+	grep -qxF "write_bw,1,64,bw_avg_mb_s,5.0,5.2,5.5,3,0.08192,0.090112,,55.487,29.064,$on" "$d/summary.csv" ||
 		{ msg "write_bw row:"; grep write_bw "$d/summary.csv" | diag; return 1; }
-	# write_lat 8: t_typical perftest 40, 20, 30 -> 30; kverbs 30, 10, 20 -> 20; no C.
-	grep -qxF "write_lat,1,8,t_typical_us,30.0,,20.0,3,,,,$on" "$d/summary.csv" ||
+	# write_lat 8: t_typical perftest 40, 20, 30 -> 30; kverbs 30, 10, 20 -> 20; no C, no limit.
+	grep -qxF "write_lat,1,8,t_typical_us,30.0,,20.0,3,,,,,,$on" "$d/summary.csv" ||
 		{ msg "write_lat row:"; grep write_lat "$d/summary.csv" | diag; return 1; }
-	grep -qE '^ +64 +5\.00 +5\.20 +5\.50 +1\.10 +1\.06' "$d/summary.txt" ||
-		{ msg "no 64-byte line with ratios 1.10 and 1.06"; return 1; }
+	grep -qE '^ +64 +5\.00 +5\.20 +5\.50 +1\.10 +1\.06 .* 55\.49 +0\.10$' "$d/summary.txt" ||
+		{ msg "no 64-byte line with ratios 1.10 and 1.06, limit 55.49 and kv/limit 0.10"; return 1; }
+	grep -qx 'write_bw,1,2,64,4096,1,20000,1200,1300,crc32-generic,46.95,24.414,.*' "$d/limit.csv" ||
+		{ msg "limit.csv has not round 2's limit:"; diag <"$d/limit.csv"; return 1; }
 	grep -qx 'kernel: 7.3.4; commit: abc1234; machine: AMD EPYC; 2 CPUs; 24 GiB; QEMU TCG' "$d/summary.txt" ||
 		{ msg "the summary does not say what the run was measured on"; return 1; }
 	[ "$(grep -c '^write_' "$d/raw.csv")" = 15 ] || { msg "raw.csv has not 15 runs"; return 1; }
 	[ "$(grep -c ",$on\$" "$d/raw.csv")" = 15 ] || { msg "raw.csv's runs do not all say what they ran on"; return 1; }
+}
+
+# A figure above the limit is listed (the model misses something); a limit
+# line not understood is a run without a result.
+bench_report_figures_above_the_limit_listed() {
+	local d=$tmp/bench-limit out
+	mkdir -p "$d" || return 1
+	sed -E 's/tx_ns [0-9]+ rx_ns [0-9]+/tx_ns 100000 rx_ns 90000/' "$here/bench/bench.log" >"$d/bench.log"
+	out=$(python3 "$top/tools/bench/report.py" "$d") || { echo "$out" | diag; msg "report.py failed"; return 1; }
+	# 64 B / 100 us = 0.61 MB/s: perftest, C and kverbs are all above it.
+	echo "$out" | grep -qx 'figures above the limit (the model misses something): 3' ||
+		{ echo "$out" | diag; return 1; }
+	echo "$out" | grep -qx '  write_bw 1 64 kverbs: 5.50 > 0.61' || { msg "kverbs not named"; return 1; }
+	echo "kverbs-bench: limit write_bw 1 64 4 size 64 mtu 4096" >>"$d/bench.log"
+	out=$(python3 "$top/tools/bench/report.py" "$d") && { msg "report.py succeeded"; return 1; }
+	echo "$out" | grep -q "write_bw 1 64 4: a limit line not understood" ||
+		{ echo "$out" | diag; return 1; }
+}
+
+# The loops of the 8-QP remote invalid request error are counted per
+# implementation with the statuses rxe logged; a failed loop is the finding,
+# not a run without a result.
+bench_report_inv_req_loops_counted() {
+	local d=$tmp/bench-invreq out
+	mkdir -p "$d" && cp "$here/bench/bench.log" "$d/" || return 1
+	printf 'kverbs-bench: invreq %s\n' 'perftest 1 failed statuses=9' 'perftest 2 ok statuses=none' \
+		'kverbs 1 ok statuses=none' 'kverbs 2 failed statuses=9,12' >>"$d/bench.log"
+	out=$(python3 "$top/tools/bench/report.py" "$d") || { echo "$out" | diag; msg "report.py failed"; return 1; }
+	echo "$out" | grep -qx '  perftest        1 of 2 failed; statuses: 9' || { echo "$out" | diag; return 1; }
+	echo "$out" | grep -qx '  kverbs          1 of 2 failed; statuses: 9,12' || { echo "$out" | diag; return 1; }
 }
 
 # A run that gave no row makes the report fail, and it is named.
@@ -378,7 +414,7 @@ compile_fail_unlisted() {
 
 echo "TAP version 13"
 mapfile -t examples < <(extract_compile_fail)
-nplan=$((${#TOTALS_FIXTURES[@]} + 1 + 6 + 2 + 1 + ${#COMPILE_FAIL_EXAMPLES[@]} + (vm ? 3 : 0)))
+nplan=$((${#TOTALS_FIXTURES[@]} + 1 + 6 + 4 + 1 + ${#COMPILE_FAIL_EXAMPLES[@]} + (vm ? 3 : 0)))
 echo "1..$nplan"
 for name in "${TOTALS_FIXTURES[@]}"; do
 	t "totals_$name" totals_listed_case "$name"
@@ -391,6 +427,8 @@ t build_kernel_lost_option_fails build_kernel_lost_option_fails
 t build_kernel_waits_for_held_lock build_kernel_waits_for_held_lock
 t build_kernel_perf_flavor_has_no_debug_options build_kernel_perf_flavor_has_no_debug_options
 t bench_report_medians_and_ratios bench_report_medians_and_ratios
+t bench_report_figures_above_the_limit_listed bench_report_figures_above_the_limit_listed
+t bench_report_inv_req_loops_counted bench_report_inv_req_loops_counted
 t bench_report_counts_runs_without_result bench_report_counts_runs_without_result
 t compile_fail_control_builds compile_fail_control_builds
 declare -A used
