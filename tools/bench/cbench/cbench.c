@@ -16,16 +16,18 @@
  * Options: dev= (required), test=write_bw|write_lat, size= (2..1 MiB) or
  * sizes=all, iters=, tx_depth=, cq_mod=, qps= (1..16, write_bw), mtu=,
  * qp_timeout= (the local ACK timeout, 4.096 us x 2^n; 14 as perftest's).
- * Loopback only; the device is held (ib_device_get_by_name) during a run.
+ * Loopback only; the device is held (found through its netdev) during a run.
  */
 
 #include <linux/module.h>
 #include <linux/debugfs.h>
+#include <linux/netdevice.h>
 #include <linux/slab.h>
 #include <linux/sort.h>
 #include <linux/math64.h>
 #include <linux/uaccess.h>
 #include <linux/sched/signal.h>
+#include <net/net_namespace.h>
 #include <rdma/ib_verbs.h>
 #include <rdma/ib_cache.h>
 
@@ -630,6 +632,32 @@ out:
 	return ret;
 }
 
+/*
+ * The RDMA device named `name`, held (ib_device_put() it), or NULL. By way
+ * of the netdevs of init_net: 7.x no longer has ib_device_get_by_name(),
+ * and ib_device_get_by_netdev() is exported by both kernels. Finds devices
+ * that have a netdev (rxe, RoCE), which is what this module runs on.
+ */
+static struct ib_device *cb_get_device(const char *name)
+{
+	struct ib_device *dev, *found = NULL;
+	struct net_device *ndev;
+
+	rcu_read_lock();
+	for_each_netdev_rcu(&init_net, ndev) {
+		dev = ib_device_get_by_netdev(ndev, RDMA_DRIVER_UNKNOWN);
+		if (!dev)
+			continue;
+		if (!strcmp(dev_name(&dev->dev), name)) {
+			found = dev;
+			break;
+		}
+		ib_device_put(dev);
+	}
+	rcu_read_unlock();
+	return found;
+}
+
 static int cb_run(const struct cb_cfg *cfg)
 {
 	struct ib_device *dev;
@@ -642,7 +670,7 @@ static int cb_run(const struct cb_cfg *cfg)
 	u64 *tp = NULL, *tc = NULL, n = (u64)cfg->iters * cfg->qps;
 	int ret;
 
-	dev = ib_device_get_by_name(cfg->dev, RDMA_DRIVER_UNKNOWN);
+	dev = cb_get_device(cfg->dev);
 	if (!dev) {
 		pr_warn("kverbs_cbench: no RDMA device '%s'\n", cfg->dev);
 		return -ENODEV;
