@@ -73,6 +73,7 @@ cp "$top/Kbuild" "$build/src/"
 	-exec cp --parents -t "$build/src" {} +)
 cp "$top/tools/bench/cbench/Kbuild" "$top/tools/bench/cbench/cbench.c" "$build/cbench/"
 cp "$top/tools/bench/limit/Kbuild" "$top/tools/bench/limit/limit.c" "$build/limit/"
+cp "$top/tools/bench/kv_bench_dev.h" "$build/"
 vars=(LLVM=-19 RUSTC=/usr/bin/rustc BINDGEN=bindgen)
 if ! { make -s -C "$kdir" M="$build/src" "${vars[@]}" modules &&
 	make -s -C "$kdir" M="$build/cbench" LLVM=-19 modules &&

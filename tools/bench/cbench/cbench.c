@@ -21,14 +21,13 @@
 
 #include <linux/module.h>
 #include <linux/debugfs.h>
-#include <linux/netdevice.h>
 #include <linux/slab.h>
 #include <linux/sort.h>
 #include <linux/math64.h>
 #include <linux/uaccess.h>
 #include <linux/sched/signal.h>
-#include <net/net_namespace.h>
 #include <rdma/ib_verbs.h>
+#include "../kv_bench_dev.h"
 #include <rdma/ib_cache.h>
 
 #define CB_MAX_SIZE (1 << 20)
@@ -632,32 +631,6 @@ out:
 	return ret;
 }
 
-/*
- * The RDMA device named `name`, held (ib_device_put() it), or NULL. By way
- * of the netdevs of init_net: 7.x no longer has ib_device_get_by_name(),
- * and ib_device_get_by_netdev() is exported by both kernels. Finds devices
- * that have a netdev (rxe, RoCE), which is what this module runs on.
- */
-static struct ib_device *cb_get_device(const char *name)
-{
-	struct ib_device *dev, *found = NULL;
-	struct net_device *ndev;
-
-	rcu_read_lock();
-	for_each_netdev_rcu(&init_net, ndev) {
-		dev = ib_device_get_by_netdev(ndev, RDMA_DRIVER_UNKNOWN);
-		if (!dev)
-			continue;
-		if (!strcmp(dev_name(&dev->dev), name)) {
-			found = dev;
-			break;
-		}
-		ib_device_put(dev);
-	}
-	rcu_read_unlock();
-	return found;
-}
-
 static int cb_run(const struct cb_cfg *cfg)
 {
 	struct ib_device *dev;
@@ -670,7 +643,7 @@ static int cb_run(const struct cb_cfg *cfg)
 	u64 *tp = NULL, *tc = NULL, n = (u64)cfg->iters * cfg->qps;
 	int ret;
 
-	dev = cb_get_device(cfg->dev);
+	dev = kv_bench_get_device(cfg->dev);
 	if (!dev) {
 		pr_warn("kverbs_cbench: no RDMA device '%s'\n", cfg->dev);
 		return -ENODEV;

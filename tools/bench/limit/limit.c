@@ -51,8 +51,8 @@
 #include <linux/version.h>
 #include <linux/sched/signal.h>
 #include <crypto/hash.h>
-#include <net/net_namespace.h>
 #include <rdma/ib_verbs.h>
+#include "../kv_bench_dev.h"
 
 #define LM_MAX_SIZE (8 << 20)
 /* What one run moves at least, and the messages it is made of at most. */
@@ -259,32 +259,6 @@ static struct page **lm_alloc_pages(unsigned int n)
 	return pages;
 }
 
-/*
- * The RDMA device named `name`, held (ib_device_put() it), or NULL. By way
- * of the netdevs of init_net: 7.x no longer has ib_device_get_by_name(),
- * and ib_device_get_by_netdev() is exported by both kernels. Finds devices
- * that have a netdev (rxe, RoCE), which is what this module runs on.
- */
-static struct ib_device *lm_get_device(const char *name)
-{
-	struct ib_device *dev, *found = NULL;
-	struct net_device *ndev;
-
-	rcu_read_lock();
-	for_each_netdev_rcu(&init_net, ndev) {
-		dev = ib_device_get_by_netdev(ndev, RDMA_DRIVER_UNKNOWN);
-		if (!dev)
-			continue;
-		if (!strcmp(dev_name(&dev->dev), name)) {
-			found = dev;
-			break;
-		}
-		ib_device_put(dev);
-	}
-	rcu_read_unlock();
-	return found;
-}
-
 static int lm_run(const struct lm_cfg *cfg)
 {
 	struct lm_ctx c = {};
@@ -296,7 +270,7 @@ static int lm_run(const struct lm_cfg *cfg)
 	const char *driver = "crc32_le";
 	int ret;
 
-	dev = lm_get_device(cfg->dev);
+	dev = kv_bench_get_device(cfg->dev);
 	if (!dev) {
 		pr_warn("kverbs_limit: no RDMA device '%s'\n", cfg->dev);
 		return -ENODEV;
