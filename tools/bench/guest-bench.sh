@@ -163,12 +163,13 @@ done
 # logged ("make_send_cqe: non-flush error status = N") during the run.
 invreq() {
 	local impl=$1 loop=$2 t=$INV_REQ_TIMEOUT before r st
+	local opts="test=write_bw,size=65536,iters=300,qps=8,qp_timeout=$t"
 	before=$(dmesg | wc -l)
 	case $impl in
 	perftest) r=$(PT_TIMEOUT=$t run_perftest write_bw 8 65536 300) ;;
-	c) r=$(run_kernel "$CB" "dev=$DEV,test=write_bw,size=65536,iters=300,qps=8,qp_timeout=$t") ;;
-	kverbs) r=$(run_kernel "$KV" "test=write_bw,size=65536,iters=300,qps=8,qp_timeout=$t") ;;
-	kverbs_softirq) r=$(run_kernel "$KV" "test=write_bw,size=65536,iters=300,qps=8,qp_timeout=$t,poll=softirq") ;;
+	c) r=$(run_kernel "$CB" "dev=$DEV,$opts") ;;
+	kverbs) r=$(run_kernel "$KV" "$opts") ;;
+	kverbs_softirq) r=$(run_kernel "$KV" "$opts,poll=softirq") ;;
 	esac
 	st=$(dmesg | tail -n +"$((before + 1))" | sed -n 's/.*non-flush error status = \([0-9]*\).*/\1/p' |
 		sort -n | uniq | paste -sd, -)
