@@ -16,6 +16,10 @@
 //!   rest of the batch, drain marker included, and free the slots the
 //!   first is still to write (a QP dropped on another thread). A task that
 //!   finds the CQ being processed yields instead ([`Cq::process_direct`]);
+//! - [`PollCtx::Adaptive`]: polled by the waiters as a direct CQ, but a
+//!   waiter whose completion is not near sleeps instead of spinning
+//!   ([`adaptive`]): about the latency of a direct CQ, and the CPU left to
+//!   the device while a pipeline of requests runs;
 //! - [`PollCtx::Softirq`]: the core polls in softirq context on interrupt;
 //! - [`PollCtx::Workqueue`]: the core polls from a workqueue.
 //!
@@ -40,14 +44,21 @@ use kernel::{
     types::Opaque,
 };
 
+pub mod adaptive;
+
+use self::adaptive::{Adaptive, Idle};
+
 /// What a CQ keeps for completions still in it: slots, and their table.
 type Kept = (KVec<Slot>, Option<Arc<QpTable>>);
 
 /// Where completions are polled.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum PollCtx {
-    /// By the waiter itself (`IB_POLL_DIRECT`).
+    /// By the waiter itself (`IB_POLL_DIRECT`), spinning.
     Direct,
+    /// By the waiter itself (`IB_POLL_DIRECT`), sleeping while its
+    /// completion is not near ([`adaptive`]).
+    Adaptive,
     /// In softirq context (`IB_POLL_SOFTIRQ`).
     Softirq,
     /// In a workqueue (`IB_POLL_WORKQUEUE`).
@@ -59,6 +70,7 @@ impl PollCtx {
     pub fn name(self) -> &'static str {
         match self {
             PollCtx::Direct => "direct",
+            PollCtx::Adaptive => "adaptive",
             PollCtx::Softirq => "softirq",
             PollCtx::Workqueue => "workqueue",
         }
@@ -68,10 +80,17 @@ impl PollCtx {
     pub fn from_name(name: &str) -> Option<Self> {
         match name {
             "direct" => Some(PollCtx::Direct),
+            "adaptive" => Some(PollCtx::Adaptive),
             "softirq" => Some(PollCtx::Softirq),
             "workqueue" => Some(PollCtx::Workqueue),
             _ => None,
         }
+    }
+
+    /// Whether the waiters poll (`IB_POLL_DIRECT`): [`PollCtx::Direct`] and
+    /// [`PollCtx::Adaptive`].
+    pub fn polled_by_waiters(self) -> bool {
+        matches!(self, PollCtx::Direct | PollCtx::Adaptive)
     }
 }
 
@@ -85,8 +104,9 @@ pub struct Cq(Arc<CqInner>);
 /// `cq` was allocated by `__ib_alloc_cq` on `dev` with `cq_context` pointing
 /// to `*wq`, an initialised wait queue that lives in its own allocation as
 /// long as the CQ. `room` is the number of its entries that no QP has
-/// taken. On a [`PollCtx::Direct`] CQ, `ib_process_cq_direct` is only
-/// called by the task that set `processing` (and clears it after).
+/// taken. On a CQ polled by its waiters ([`PollCtx::polled_by_waiters`]),
+/// `ib_process_cq_direct` is only called by the task that set `processing`
+/// (and clears it after).
 pub(crate) struct CqInner {
     cq: NonNull<bindings::ib_cq>,
     ctx: PollCtx,
@@ -120,7 +140,7 @@ impl Cq {
         )?;
         let kept = KBox::pin_init(new_mutex!(KVec::new()), GFP_KERNEL)?;
         let poll = match ctx {
-            PollCtx::Direct => bindings::IB_POLL_DIRECT,
+            PollCtx::Direct | PollCtx::Adaptive => bindings::IB_POLL_DIRECT,
             PollCtx::Softirq => bindings::IB_POLL_SOFTIRQ,
             PollCtx::Workqueue => bindings::IB_POLL_WORKQUEUE,
         };
@@ -214,14 +234,14 @@ impl Cq {
         self.0.room.fetch_add(n, Ordering::AcqRel);
     }
 
-    /// Processes up to `budget` completions of a [`PollCtx::Direct`] CQ,
-    /// calling their `done` functions, and returns how many; 0 on other
-    /// CQs, and 0 when another task is processing this one (its batch may
+    /// Processes up to `budget` completions of a CQ polled by its waiters
+    /// (direct or adaptive), calling their `done` functions, and returns how
+    /// many; 0 on other CQs, and 0 when another task is processing this one (its batch may
     /// hold completions whose slots are freed as soon as their drain marker
     /// is seen, so two tasks never process one CQ at once).
     pub(crate) fn process_direct(&self, budget: u32) -> u32 {
         let inner = &self.0;
-        if inner.ctx != PollCtx::Direct {
+        if !inner.ctx.polled_by_waiters() {
             return 0;
         }
         if inner
@@ -262,7 +282,7 @@ impl Cq {
     }
 
     fn hold(&self) -> Option<DirectHold<'_>> {
-        if self.0.ctx != PollCtx::Direct {
+        if !self.0.ctx.polled_by_waiters() {
             return None;
         }
         while self
@@ -284,13 +304,15 @@ impl Cq {
     }
 
     /// One step of a wait for `*state == want`, which a completion's
-    /// `done` sets: on a [`PollCtx::Direct`] CQ, processes up to 16
-    /// completions (and yields the CPU if there were none, or another task
-    /// is processing); otherwise sleeps on the CQ's wait queue until it is
-    /// woken with `*state == want`, at most `slice_ms`, or a signal comes.
-    /// The caller checks `*state` and its deadline.
-    pub(crate) fn wait_step(&self, state: &AtomicU32, want: u32, slice_ms: u32) {
-        self.wait_step_as(state, want, slice_ms, true)
+    /// `done` sets, begun at `since` (`now_ns`): on a CQ polled by its
+    /// waiters, processes up to 16 completions, and if there were none (or
+    /// another task is processing) yields the CPU (direct) or spins or
+    /// sleeps as [`adaptive`] decides for a wait that expects nothing;
+    /// otherwise sleeps on the CQ's wait queue until it is woken with
+    /// `*state == want`, at most `slice_ms`, or a signal comes. The caller
+    /// checks `*state` and its deadline.
+    pub(crate) fn wait_step(&self, state: &AtomicU32, want: u32, since: u64, slice_ms: u32) {
+        self.wait_step_as(state, want, since, slice_ms, true)
     }
 
     /// [`Cq::wait_step`], ignoring signals unless `interruptible`: a drain
@@ -299,12 +321,13 @@ impl Cq {
         &self,
         state: &AtomicU32,
         want: u32,
+        since: u64,
         slice_ms: u32,
         interruptible: bool,
     ) {
-        if self.0.ctx == PollCtx::Direct {
+        if self.0.ctx.polled_by_waiters() {
             if self.process_direct(16) == 0 {
-                crate::cond_resched();
+                let _ = self.idle(since, 0, false);
             }
             return;
         }
@@ -323,6 +346,20 @@ impl Cq {
 }
 
 impl Cq {
+    /// What a waiter of a CQ polled by its waiters does after a poll that
+    /// found nothing, in a wait begun at `since` that expects to take
+    /// `expect` ns (0: unknown), with requests outstanding behind the
+    /// awaited one if `pipelined`: yield the CPU (direct, or while another
+    /// task is processing the CQ), or spin or sleep ([`adaptive`]).
+    /// Process context; may sleep.
+    pub(crate) fn idle(&self, since: u64, expect: u64, pipelined: bool) -> Idle {
+        if self.0.ctx != PollCtx::Adaptive || self.0.processing.load(Ordering::Relaxed) {
+            crate::cond_resched();
+            return Idle::Spun;
+        }
+        Adaptive::new(since, expect, pipelined).idle_at(crate::now_ns())
+    }
+
     /// Sleeps on the CQ's wait queue until `*v >= want`, at most
     /// `slice_ms` (the `done` callbacks of a stream wake it).
     pub(crate) fn wait_u64_ge(&self, v: &AtomicU64, want: u64, slice_ms: u32) {

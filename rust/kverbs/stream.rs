@@ -16,8 +16,9 @@
 //!   `signal_every` (CQ moderation), with no allocation and no lock;
 //! - completions are counted, not returned: each signalled completion says
 //!   how many requests are done ([`SendStream::completed`]); [`poll`]
-//!   processes a batch of completions of a directly polled CQ (busy
-//!   polling) and [`wait`] waits for a count.
+//!   processes a batch of completions of a CQ polled by its waiters (busy
+//!   polling) and [`wait`] waits for a count (on an adaptive CQ, sleeping
+//!   or spinning as the stream's last waits say).
 //!
 //! Requests complete in order on a queue of an RC QP, so "request `n` is
 //! done" means every request before it is too.
@@ -43,7 +44,10 @@
 //! [`wait`]: SendStream::wait
 
 use crate::bindings;
-use crate::cq::{Cq, PollCtx};
+use crate::cq::{
+    adaptive::{self, Idle},
+    Cq, PollCtx,
+};
 use crate::dma::DmaBuf;
 use crate::qp::{CanPostRecv, Cancel, Qp, Queue, Rc, Rts, SendOp, SendWr, State, Transport};
 use crate::wc::WcStatus;
@@ -210,6 +214,9 @@ struct Ring {
     segs: KVec<(usize, i32)>,
     depth: u32,
     posted: u64,
+    /// How long a wait is expected to take on an adaptive CQ (see
+    /// [`crate::cq::adaptive`]); 0 before the first.
+    expect_ns: u64,
 }
 
 impl Ring {
@@ -243,6 +250,7 @@ impl Ring {
             segs: ranges,
             depth,
             posted: 0,
+            expect_ns: 0,
         })
     }
 
@@ -347,11 +355,15 @@ impl Ring {
 
     /// Waits until `upto` requests (at most those posted) are done on `cq`:
     /// `ETIMEDOUT` after `timeout_ms`, `ECANCELED`, `EINTR`, or `EIO` if a
-    /// request failed.
+    /// request failed. On an adaptive CQ the wait sleeps or spins as its
+    /// expected time (the average of the stream's last waits) says, with
+    /// requests behind the awaited one if `pipelined`.
+    #[allow(clippy::too_many_arguments)]
     fn wait(
-        &self,
+        &mut self,
         cq: &Cq,
         upto: u64,
+        pipelined: bool,
         timeout_ms: u32,
         cancel: &Cancel,
         dev: &crate::device::Device,
@@ -359,16 +371,28 @@ impl Ring {
     ) -> Result {
         let upto = upto.min(self.posted);
         let deadline = crate::Deadline::new(timeout_ms, cancel);
+        let adaptive = cq.poll_ctx() == PollCtx::Adaptive;
+        let start = if adaptive { crate::now_ns() } else { 0 };
+        // What the last empty poll led to: none yet.
+        let mut did = None;
         loop {
             self.check(dev, qpn)?;
             let done = self.shared.completed();
             if done >= upto {
+                // Only waits that waited teach the expected time.
+                self.expect_ns = match did {
+                    None => self.expect_ns,
+                    Some(Idle::Slept) => adaptive::overslept(self.expect_ns),
+                    Some(_) => {
+                        adaptive::expect_next(self.expect_ns, crate::now_ns().saturating_sub(start))
+                    }
+                };
                 return Ok(());
             }
             deadline.check()?;
-            if cq.poll_ctx() == PollCtx::Direct {
+            if cq.poll_ctx().polled_by_waiters() {
                 if Self::process(cq, 16) == 0 {
-                    crate::cond_resched();
+                    did = Some(cq.idle(start, self.expect_ns, pipelined));
                 }
             } else {
                 cq.wait_u64_ge(&self.shared.counts.completed, upto, 10);
@@ -561,9 +585,12 @@ impl<'a> SendStream<'a> {
     /// `timeout_ms`, `ECANCELED`, `EINTR`, or `EIO` if a request failed.
     pub fn wait(&mut self, upto: u64, timeout_ms: u32, cancel: &Cancel) -> Result {
         let qp = self.qp;
+        // Requests behind the awaited one keep the device busy meanwhile.
+        let pipelined = self.ring.posted > upto;
         self.ring.wait(
             qp.send_cq(),
             upto,
+            pipelined,
             timeout_ms,
             cancel,
             qp.device(),
@@ -665,9 +692,12 @@ impl<'a, S: CanPostRecv, T: Transport> RecvStream<'a, S, T> {
     /// As [`SendStream::wait`], on the receive CQ.
     pub fn wait(&mut self, upto: u64, timeout_ms: u32, cancel: &Cancel) -> Result {
         let qp = self.qp;
+        // Receives are posted ahead of the messages: they say nothing of
+        // what the peer is doing, so a receive's wait is never pipelined.
         self.ring.wait(
             qp.recv_cq(),
             upto,
+            false,
             timeout_ms,
             cancel,
             qp.device(),

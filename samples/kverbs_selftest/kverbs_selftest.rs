@@ -185,6 +185,10 @@ const CASES: &[(&str, Case)] = &[
         races::direct_cq_shared_by_two_tasks_dropping_qps,
     ),
     (
+        "adaptive_cq_shared_by_two_tasks_dropping_qps",
+        races::adaptive_cq_shared_by_two_tasks_dropping_qps,
+    ),
+    (
         "event_ring_of_4096_snapshotted",
         races::event_ring_of_4096_snapshotted,
     ),

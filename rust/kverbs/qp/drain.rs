@@ -204,9 +204,10 @@ impl QpInner {
     fn wait_marker(&self, m: &Slot, cq: &Cq, queue: &str) -> bool {
         let cancel = Cancel::new();
         let deadline = crate::Deadline::new(5000, &cancel);
+        let since = crate::now_ns();
         while m.state.load(Ordering::Acquire) != SLOT_DONE && deadline.left_ns() > 0 {
             let slice = (deadline.left_ns() / 1_000_000).clamp(1, 100) as u32;
-            cq.wait_step_as(&m.state, SLOT_DONE, slice, false);
+            cq.wait_step_as(&m.state, SLOT_DONE, since, slice, false);
         }
         if m.state.load(Ordering::Acquire) != SLOT_DONE {
             pr_err!(

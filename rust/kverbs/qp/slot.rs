@@ -78,6 +78,7 @@ impl Slot {
     /// [`Srq::wait`](crate::srq::Srq::wait).
     pub(crate) fn wait_done(&self, cq: &Cq, timeout_ms: u32, cancel: &Cancel) -> Result<bool> {
         let deadline = crate::Deadline::new(timeout_ms, cancel);
+        let since = crate::now_ns();
         while self.state.load(Ordering::Acquire) != SLOT_DONE {
             if let Err(e) = deadline.check() {
                 if e.to_errno() == crate::errno::etimedout().to_errno() {
@@ -86,7 +87,7 @@ impl Slot {
                 return Err(e);
             }
             let slice = (deadline.left_ns() / 1_000_000).clamp(1, 100) as u32;
-            cq.wait_step(&self.state, SLOT_DONE, slice);
+            cq.wait_step(&self.state, SLOT_DONE, since, slice);
         }
         Ok(true)
     }

@@ -236,6 +236,7 @@ CASES=(
 	srq_shared_by_two_qps
 	alt_path_needs_auto_path_mig
 	direct_cq_shared_by_two_tasks_dropping_qps
+	adaptive_cq_shared_by_two_tasks_dropping_qps
 	event_ring_of_4096_snapshotted
 	event_sink_sleeps_and_drops_its_objects
 	cm_requests_while_accepted_ids_are_destroyed

@@ -1,0 +1,219 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Adaptive polling: spin while a completion is near, sleep while it is not.
+//!
+//! C header: [`include/linux/delay.h`](srctree/include/linux/delay.h)
+//! (`usleep_range`)
+//!
+//! A [`PollCtx::Adaptive`](super::PollCtx::Adaptive) CQ is polled by its
+//! waiters, as a direct one (`IB_POLL_DIRECT`): no interrupt and no softirq,
+//! each completion processed in the waiting task. What differs is what a
+//! waiter does when a poll finds nothing. A direct waiter spins: the lowest
+//! latency, but it holds a CPU the device may need (rxe's requester,
+//! responder and completer are tasks on the same CPUs). An adaptive waiter
+//! sleeps while its completion is not near, in the manner of the hybrid
+//! polling NVMe had in the block layer (`io_poll_delay`: sleep about half
+//! the expected time, then spin):
+//!
+//! - the expected time of a wait is an average of the last waits of the
+//!   same kind that had to wait (a stream keeps its own; a request's slot
+//!   expects nothing); a wait whose completion was already there when its
+//!   first sleep ended halves it (it slept too long);
+//! - a wait for the last outstanding request (a ping-pong, whose latency
+//!   is the caller's) first sleeps half of it, then spins up to one and a
+//!   half times it;
+//! - a wait with requests outstanding behind the awaited one (a pipeline:
+//!   the device still has work, so being a little late costs nothing)
+//!   first sleeps seven eighths of it, then spins up to an eighth more;
+//! - past that (or [`MIN_SPIN_NS`] when nothing is expected) it backs off:
+//!   it sleeps an eighth of the time it has waited, at most
+//!   [`MAX_SLEEP_NS`], so an idle waiter costs little and wakes at most an
+//!   eighth late;
+//! - a sleep costs more than it asks for: timer slack and the wake-up (in
+//!   an emulated guest tens of microseconds, more than a short wait). That
+//!   cost is learned (an average over every adaptive sleep), taken off each
+//!   sleep, and a waiter only sleeps where it can afford it: a first sleep
+//!   that ends at least [`MIN_SLEEP_NS`] plus the cost before the expected
+//!   time, a back-off once it has waited eight times the cost (so being
+//!   woken late costs at most an eighth). Where sleeping costs more than
+//!   the wait, an adaptive waiter polls as a direct one;
+//! - while another task is processing the CQ (it may be reaping this very
+//!   completion) it only yields.
+//!
+//! Sleeps are `usleep_range` (high-resolution timers), uninterruptible, in
+//! process context (the helper says `might_sleep`), each at most
+//! [`MAX_SLEEP_NS`]: the callers check their deadline, cancel token and
+//! signals between two polls, as with the other contexts, so a wait ends
+//! at most one sleep after its deadline.
+
+use crate::bindings;
+use core::sync::atomic::{AtomicU64, Ordering};
+
+/// Shorter sleeps are not worth a timer: the waiter spins instead.
+pub const MIN_SLEEP_NS: u64 = 10_000;
+/// The longest sleep between two polls.
+pub const MAX_SLEEP_NS: u64 = 1_000_000;
+/// How long a waiter that expects nothing spins before it backs off.
+pub const MIN_SPIN_NS: u64 = 20_000;
+/// The longest wait counted in the expected time: a wait for a peer that
+/// was idle (seconds) must not make the next waits sleep that long.
+const MAX_EXPECT_NS: u64 = 4 * MAX_SLEEP_NS;
+/// What a sleep is assumed to cost beyond what it asks for, until sleeps
+/// have been measured.
+const FIRST_COST_NS: u64 = 50_000;
+
+/// What a sleep costs beyond what it asks for (timer slack, the wake-up):
+/// an average over the adaptive sleeps of every CQ, read and written
+/// without ordering (a heuristic; a lost update costs nothing).
+static SLEEP_COST_NS: AtomicU64 = AtomicU64::new(FIRST_COST_NS);
+
+// `usleep_range` takes microseconds: a sleep is never 0.
+const _: () = assert!(MIN_SLEEP_NS >= 1000 && MIN_SLEEP_NS <= MAX_SLEEP_NS);
+
+/// What a waiter did after a poll that found nothing.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Idle {
+    /// Yielded the CPU if a task should run (`cond_resched`).
+    Spun,
+    /// Slept until the end of its first sleep.
+    Slept,
+    /// Slept an eighth of the time it had waited.
+    BackedOff,
+}
+
+/// The decisions of one wait: when it began, what it expects, and whether
+/// requests are outstanding behind the one it waits for. It keeps no state
+/// of its own: a caller polling in a loop makes a new one, with the same
+/// values, after each empty poll.
+pub(crate) struct Adaptive {
+    start: u64,
+    expect: u64,
+    pipelined: bool,
+}
+
+impl Adaptive {
+    /// A wait that began at `start` (`now_ns`) and expects to take
+    /// `expect` ns (0: unknown), with requests outstanding behind the
+    /// awaited one if `pipelined`.
+    pub(crate) fn new(start: u64, expect: u64, pipelined: bool) -> Self {
+        Adaptive {
+            start,
+            expect: expect.min(MAX_EXPECT_NS),
+            pipelined,
+        }
+    }
+
+    /// Called after a poll that found nothing, at `now` (`now_ns`): sleeps
+    /// until the end of the first sleep if that is at least
+    /// [`MIN_SLEEP_NS`] away, spins until the end of the spin, then backs
+    /// off (see the module documentation). Process context; may sleep.
+    pub(crate) fn idle_at(&self, now: u64) -> Idle {
+        let waited = now.saturating_sub(self.start);
+        let cost = SLEEP_COST_NS.load(Ordering::Relaxed);
+        let e = self.expect;
+        let (lead, spin) = if self.pipelined {
+            (e - e / 8, (e / 8).max(MIN_SPIN_NS))
+        } else {
+            (e / 2, e.max(MIN_SPIN_NS))
+        };
+        // The first sleep, if it ends before `lead` even woken late.
+        let first = lead.saturating_sub(cost);
+        if first >= waited.saturating_add(MIN_SLEEP_NS) {
+            sleep_ns(first - waited);
+            Idle::Slept
+        } else if waited < lead.saturating_add(spin).max(cost.saturating_mul(8)) {
+            crate::cond_resched();
+            Idle::Spun
+        } else {
+            sleep_ns((waited / 8).saturating_sub(cost));
+            Idle::BackedOff
+        }
+    }
+}
+
+/// The expected time of the next wait of a kind, after one that took
+/// `took` ns: an average of the last ones (weight 1/8 to the newest),
+/// `before` the previous expectation (0: none).
+pub(crate) fn expect_next(before: u64, took: u64) -> u64 {
+    let took = took.min(MAX_EXPECT_NS);
+    if before == 0 {
+        took
+    } else {
+        before - before / 8 + took / 8
+    }
+}
+
+/// The expectation after a wait whose completion was there when its first
+/// sleep ended: the sleep was too long, so it is halved.
+pub(crate) fn overslept(before: u64) -> u64 {
+    before / 2
+}
+
+/// The adaptive idling of a loop that polls several streams itself (their
+/// `poll`, on adaptive CQs), as a benchmark's or a ULP's data path does:
+/// it learns the time between two polls that made progress and, when a
+/// pass over the streams makes none, sleeps or spins as a pipelined wait
+/// that began at the last progress would (see the module documentation).
+pub struct Poller {
+    last: u64,
+    expect: u64,
+    /// What the last call of [`Poller::idle_at`] did.
+    did: Idle,
+}
+
+impl Poller {
+    /// A poller whose last progress is now.
+    pub fn new() -> Self {
+        Poller {
+            last: crate::now_ns(),
+            expect: 0,
+            did: Idle::Spun,
+        }
+    }
+
+    /// A pass made progress at `now` (`now_ns`).
+    pub fn progress(&mut self, now: u64) {
+        self.expect = if self.did == Idle::Slept {
+            overslept(self.expect)
+        } else {
+            expect_next(self.expect, now.saturating_sub(self.last))
+        };
+        self.did = Idle::Spun;
+        self.last = now;
+    }
+
+    /// A pass made no progress, at `now` (`now_ns`): sleeps or spins.
+    /// Process context; may sleep.
+    pub fn idle_at(&mut self, now: u64) {
+        self.did = Adaptive::new(self.last, self.expect, true).idle_at(now);
+    }
+}
+
+impl Default for Poller {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Sleeps about `ns`, [`MIN_SLEEP_NS`] to [`MAX_SLEEP_NS`], in process
+/// context, and learns what it cost beyond that.
+fn sleep_ns(ns: u64) {
+    let min = ns.clamp(MIN_SLEEP_NS, MAX_SLEEP_NS) / 1000;
+    let max = (min + min / 8).min(MAX_SLEEP_NS / 1000);
+    let start = crate::now_ns();
+    // SAFETY: Plain helper: it sleeps (`usleep_range`), after
+    // `might_sleep`, which reports a caller in atomic context.
+    unsafe { bindings::kverbs_usleep_range(min as _, max as _) };
+    let over = crate::now_ns()
+        .saturating_sub(start)
+        .saturating_sub(min * 1000)
+        .min(MAX_SLEEP_NS);
+    let cost = SLEEP_COST_NS.load(Ordering::Relaxed);
+    SLEEP_COST_NS.store(cost - cost / 8 + over / 8, Ordering::Relaxed);
+}
+
+/// What a sleep costs beyond what it asks for, as learned so far: a
+/// diagnostic.
+pub fn sleep_cost_ns() -> u64 {
+    SLEEP_COST_NS.load(Ordering::Relaxed)
+}
