@@ -193,7 +193,7 @@ impl<'d> Opts<'d> {
     pub(crate) fn poll(self, v: &str) -> Result<PollCtx> {
         PollCtx::from_name(v).ok_or_else(|| {
             pr_warn!(
-                "{}: {}: poll '{}' is not direct, softirq or workqueue\n",
+                "{}: {}: poll '{}' is not direct, adaptive, softirq or workqueue\n",
                 self.dev.name(),
                 self.file,
                 v

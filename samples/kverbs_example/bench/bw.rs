@@ -8,7 +8,7 @@ use crate::report::Report;
 use core::fmt::Write;
 use kernel::prelude::*;
 use kverbs::{
-    cq::PollCtx,
+    cq::{adaptive::Poller, PollCtx},
     qp::{Cancel, Rc, RemoteBuf, Rts, SendOp},
     stream::{RecvStream, Segment, SendStream},
 };
@@ -211,6 +211,8 @@ pub(super) fn run(
     let mut last_progress = kverbs::now_ns();
     let timeout_ns = u64::from(cfg.timeout_ms) * 1_000_000;
     let mut spins = 0u32;
+    // Adaptive CQs: sleep while no completion is near.
+    let mut poller = Poller::new();
     loop {
         let (busy, progress) = pass(&mut lanes, iters, n, stamps, &mut counts)?;
         if !busy {
@@ -227,12 +229,12 @@ pub(super) fn run(
         // loop it cost kverbs 5% of a 64-byte write_bw run (perf).
         if progress {
             last_progress = kverbs::now_ns();
+            poller.progress(last_progress);
             continue;
         }
-        // Without progress: check the run's end every 64 polls (every
-        // time when sleeping), then give the CPU to rxe.
-        let sleep = cfg.poll != PollCtx::Direct;
-        if !sleep && spins % 64 != 0 {
+        // Without progress: check the run's end every 64 polls when busy
+        // polling, every time otherwise, then give the CPU to rxe.
+        if cfg.poll == PollCtx::Direct && spins % 64 != 0 {
             continue;
         }
         let now = kverbs::now_ns();
@@ -247,13 +249,14 @@ pub(super) fn run(
             );
             return Err(kverbs::errno::etimedout());
         }
-        if sleep {
+        match cfg.poll {
+            // Lets rxe's workers run on this CPU (no preemption).
+            PollCtx::Direct => kverbs::cond_resched(),
+            // Spins while a completion is near, else sleeps.
+            PollCtx::Adaptive => poller.idle_at(now),
             // The core polls: sleep until a completion of the first lane
             // that waits for one (1 ms at most).
-            sleep_for_one(&mut lanes, cancel)?;
-        } else {
-            // Lets rxe's workers run on this CPU (no preemption).
-            kverbs::cond_resched();
+            _ => sleep_for_one(&mut lanes, cancel)?,
         }
     }
     drop(lanes);

@@ -148,13 +148,50 @@ bidir() {
 	check_bw 4096 300
 }
 
+# voluntary: the voluntary context switches of this shell's task so far,
+# in VOL (read with builtins: a command substitution would fork).
+voluntary() {
+	local k v
+	while read -r k v; do
+		[ "$k" = voluntary_ctxt_switches: ] && VOL=$v
+	done </proc/$$/status
+}
+
+# switches OPTIONS: a run written from this shell's task (printf is a
+# builtin), its voluntary context switches in SW.
+switches() {
+	local before
+	voluntary
+	before=$VOL
+	printf '%s' "$1" >"$BENCH" 2>/dev/null || { kv_msg "'$1' failed"; kv_diag <"$BENCH"; return 1; }
+	voluntary
+	SW=$((VOL - before))
+	grep -q "^result: ok" "$BENCH"
+}
+
+# The default poll mode is adaptive: the writing task polls its CQs and
+# sleeps while no completion is near, where poll=direct spins (yielding
+# only when preempted, an involuntary switch). The same run must sleep
+# many times more often adaptive than direct.
+adaptive_sleeps() {
+	local opts=test=write_bw,size=4096,iters=1000 direct
+	switches "$opts,poll=direct" || return 1
+	grep -q "Polling *: direct" "$BENCH" || { kv_diag <"$BENCH"; return 1; }
+	direct=$SW
+	switches "$opts" || return 1
+	grep -q "Polling *: adaptive" "$BENCH" || { kv_msg "the default is not adaptive"; kv_diag <"$BENCH"; return 1; }
+	kv_msg "voluntary context switches: direct $direct, adaptive $SW"
+	[ "$SW" -ge $((2 * direct + 100)) ] || { kv_msg "adaptive polling did not sleep"; return 1; }
+	check_bw 4096 1000
+}
+
 # bad INPUT ERRNO-TEXT DMESG-TEXT
 bad() {
 	kv_write_fails "$BENCH" "$1" "$2" "rxe_lo: bench: $3" || return 1
 	bench write_bw 64 100
 }
 
-kv_begin 38
+kv_begin 39
 kv_case setup_rxe_lo_and_load setup
 for t in write_bw read_bw send_bw; do
 	kv_case "bench_loopback_${t}_64" bench $t 64 1000
@@ -168,6 +205,7 @@ kv_case bench_loopback_atomic_lat_8 bench atomic_lat 8 300
 kv_case bench_loopback_write_lat_8_not_inline bench_says write_lat 8 300 ",inline=0" "Max inline data: 0\\[B\\]"
 kv_case bench_loopback_send_lat_236_inline inline_header send_lat 236 200
 kv_case bench_loopback_write_bw_4_qps bench write_bw 4096 300 ",qps=4"
+kv_case bench_loopback_write_bw_default_adaptive_sleeps_direct_spins adaptive_sleeps
 kv_case bench_loopback_send_bw_poll_softirq bench_says send_bw 4096 300 ",poll=softirq" "Polling: softirq"
 kv_case bench_loopback_read_bw_cq_mod_1_tx_depth_16 bench_says read_bw 1024 300 ",cq_mod=1,tx_depth=16" \
 	"CQ Moderation: 1" "TX depth: 16"

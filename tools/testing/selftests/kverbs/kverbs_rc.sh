@@ -172,7 +172,7 @@ rmmod_refused_during_run() {
 	return $r
 }
 
-kv_begin 30
+kv_begin 31
 kv_case setup_rxe_lo_rxe_dummy_and_load setup
 kv_case rc_loopback_rdma_rc_example_messages rdma_rc_example_messages
 kv_case rc_loopback_send_read_write_1 loopback 1
@@ -186,6 +186,7 @@ kv_case rc_loopback_send_read_write_1048576 loopback 1048576 ",timeout_ms=30000"
 kv_case rc_loopback_send_read_write_4_chunks_3145729 loopback 3145729 ",mtu=4096,timeout_ms=30000"
 kv_case rc_loopback_send_read_write_8_chunks_8388608 loopback 8388608 ",mtu=4096,timeout_ms=30000"
 kv_case rc_loopback_poll_direct_4096 loopback_poll direct
+kv_case rc_loopback_poll_adaptive_4096 loopback_poll adaptive
 kv_case rc_loopback_poll_workqueue_4096 loopback_poll workqueue
 kv_case rc_loopback_mtu_4096_iters_20 loopback_mtu 4096 65536
 kv_case rc_loopback_mtu_1024_iters_20 loopback_mtu 1024 5000
