@@ -4,9 +4,10 @@
 # The guest half of `make bench` (tools/bench/bench.sh): rxe on lo, the
 # kverbs layer, its example, the C reference module and the limit module
 # loaded, then for each test and size the implementations in turn --
-# perftest, C (write_bw and write_lat only), kverbs, and for bandwidth
-# kverbs with poll=softirq and the limit (tools/bench/limit: rxe's per-byte
-# work for the message, timed in the kernel) -- round after round, so that
+# perftest, C (write_bw and write_lat only), kverbs (its default poll
+# mode, adaptive), kverbs with poll=direct, and for bandwidth kverbs with
+# poll=softirq and the limit (tools/bench/limit: rxe's per-byte work for
+# the message, timed in the kernel) -- round after round, so that
 # noise hits all alike. Each run prints one line:
 #
 #   kverbs-bench: row TEST IMPL QPS SIZE ROUND <the table row's fields>
@@ -110,6 +111,7 @@ one() {
 	perftest) r=$(run_perftest "$test" "$qps" "$size" "$iters") ;;
 	c) r=$(run_kernel "$CB" "dev=$DEV,test=$test,size=$size,iters=$iters,qps=$qps") ;;
 	kverbs) r=$(run_kernel "$KV" "test=$test,size=$size,iters=$iters,qps=$qps$KV_OPTS") ;;
+	kverbs_direct) r=$(run_kernel "$KV" "test=$test,size=$size,iters=$iters,qps=$qps,poll=direct") ;;
 	kverbs_softirq) r=$(run_kernel "$KV" "test=$test,size=$size,iters=$iters,qps=$qps,poll=softirq") ;;
 	esac
 	if [ -n "$r" ]; then
@@ -128,14 +130,16 @@ GID=$(gid_index)
 say "start rounds=$ROUNDS gid=$GID kernel=$(uname -r) cpus=$(nproc)"
 
 for test in $TESTS; do
-	# Bandwidth tests also with kverbs sleeping on the CQ (poll=softirq)
-	# instead of polling it: on two vCPUs a busy-polling thread takes
-	# one of the two CPUs rxe's requester, responder and completer need.
+	# kverbs in its default poll mode (adaptive: the thread polls, and
+	# sleeps while no completion is near), busy polling (poll=direct) and,
+	# for bandwidth, sleeping on a CQ the core polls (poll=softirq): on two
+	# vCPUs a busy-polling thread takes one of the two CPUs rxe's
+	# requester, responder and completer need.
 	case $test in
-	write_bw) impls="perftest c kverbs kverbs_softirq limit" ;;
-	write_lat) impls="perftest c kverbs" ;;
-	*_bw) impls="perftest kverbs kverbs_softirq limit" ;;
-	*) impls="perftest kverbs" ;;
+	write_bw) impls="perftest c kverbs kverbs_direct kverbs_softirq limit" ;;
+	write_lat) impls="perftest c kverbs kverbs_direct" ;;
+	*_bw) impls="perftest kverbs kverbs_direct kverbs_softirq limit" ;;
+	*) impls="perftest kverbs kverbs_direct" ;;
 	esac
 	# ib_atomic_lat's fetch-and-add works on 8 bytes.
 	case $test in atomic_lat) sizes=8 ;; *_lat) sizes=$LAT_SIZES ;; *) sizes=$BW_SIZES ;; esac
@@ -152,7 +156,7 @@ done
 # Scaling: aggregate bandwidth as QPs are added.
 for qps in $QPS_LIST; do
 	for round in $(seq 1 "$ROUNDS"); do
-		for impl in perftest c kverbs kverbs_softirq limit; do
+		for impl in perftest c kverbs kverbs_direct kverbs_softirq limit; do
 			one write_bw "$impl" "$qps" 65536 "$round"
 		done
 	done

@@ -8,7 +8,9 @@
 # tools/bench/guest-bench.sh).
 #
 # Bandwidth tests compare "BW average[MB/sec]" and "MsgRate[Mpps]"; latency
-# tests "t_typical[usec]" (perftest's median). Each figure is the median
+# tests "t_typical[usec]" (perftest's median). "kverbs" is the sample's
+# default poll mode (adaptive), "kverbs_direct" busy polling and
+# "kverbs_softirq" the core's softirq poll (bandwidth tests). Each figure is the median
 # of the rounds. The limit of a bandwidth test (tools/bench/limit: rxe's
 # per-byte work for one message, timed in the kernel, its requester half tx
 # and responder half rx) is size / max(tx, rx): the two halves on the
@@ -30,7 +32,7 @@ import statistics
 import subprocess
 import sys
 
-IMPLS = ["perftest", "c", "kverbs", "kverbs_softirq"]
+IMPLS = ["perftest", "c", "kverbs", "kverbs_direct", "kverbs_softirq"]
 BW_FIELDS = ["bytes", "iterations", "bw_peak_mb_s", "bw_avg_mb_s", "msg_rate_mpps"]
 LAT_FIELDS = ["bytes", "iterations", "t_min_us", "t_max_us", "t_typical_us",
               "t_avg_us", "t_stdev_us", "p99_us", "p99_9_us"]
@@ -138,8 +140,11 @@ def main():
             p(f"{test}, {qps} QP{'s' if qps > 1 else ''}: {unit}, median of rounds"
               + ("" if lat else "; message rate [Mpps]"))
             hdr = f"{'size':>8} {'perftest':>10} {'C':>10} {'kverbs':>10} {'kv/perftest':>12} {'kv/C':>8}"
-            if not lat:
-                hdr += f" {'Mpps pt':>9} {'Mpps kv':>9} {'kv/pt':>6} {'kv softirq':>10} {'/perftest':>9}"
+            if lat:
+                hdr += f" {'kv direct':>10} {'kv/direct':>9}"
+            else:
+                hdr += f" {'Mpps pt':>9} {'Mpps kv':>9} {'kv/pt':>6} {'kv direct':>10} {'/perftest':>9}"
+                hdr += f" {'kv softirq':>10} {'/perftest':>9}"
                 hdr += f" {'limit':>10} {'kv/limit':>8}"
             p(hdr)
             for size in sizes:
@@ -155,13 +160,17 @@ def main():
                         f"{ratio(val['kverbs'], val['perftest'], 12)} {ratio(val['kverbs'], val['c'], 8)}")
                 row = dict(test=test, qps=qps, size=size, metric=key,
                            perftest=val["perftest"], c=val["c"], kverbs=val["kverbs"],
+                           kverbs_direct=val["kverbs_direct"],
                            rounds=min((m[i][1] for i in IMPLS if m[i][1]), default=0))
-                if not lat:
+                if lat:
+                    line += f" {fmt(val['kverbs_direct'])} {ratio(val['kverbs'], val['kverbs_direct'], 9)}"
+                else:
                     rp = median(test, "perftest", qps, size, "msg_rate_mpps")[0]
                     rk = median(test, "kverbs", qps, size, "msg_rate_mpps")[0]
                     def mpps(x):
                         return f"{x:9.6f}" if x is not None else f"{'-':>9}"
                     line += f" {mpps(rp)} {mpps(rk)} {ratio(rk, rp, 6)}"
+                    line += f" {fmt(val['kverbs_direct'])} {ratio(val['kverbs_direct'], val['perftest'], 9)}"
                     line += f" {fmt(val['kverbs_softirq'])} {ratio(val['kverbs_softirq'], val['perftest'], 9)}"
                     lim, lim1 = limit(test, qps, size, 2), limit(test, qps, size, 1)
                     line += f" {fmt(lim)} {ratio(val['kverbs'], lim, 8)}"
@@ -202,7 +211,7 @@ def main():
     print("\n".join(text))
     with open(os.path.join(out, "summary.txt"), "w") as f:
         f.write("\n".join(text) + "\n")
-    keys = ["test", "qps", "size", "metric", "perftest", "c", "kverbs", "rounds",
+    keys = ["test", "qps", "size", "metric", "perftest", "c", "kverbs", "kverbs_direct", "rounds",
             "mpps_perftest", "mpps_kverbs", "kverbs_softirq", "limit", "limit_1cpu"] + RUN_KEYS
     with open(os.path.join(out, "summary.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=keys, lineterminator="\n")
@@ -240,7 +249,8 @@ def plot(out, summary):
         with open(dat, "w") as f:
             for r in rows:
                 f.write(" ".join(str(r[k]) if r.get(k) is not None else "NaN"
-                                 for k in ("size", "perftest", "c", "kverbs", "kverbs_softirq", "limit")) + "\n")
+                                 for k in ("size", "perftest", "c", "kverbs", "kverbs_softirq", "limit",
+                                           "kverbs_direct")) + "\n")
         lat = test.endswith("_lat")
         ylabel = "t_typical [usec]" if lat else "BW average [MB/sec]"
         script = f"""
@@ -255,7 +265,8 @@ set key left top
 set grid
 plot '{dat}' using 1:2 with linespoints title 'perftest', \\
      '{dat}' using 1:3 with linespoints title 'C (raw verbs)', \\
-     '{dat}' using 1:4 with linespoints title 'kverbs'{"" if lat else ", '" + dat + "' using 1:5 with linespoints title 'kverbs, poll=softirq', '" + dat + "' using 1:6 with lines dashtype 2 lw 2 title 'limit (rxe per-byte work, 2 CPUs)'"}
+     '{dat}' using 1:4 with linespoints title 'kverbs', \\
+     '{dat}' using 1:7 with linespoints title 'kverbs, poll=direct'{"" if lat else ", '" + dat + "' using 1:5 with linespoints title 'kverbs, poll=softirq', '" + dat + "' using 1:6 with lines dashtype 2 lw 2 title 'limit (rxe per-byte work, 2 CPUs)'"}
 """
         r = subprocess.run(["gnuplot"], input=script, text=True, capture_output=True, check=False)
         if r.returncode != 0:

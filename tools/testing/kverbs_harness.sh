@@ -319,22 +319,26 @@ bench_report_medians_and_ratios() {
 	python3 "$top/tools/bench/report.py" "$d" | diag
 	[ "${PIPESTATUS[0]}" = 0 ] || { msg "report.py failed"; return 1; }
 	# write_bw 64: perftest 4, 6, 5 -> 5; C 5.2, 5, 6 -> 5.2; kverbs 5.5, 5, 6.5 -> 5.5;
+	# kverbs poll=direct 4, 5, 6 -> 5;
 	# the limit of each round 64 B / max(tx, rx): 1000, 1300, 1100 ns -> 61.035,
 	# 46.950, 55.487, the best 61.035 MB/s; on one CPU 64 B / (tx + rx): 1900,
 	# 2500, 2100 ns -> the best 32.124.
-	grep -qxF "write_bw,1,64,bw_avg_mb_s,5.0,5.2,5.5,3,0.08192,0.090112,,61.035,32.124,$on" "$d/summary.csv" ||
+	grep -qxF "write_bw,1,64,bw_avg_mb_s,5.0,5.2,5.5,5.0,3,0.08192,0.090112,,61.035,32.124,$on" "$d/summary.csv" ||
 		{ msg "write_bw row:"; grep write_bw "$d/summary.csv" | diag; return 1; }
-	# write_lat 8: t_typical perftest 40, 20, 30 -> 30; kverbs 30, 10, 20 -> 20; no C, no limit.
-	grep -qxF "write_lat,1,8,t_typical_us,30.0,,20.0,3,,,,,,$on" "$d/summary.csv" ||
+	# write_lat 8: t_typical perftest 40, 20, 30 -> 30; kverbs 30, 10, 20 -> 20;
+	# kverbs poll=direct 25, 15, 16 -> 16, kverbs / direct 1.25; no C, no limit.
+	grep -qxF "write_lat,1,8,t_typical_us,30.0,,20.0,16.0,3,,,,,,$on" "$d/summary.csv" ||
 		{ msg "write_lat row:"; grep write_lat "$d/summary.csv" | diag; return 1; }
-	grep -qE '^ +64 +5\.00 +5\.20 +5\.50 +1\.10 +1\.06 .* 61\.03 +0\.09$' "$d/summary.txt" ||
-		{ msg "no 64-byte line with ratios 1.10 and 1.06, limit 61.03 and kv/limit 0.09"; return 1; }
+	grep -qE '^ +8 +30\.00 +- +20\.00 +0\.67 +- +16\.00 +1\.25$' "$d/summary.txt" ||
+		{ msg "no 8-byte latency line with kv direct 16.00 and kv/direct 1.25"; return 1; }
+	grep -qE '^ +64 +5\.00 +5\.20 +5\.50 +1\.10 +1\.06 .* 5\.00 +1\.00 .* 61\.03 +0\.09$' "$d/summary.txt" ||
+		{ msg "no 64-byte line with ratios 1.10 and 1.06, kv direct 5.00 (1.00), limit 61.03, kv/limit 0.09"; return 1; }
 	grep -qx 'write_bw,1,2,64,4096,1,20000,1200,1300,crc32-generic,46.95,24.414,.*' "$d/limit.csv" ||
 		{ msg "limit.csv has not round 2's limit:"; diag <"$d/limit.csv"; return 1; }
 	grep -qx 'kernel: 7.3.4; commit: abc1234; machine: AMD EPYC; 2 CPUs; 24 GiB; QEMU TCG' "$d/summary.txt" ||
 		{ msg "the summary does not say what the run was measured on"; return 1; }
-	[ "$(grep -c '^write_' "$d/raw.csv")" = 15 ] || { msg "raw.csv has not 15 runs"; return 1; }
-	[ "$(grep -c ",$on\$" "$d/raw.csv")" = 15 ] || { msg "raw.csv's runs do not all say what they ran on"; return 1; }
+	[ "$(grep -c '^write_' "$d/raw.csv")" = 21 ] || { msg "raw.csv has not 21 runs"; return 1; }
+	[ "$(grep -c ",$on\$" "$d/raw.csv")" = 21 ] || { msg "raw.csv's runs do not all say what they ran on"; return 1; }
 }
 
 # A figure above the limit is listed (the model misses something); a limit
@@ -344,8 +348,8 @@ bench_report_figures_above_the_limit_listed() {
 	mkdir -p "$d" || return 1
 	sed -E 's/tx_ns [0-9]+ rx_ns [0-9]+/tx_ns 100000 rx_ns 90000/' "$here/bench/bench.log" >"$d/bench.log"
 	out=$(python3 "$top/tools/bench/report.py" "$d") || { echo "$out" | diag; msg "report.py failed"; return 1; }
-	# 64 B / 100 us = 0.61 MB/s: perftest, C and kverbs are all above it.
-	echo "$out" | grep -qx 'figures above the limit (the model misses something): 3' ||
+	# 64 B / 100 us = 0.61 MB/s: perftest, C and kverbs (both modes) are all above it.
+	echo "$out" | grep -qx 'figures above the limit (the model misses something): 4' ||
 		{ echo "$out" | diag; return 1; }
 	echo "$out" | grep -qx '  write_bw 1 64 kverbs: 5.50 > 0.61' || { msg "kverbs not named"; return 1; }
 	echo "kverbs-bench: limit write_bw 1 64 4 size 64 mtu 4096" >>"$d/bench.log"
