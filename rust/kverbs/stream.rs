@@ -379,10 +379,11 @@ impl Ring {
             self.check(dev, qpn)?;
             let done = self.shared.completed();
             if done >= upto {
-                // Only waits that waited teach the expected time.
+                // Only waits that waited teach the expected time; one for
+                // the last request that found it done on waking overslept.
                 self.expect_ns = match did {
                     None => self.expect_ns,
-                    Some(Idle::Slept) => adaptive::overslept(self.expect_ns),
+                    Some(Idle::Slept) if !pipelined => adaptive::overslept(self.expect_ns),
                     Some(_) => {
                         adaptive::expect_next(self.expect_ns, crate::now_ns().saturating_sub(start))
                     }

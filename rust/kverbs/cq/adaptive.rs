@@ -17,8 +17,9 @@
 //!
 //! - the expected time of a wait is an average of the last waits of the
 //!   same kind that had to wait (a stream keeps its own; a request's slot
-//!   expects nothing); a wait whose completion was already there when its
-//!   first sleep ended halves it (it slept too long);
+//!   expects nothing); a wait for the last outstanding request whose
+//!   completion was already there when its first sleep ended halves it (it
+//!   slept too long, and its caller's latency paid for it);
 //! - a wait for the last outstanding request (a ping-pong, whose latency
 //!   is the caller's) first sleeps half of it, then spins up to one and a
 //!   half times it;
@@ -157,8 +158,6 @@ pub(crate) fn overslept(before: u64) -> u64 {
 pub struct Poller {
     last: u64,
     expect: u64,
-    /// What the last call of [`Poller::idle_at`] did.
-    did: Idle,
 }
 
 impl Poller {
@@ -167,25 +166,22 @@ impl Poller {
         Poller {
             last: crate::now_ns(),
             expect: 0,
-            did: Idle::Spun,
         }
     }
 
-    /// A pass made progress at `now` (`now_ns`).
+    /// A pass made progress at `now` (`now_ns`). A progress found right
+    /// after a sleep counts too: the pipeline still had work, so that
+    /// sleep cost nothing, and counting it as a shorter time would make
+    /// the next waits spin longer.
     pub fn progress(&mut self, now: u64) {
-        self.expect = if self.did == Idle::Slept {
-            overslept(self.expect)
-        } else {
-            expect_next(self.expect, now.saturating_sub(self.last))
-        };
-        self.did = Idle::Spun;
+        self.expect = expect_next(self.expect, now.saturating_sub(self.last));
         self.last = now;
     }
 
     /// A pass made no progress, at `now` (`now_ns`): sleeps or spins.
     /// Process context; may sleep.
-    pub fn idle_at(&mut self, now: u64) {
-        self.did = Adaptive::new(self.last, self.expect, true).idle_at(now);
+    pub fn idle_at(&self, now: u64) {
+        let _ = Adaptive::new(self.last, self.expect, true).idle_at(now);
     }
 }
 
