@@ -379,11 +379,12 @@ impl Ring {
             self.check(dev, qpn)?;
             let done = self.shared.completed();
             if done >= upto {
-                // Only waits that waited teach the expected time; one for
-                // the last request that found it done on waking overslept.
+                // Only adaptive waits that waited teach the expected time;
+                // one that found it done on waking overslept.
                 self.expect_ns = match did {
                     None => self.expect_ns,
-                    Some(Idle::Slept) if !pipelined => adaptive::overslept(self.expect_ns),
+                    Some(_) if !adaptive => self.expect_ns,
+                    Some(Idle::Slept) => adaptive::overslept(self.expect_ns, pipelined),
                     Some(_) => {
                         adaptive::expect_next(self.expect_ns, crate::now_ns().saturating_sub(start))
                     }
@@ -392,7 +393,9 @@ impl Ring {
             }
             deadline.check()?;
             if cq.poll_ctx().polled_by_waiters() {
-                if Self::process(cq, 16) == 0 {
+                // Another task may have reaped it meanwhile: look again
+                // before idling.
+                if Self::process(cq, 16) == 0 && self.shared.completed() < upto {
                     did = Some(cq.idle(start, self.expect_ns, pipelined));
                 }
             } else {

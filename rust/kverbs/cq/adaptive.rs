@@ -17,33 +17,37 @@
 //!
 //! - the expected time of a wait is an average of the last waits of the
 //!   same kind that had to wait (a stream keeps its own; a request's slot
-//!   expects nothing); a wait for the last outstanding request whose
-//!   completion was already there when its first sleep ended halves it (it
-//!   slept too long, and its caller's latency paid for it);
+//!   expects nothing);
 //! - a wait for the last outstanding request (a ping-pong, whose latency
-//!   is the caller's) first sleeps half of it, then spins up to one and a
-//!   half times it;
+//!   is the caller's) first sleeps until half of it, then spins up to one
+//!   and a half times it (at most [`MAX_SLEEP_NS`] of spinning); if its
+//!   completion was already there when it woke, it slept too long, and
+//!   its caller's latency paid: the expected time is halved;
 //! - a wait with requests outstanding behind the awaited one (a pipeline:
-//!   the device still has work, so being a little late costs nothing)
-//!   first sleeps seven eighths of it, then spins up to an eighth more;
-//! - past that (or [`MIN_SPIN_NS`] when nothing is expected) it backs off:
-//!   it sleeps an eighth of the time it has waited, at most
-//!   [`MAX_SLEEP_NS`], so an idle waiter costs little and wakes at most an
-//!   eighth late;
-//! - a sleep costs more than it asks for: timer slack and the wake-up (in
-//!   an emulated guest tens of microseconds, more than a short wait). That
-//!   cost is learned (an average over every adaptive sleep), taken off each
-//!   sleep, and a waiter only sleeps where it can afford it: a first sleep
-//!   that ends at least [`MIN_SLEEP_NS`] plus the cost before the expected
-//!   time, a back-off once it has waited eight times the cost (so being
-//!   woken late costs at most an eighth). Where sleeping costs more than
-//!   the wait, an adaptive waiter polls as a direct one;
+//!   the device still has work, so being a little late costs little)
+//!   first sleeps until seven eighths of it, then spins up to an eighth
+//!   more; if its completion was there when it woke, the expected time
+//!   drops by a quarter;
+//! - a sleep costs more than it asks for: the wake-up (in an emulated guest
+//!   tens of microseconds, as long as a short wait). That cost is learned
+//!   (an average over every adaptive sleep; one sleep counts at most twice
+//!   the average), and a sleep is taken only where it is worth it: a first
+//!   sleep is asked for the time to its end less the cost, if that is at
+//!   least [`MIN_SLEEP_NS`];
+//! - past the spin (at once when nothing is expected) the waiter backs
+//!   off: once it has waited eight times the cost of a sleep of
+//!   [`MIN_SLEEP_NS`] (spinning till then, at least [`MIN_SPIN_NS`]), it
+//!   sleeps an eighth of the time it has waited (at most [`MAX_SLEEP_NS`]),
+//!   so an idle waiter costs little and is woken at most an eighth late.
+//!   Where sleeping costs more than the wait, an adaptive waiter polls as
+//!   a direct one;
 //! - while another task is processing the CQ (it may be reaping this very
-//!   completion) it only yields.
+//!   completion) it only yields, and the callers look at their count again
+//!   before they sleep.
 //!
 //! Sleeps are `usleep_range` (high-resolution timers), uninterruptible, in
-//! process context (the helper says `might_sleep`), each at most
-//! [`MAX_SLEEP_NS`]: the callers check their deadline, cancel token and
+//! process context (the helper says `might_sleep`), each of at most
+//! [`MAX_SLEEP_NS`] and 2 us of timer slack: the callers check their deadline, cancel token and
 //! signals between two polls, as with the other contexts, so a wait ends
 //! at most one sleep after its deadline.
 
@@ -54,8 +58,10 @@ use core::sync::atomic::{AtomicU64, Ordering};
 pub const MIN_SLEEP_NS: u64 = 10_000;
 /// The longest sleep between two polls.
 pub const MAX_SLEEP_NS: u64 = 1_000_000;
-/// How long a waiter that expects nothing spins before it backs off.
+/// The least a waiter spins before it backs off.
 pub const MIN_SPIN_NS: u64 = 20_000;
+/// The timer slack a sleep allows (`usleep_range`'s `max - min`).
+const SLACK_US: u64 = 2;
 /// The longest wait counted in the expected time: a wait for a peer that
 /// was idle (seconds) must not make the next waits sleep that long.
 const MAX_EXPECT_NS: u64 = 4 * MAX_SLEEP_NS;
@@ -105,24 +111,27 @@ impl Adaptive {
     }
 
     /// Called after a poll that found nothing, at `now` (`now_ns`): sleeps
-    /// until the end of the first sleep if that is at least
-    /// [`MIN_SLEEP_NS`] away, spins until the end of the spin, then backs
-    /// off (see the module documentation). Process context; may sleep.
+    /// until the end of the first sleep if that is worth a sleep, spins
+    /// until the end of the spin, then backs off (see the module
+    /// documentation). Process context; may sleep.
     pub(crate) fn idle_at(&self, now: u64) -> Idle {
         let waited = now.saturating_sub(self.start);
         let cost = SLEEP_COST_NS.load(Ordering::Relaxed);
         let e = self.expect;
         let (lead, spin) = if self.pipelined {
-            (e - e / 8, (e / 8).max(MIN_SPIN_NS))
+            (e - e / 8, e / 8)
         } else {
-            (e / 2, e.max(MIN_SPIN_NS))
+            (e / 2, e.min(MAX_SLEEP_NS))
         };
-        // The first sleep, if it ends before `lead` even woken late.
+        // The first sleep, asked for less its cost, to end at `lead`.
         let first = lead.saturating_sub(cost);
+        // Backing off is worth it once a late wake-up, even from the
+        // shortest sleep, costs at most an eighth of the wait.
+        let patience = (MIN_SLEEP_NS + cost).saturating_mul(8);
         if first >= waited.saturating_add(MIN_SLEEP_NS) {
             sleep_ns(first - waited);
             Idle::Slept
-        } else if waited < lead.saturating_add(spin).max(cost.saturating_mul(8)) {
+        } else if waited < (lead.saturating_add(spin)).max(patience).max(MIN_SPIN_NS) {
             crate::cond_resched();
             Idle::Spun
         } else {
@@ -145,9 +154,14 @@ pub(crate) fn expect_next(before: u64, took: u64) -> u64 {
 }
 
 /// The expectation after a wait whose completion was there when its first
-/// sleep ended: the sleep was too long, so it is halved.
-pub(crate) fn overslept(before: u64) -> u64 {
-    before / 2
+/// sleep ended (the sleep was too long): halved if the caller waited for
+/// its last request, less a quarter if requests were behind it.
+pub(crate) fn overslept(before: u64, pipelined: bool) -> u64 {
+    if pipelined {
+        before - before / 4
+    } else {
+        before / 2
+    }
 }
 
 /// The adaptive idling of a loop that polls several streams itself (their
@@ -158,6 +172,11 @@ pub(crate) fn overslept(before: u64) -> u64 {
 pub struct Poller {
     last: u64,
     expect: u64,
+    /// Whether a progress has been seen: the time to the first (the
+    /// pipeline filling) is not a gap between completions.
+    started: bool,
+    /// What the last call of [`Poller::idle_at`] did.
+    did: Idle,
 }
 
 impl Poller {
@@ -166,22 +185,27 @@ impl Poller {
         Poller {
             last: crate::now_ns(),
             expect: 0,
+            started: false,
+            did: Idle::Spun,
         }
     }
 
-    /// A pass made progress at `now` (`now_ns`). A progress found right
-    /// after a sleep counts too: the pipeline still had work, so that
-    /// sleep cost nothing, and counting it as a shorter time would make
-    /// the next waits spin longer.
+    /// A pass made progress at `now` (`now_ns`).
     pub fn progress(&mut self, now: u64) {
-        self.expect = expect_next(self.expect, now.saturating_sub(self.last));
+        self.expect = match (self.started, self.did) {
+            (false, _) => 0,
+            (true, Idle::Slept) => overslept(self.expect, true),
+            (true, _) => expect_next(self.expect, now.saturating_sub(self.last)),
+        };
+        self.started = true;
+        self.did = Idle::Spun;
         self.last = now;
     }
 
     /// A pass made no progress, at `now` (`now_ns`): sleeps or spins.
     /// Process context; may sleep.
-    pub fn idle_at(&self, now: u64) {
-        let _ = Adaptive::new(self.last, self.expect, true).idle_at(now);
+    pub fn idle_at(&mut self, now: u64) {
+        self.did = Adaptive::new(self.last, self.expect, true).idle_at(now);
     }
 }
 
@@ -195,16 +219,19 @@ impl Default for Poller {
 /// context, and learns what it cost beyond that.
 fn sleep_ns(ns: u64) {
     let min = ns.clamp(MIN_SLEEP_NS, MAX_SLEEP_NS) / 1000;
-    let max = (min + min / 8).min(MAX_SLEEP_NS / 1000);
     let start = crate::now_ns();
     // SAFETY: Plain helper: it sleeps (`usleep_range`), after
-    // `might_sleep`, which reports a caller in atomic context.
-    unsafe { bindings::kverbs_usleep_range(min as _, max as _) };
+    // `might_sleep`, which reports a caller in atomic context. Both
+    // bounds are at most `MAX_SLEEP_NS / 1000 + SLACK_US`.
+    unsafe { bindings::kverbs_usleep_range(min as _, (min + SLACK_US) as _) };
+    let cost = SLEEP_COST_NS.load(Ordering::Relaxed);
+    // A sleep that was preempted, or woken by the slack of another
+    // timer, counts at most twice the average.
     let over = crate::now_ns()
         .saturating_sub(start)
         .saturating_sub(min * 1000)
+        .min(cost.saturating_mul(2).max(MIN_SLEEP_NS))
         .min(MAX_SLEEP_NS);
-    let cost = SLEEP_COST_NS.load(Ordering::Relaxed);
     SLEEP_COST_NS.store(cost - cost / 8 + over / 8, Ordering::Relaxed);
 }
 
