@@ -25,9 +25,10 @@
 //!   its caller's latency paid: the expected time is halved;
 //! - a wait with requests outstanding behind the awaited one (a pipeline:
 //!   the device still has work, so being a little late costs little)
-//!   first sleeps until seven eighths of it, then spins up to an eighth
-//!   more; if its completion was there when it woke, the expected time
-//!   drops by a quarter;
+//!   first sleeps until seven eighths of it, then sleeps on in eighths of
+//!   it (where an eighth is worth a sleep; else it spins up to an eighth
+//!   more); if its completion was there when it woke from the first
+//!   sleep, the expected time drops by a quarter;
 //! - a sleep costs more than it asks for: the wake-up (in an emulated guest
 //!   tens of microseconds, as long as a short wait). That cost is learned
 //!   (an average over every adaptive sleep; one sleep counts at most twice
@@ -131,6 +132,11 @@ impl Adaptive {
         if first >= waited.saturating_add(MIN_SLEEP_NS) {
             sleep_ns(first - waited);
             Idle::Slept
+        } else if self.pipelined && e / 8 >= cost.saturating_add(MIN_SLEEP_NS) {
+            // Past the first sleep of a pipeline: lateness costs little,
+            // so it sleeps on in eighths of the expected time.
+            sleep_ns(e / 8 - cost);
+            Idle::BackedOff
         } else if waited < (lead.saturating_add(spin)).max(patience).max(MIN_SPIN_NS) {
             crate::cond_resched();
             Idle::Spun
