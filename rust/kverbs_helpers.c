@@ -281,7 +281,7 @@ unsigned long kverbs_msleep_interruptible(unsigned int ms)
 	return msleep_interruptible(ms);
 }
 
-void kverbs_usleep_range(unsigned long min_us, unsigned long max_us)
+void kverbs_usleep_range(unsigned int min_us, unsigned int max_us)
 {
 	might_sleep();
 	usleep_range(min_us, max_us);

@@ -96,7 +96,7 @@ void kverbs_cq_quiesce_softirq(struct ib_cq *cq);
 unsigned long kverbs_msleep_interruptible(unsigned int ms);
 
 /* usleep_range(): a high-resolution sleep of @min_us to @max_us. */
-void kverbs_usleep_range(unsigned long min_us, unsigned long max_us);
+void kverbs_usleep_range(unsigned int min_us, unsigned int max_us);
 
 struct ib_gid_attr;
 struct rdma_ah_attr;

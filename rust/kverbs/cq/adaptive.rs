@@ -224,12 +224,13 @@ impl Default for Poller {
 /// Sleeps about `ns`, [`MIN_SLEEP_NS`] to [`MAX_SLEEP_NS`], in process
 /// context, and learns what it cost beyond that.
 fn sleep_ns(ns: u64) {
+    // At most 1000 (us): fits the helper's `unsigned int`.
     let min = ns.clamp(MIN_SLEEP_NS, MAX_SLEEP_NS) / 1000;
     let start = crate::now_ns();
     // SAFETY: Plain helper: it sleeps (`usleep_range`), after
     // `might_sleep`, which reports a caller in atomic context. Both
     // bounds are at most `MAX_SLEEP_NS / 1000 + SLACK_US`.
-    unsafe { bindings::kverbs_usleep_range(min as _, (min + SLACK_US) as _) };
+    unsafe { bindings::kverbs_usleep_range(min as u32, (min + SLACK_US) as u32) };
     let cost = SLEEP_COST_NS.load(Ordering::Relaxed);
     // A sleep that was preempted, or woken by the slack of another
     // timer, counts at most twice the average.
