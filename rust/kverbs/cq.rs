@@ -46,7 +46,7 @@ use kernel::{
 
 pub mod adaptive;
 
-use self::adaptive::{Adaptive, Idle};
+use self::adaptive::Idle;
 
 /// What a CQ keeps for completions still in it: slots, and their table.
 type Kept = (KVec<Slot>, Option<Arc<QpTable>>);
@@ -235,10 +235,11 @@ impl Cq {
     }
 
     /// Processes up to `budget` completions of a CQ polled by its waiters
-    /// (direct or adaptive), calling their `done` functions, and returns how
-    /// many; 0 on other CQs, and 0 when another task is processing this one (its batch may
-    /// hold completions whose slots are freed as soon as their drain marker
-    /// is seen, so two tasks never process one CQ at once).
+    /// (direct or adaptive), calling their `done` functions, and returns
+    /// how many; 0 on other CQs, and 0 when another task is processing this
+    /// one (its batch may hold completions whose slots are freed as soon as
+    /// their drain marker is seen, so two tasks never process one CQ at
+    /// once).
     pub(crate) fn process_direct(&self, budget: u32) -> u32 {
         let inner = &self.0;
         if !inner.ctx.polled_by_waiters() {
@@ -357,7 +358,7 @@ impl Cq {
             crate::cond_resched();
             return Idle::Spun;
         }
-        Adaptive::new(since, expect, pipelined).idle_at(crate::now_ns())
+        adaptive::idle_at(since, expect, pipelined, crate::now_ns())
     }
 
     /// Sleeps on the CQ's wait queue until `*v >= want`, at most

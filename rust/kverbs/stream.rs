@@ -44,10 +44,7 @@
 //! [`wait`]: SendStream::wait
 
 use crate::bindings;
-use crate::cq::{
-    adaptive::{self, Idle},
-    Cq, PollCtx,
-};
+use crate::cq::{adaptive, Cq, PollCtx};
 use crate::dma::DmaBuf;
 use crate::qp::{CanPostRecv, Cancel, Qp, Queue, Rc, Rts, SendOp, SendWr, State, Transport};
 use crate::wc::WcStatus;
@@ -379,16 +376,11 @@ impl Ring {
             self.check(dev, qpn)?;
             let done = self.shared.completed();
             if done >= upto {
-                // Only adaptive waits that waited teach the expected time;
-                // one that found it done on waking overslept.
-                self.expect_ns = match did {
-                    None => self.expect_ns,
-                    Some(_) if !adaptive => self.expect_ns,
-                    Some(Idle::Slept) => adaptive::overslept(self.expect_ns, pipelined),
-                    Some(_) => {
-                        adaptive::expect_next(self.expect_ns, crate::now_ns().saturating_sub(start))
-                    }
-                };
+                // Only adaptive waits that waited teach the expected time.
+                if let (true, Some(did)) = (adaptive, did) {
+                    let took = crate::now_ns().saturating_sub(start);
+                    self.expect_ns = adaptive::learn(self.expect_ns, did, took, pipelined);
+                }
                 return Ok(());
             }
             deadline.check()?;

@@ -48,9 +48,9 @@
 //!
 //! Sleeps are `usleep_range` (high-resolution timers), uninterruptible, in
 //! process context (the helper says `might_sleep`), each of at most
-//! [`MAX_SLEEP_NS`] and 2 us of timer slack: the callers check their deadline, cancel token and
-//! signals between two polls, as with the other contexts, so a wait ends
-//! at most one sleep after its deadline.
+//! [`MAX_SLEEP_NS`] and 2 us of timer slack: the callers check their
+//! deadline, cancel token and signals between two polls, as with the other
+//! contexts, so a wait ends at most one sleep after its deadline.
 
 use crate::bindings;
 use core::sync::atomic::{AtomicU64, Ordering};
@@ -85,88 +85,71 @@ pub(crate) enum Idle {
     Spun,
     /// Slept until the end of its first sleep.
     Slept,
-    /// Slept an eighth of the time it had waited.
+    /// Slept past its first sleep: an eighth of the expected time (a
+    /// pipeline) or of the time it had waited.
     BackedOff,
 }
 
-/// The decisions of one wait: when it began, what it expects, and whether
-/// requests are outstanding behind the one it waits for. It keeps no state
-/// of its own: a caller polling in a loop makes a new one, with the same
-/// values, after each empty poll.
-pub(crate) struct Adaptive {
-    start: u64,
-    expect: u64,
-    pipelined: bool,
-}
-
-impl Adaptive {
-    /// A wait that began at `start` (`now_ns`) and expects to take
-    /// `expect` ns (0: unknown), with requests outstanding behind the
-    /// awaited one if `pipelined`.
-    pub(crate) fn new(start: u64, expect: u64, pipelined: bool) -> Self {
-        Adaptive {
-            start,
-            expect: expect.min(MAX_EXPECT_NS),
-            pipelined,
-        }
-    }
-
-    /// Called after a poll that found nothing, at `now` (`now_ns`): sleeps
-    /// until the end of the first sleep if that is worth a sleep, spins
-    /// until the end of the spin, then backs off (see the module
-    /// documentation). Process context; may sleep.
-    pub(crate) fn idle_at(&self, now: u64) -> Idle {
-        let waited = now.saturating_sub(self.start);
-        let cost = SLEEP_COST_NS.load(Ordering::Relaxed);
-        let e = self.expect;
-        let (lead, spin) = if self.pipelined {
-            (e - e / 8, e / 8)
-        } else {
-            (e / 2, e.min(MAX_SLEEP_NS))
-        };
-        // The first sleep, asked for less its cost, to end at `lead`.
-        let first = lead.saturating_sub(cost);
-        // Backing off is worth it once a late wake-up, even from the
-        // shortest sleep, costs at most an eighth of the wait.
-        let patience = (MIN_SLEEP_NS + cost).saturating_mul(8);
-        if first >= waited.saturating_add(MIN_SLEEP_NS) {
-            sleep_ns(first - waited);
-            Idle::Slept
-        } else if self.pipelined && e / 8 >= cost.saturating_add(MIN_SLEEP_NS) {
-            // Past the first sleep of a pipeline: lateness costs little,
-            // so it sleeps on in eighths of the expected time.
-            sleep_ns(e / 8 - cost);
-            Idle::BackedOff
-        } else if waited < (lead.saturating_add(spin)).max(patience).max(MIN_SPIN_NS) {
-            crate::cond_resched();
-            Idle::Spun
-        } else {
-            sleep_ns((waited / 8).saturating_sub(cost));
-            Idle::BackedOff
-        }
+/// What a waiter does after a poll that found nothing, at `now`
+/// (`now_ns`), in a wait that began at `start` and expects to take
+/// `expect` ns (0: unknown), with requests outstanding behind the awaited
+/// one if `pipelined`: sleeps until the end of the first sleep if that is
+/// worth a sleep, spins until the end of the spin, then backs off (see the
+/// module documentation). Process context; may sleep.
+pub(crate) fn idle_at(start: u64, expect: u64, pipelined: bool, now: u64) -> Idle {
+    let waited = now.saturating_sub(start);
+    let cost = SLEEP_COST_NS.load(Ordering::Relaxed);
+    let e = expect.min(MAX_EXPECT_NS);
+    let (lead, spin) = if pipelined {
+        (e - e / 8, e / 8)
+    } else {
+        (e / 2, e.min(MAX_SLEEP_NS))
+    };
+    // The first sleep, asked for less its cost, to end at `lead`.
+    let first = lead.saturating_sub(cost);
+    // Backing off is worth it once a late wake-up, even from the
+    // shortest sleep, costs at most an eighth of the wait.
+    let patience = (MIN_SLEEP_NS + cost).saturating_mul(8);
+    if first >= waited.saturating_add(MIN_SLEEP_NS) {
+        sleep_ns(first - waited);
+        Idle::Slept
+    } else if pipelined && e / 8 >= cost.saturating_add(MIN_SLEEP_NS) {
+        // Past the first sleep of a pipeline: lateness costs little,
+        // so it sleeps on in eighths of the expected time.
+        sleep_ns(e / 8 - cost);
+        Idle::BackedOff
+    } else if waited < (lead.saturating_add(spin)).max(patience).max(MIN_SPIN_NS) {
+        crate::cond_resched();
+        Idle::Spun
+    } else {
+        sleep_ns((waited / 8).saturating_sub(cost));
+        Idle::BackedOff
     }
 }
 
-/// The expected time of the next wait of a kind, after one that took
-/// `took` ns: an average of the last ones (weight 1/8 to the newest),
-/// `before` the previous expectation (0: none).
-pub(crate) fn expect_next(before: u64, took: u64) -> u64 {
+/// The expected time of the next wait of a kind, after one that expected
+/// `before` (0: nothing yet), took `took` ns, with requests behind the
+/// awaited one if `pipelined`, and whose last empty poll led to `did`: if
+/// the completion was there when its first sleep ended, the sleep was too
+/// long, so it is halved (a ping-pong, whose caller's latency paid) or
+/// less a quarter (a pipeline); else the average of the last waits moves
+/// toward `took`.
+pub(crate) fn learn(before: u64, did: Idle, took: u64, pipelined: bool) -> u64 {
+    match (did, pipelined) {
+        (Idle::Slept, true) => before - before / 4,
+        (Idle::Slept, false) => before / 2,
+        _ => average(before, took),
+    }
+}
+
+/// An average of the last waits (weight 1/8 to the newest, which took
+/// `took` ns), `before` the previous one (0: none).
+fn average(before: u64, took: u64) -> u64 {
     let took = took.min(MAX_EXPECT_NS);
     if before == 0 {
         took
     } else {
         before - before / 8 + took / 8
-    }
-}
-
-/// The expectation after a wait whose completion was there when its first
-/// sleep ended (the sleep was too long): halved if the caller waited for
-/// its last request, less a quarter if requests were behind it.
-pub(crate) fn overslept(before: u64, pipelined: bool) -> u64 {
-    if pipelined {
-        before - before / 4
-    } else {
-        before / 2
     }
 }
 
@@ -198,11 +181,9 @@ impl Poller {
 
     /// A pass made progress at `now` (`now_ns`).
     pub fn progress(&mut self, now: u64) {
-        self.expect = match (self.started, self.did) {
-            (false, _) => 0,
-            (true, Idle::Slept) => overslept(self.expect, true),
-            (true, _) => expect_next(self.expect, now.saturating_sub(self.last)),
-        };
+        if self.started {
+            self.expect = learn(self.expect, self.did, now.saturating_sub(self.last), true);
+        }
         self.started = true;
         self.did = Idle::Spun;
         self.last = now;
@@ -211,7 +192,7 @@ impl Poller {
     /// A pass made no progress, at `now` (`now_ns`): sleeps or spins.
     /// Process context; may sleep.
     pub fn idle_at(&mut self, now: u64) {
-        self.did = Adaptive::new(self.last, self.expect, true).idle_at(now);
+        self.did = idle_at(self.last, self.expect, true, now);
     }
 }
 
