@@ -246,6 +246,7 @@ kv_case() {
 	elif [ $ok = 1 ]; then
 		ktap_test_pass "$name"
 	else
+		KV_FAILED="${KV_FAILED:+$KV_FAILED }$name"
 		ktap_test_fail "$name"
 	fi
 }
@@ -295,11 +296,14 @@ kv_end() {
 	# A plan that does not match what ran is a failure of its own.
 	if [ $((KTAP_TESTNO - 1)) -ne "$KSFT_NUM_TESTS" ]; then
 		kv_msg "planned $KSFT_NUM_TESTS test cases, ran $((KTAP_TESTNO - 1))"
+		KV_FAILED="${KV_FAILED:+$KV_FAILED }test_plan_matches_cases_run"
 		ktap_test_fail "test_plan_matches_cases_run"
 	fi
 	# ktap_finished passes a program whose passes and skips add up to its
 	# plan, even with failed cases beside them: never let a failure pass.
 	if [ "$KTAP_CNT_FAIL" -ne 0 ]; then
+		# Named again beside the totals, where a log's tail shows them.
+		kv_msg "failed: $KV_FAILED"
 		ktap_print_totals
 		exit "$KSFT_FAIL"
 	fi
