@@ -23,6 +23,9 @@
 # KV_OPTS is added to kverbs' options (e.g. KV_OPTS=,poll=softirq).
 # INV_REQ_LOOPS=N (INV_REQ_TIMEOUT=T) adds N loops of the 8-QP write_bw that
 # can end with a remote invalid request error (tools/bench/guest-bench.sh).
+# PROFILE="TEST:SIZE ..." (e.g. PROFILE=write_bw:64) adds a perf profile of
+# the guest during one run of each implementation (PROFILE_ITERS
+# iterations), in profile.txt; with TESTS=" " QPS_LIST=" " only that.
 
 set -euo pipefail
 
@@ -38,6 +41,7 @@ need=()
 command -v gnuplot >/dev/null || need+=(gnuplot-nox)
 command -v python3 >/dev/null || need+=(python3)
 [ -x /usr/bin/ib_write_bw ] || need+=(perftest)
+[ -z "${PROFILE:-}" ] || [ -x /usr/bin/perf ] || need+=(linux-perf)
 if [ ${#need[@]} -gt 0 ]; then
 	echo "kverbs: bench: installing ${need[*]}"
 	{ apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y "${need[@]}"; } \
@@ -95,16 +99,19 @@ else
 	: >"$conf"
 fi
 # Overrides, for a run of your own: ROUNDS, TESTS, BW_SIZES, LAT_SIZES,
-# QPS_LIST, KV_OPTS, INV_REQ_LOOPS, INV_REQ_TIMEOUT (see
-# tools/bench/guest-bench.sh).
-for v in ROUNDS TESTS BW_SIZES LAT_SIZES QPS_LIST KV_OPTS INV_REQ_LOOPS INV_REQ_TIMEOUT; do
+# QPS_LIST, KV_OPTS, INV_REQ_LOOPS, INV_REQ_TIMEOUT, PROFILE, PROFILE_ITERS
+# (see tools/bench/guest-bench.sh).
+for v in ROUNDS TESTS BW_SIZES LAT_SIZES QPS_LIST KV_OPTS INV_REQ_LOOPS INV_REQ_TIMEOUT \
+	PROFILE PROFILE_ITERS; do
 	[ -n "${!v:-}" ] && echo "$v=\"${!v}\"" >>"$conf"
 done
 echo "kverbs: bench: results in $out"
 echo "kverbs: bench: one line per run (test impl qps size round | row of its table):"
 
 set +e
-KVERBS_FLAVOR=perf KVERBS_VM_DIR=$out KVERBS_VM_MEM=2048 KVERBS_BENCH_CONF=$conf \
+tools=""
+[ -z "${PROFILE:-}" ] || tools=/usr/bin/perf
+KVERBS_FLAVOR=perf KVERBS_VM_DIR=$out KVERBS_VM_MEM=2048 KVERBS_BENCH_CONF=$conf KVERBS_VM_TOOLS=$tools \
 	KVERBS_MODULES="$build/src/kverbs.ko $build/src/kverbs_example.ko $build/cbench/kverbs_cbench.ko $build/limit/kverbs_limit.ko" \
 	KVERBS_VM_TIMEOUT=${KVERBS_VM_TIMEOUT:-7200} \
 	"$top/tools/vm/run.sh" bench | grep --line-buffered '^kverbs-bench:' | sed -u 's/^kverbs-bench: //'
@@ -116,6 +123,10 @@ grep -q '^kverbs-bench: end' "$out/bench.log" || {
 }
 status=0
 python3 "$top/tools/bench/report.py" "$out" || status=1
+if [ -n "${PROFILE:-}" ]; then
+	grep -E '^kverbs-bench: (profiled|profile) ' "$out/bench.log" | sed 's/^kverbs-bench: //' >"$out/profile.txt"
+	echo "kverbs: bench: profiles ($PROFILE): $out/profile.txt"
+fi
 
 # The two-host run, for function: the bench between the kernels of two VMs
 # (kverbs_two_hosts.sh on the test kernel: both roles, every test kind).

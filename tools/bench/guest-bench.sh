@@ -14,7 +14,15 @@
 #   kverbs-bench: limit TEST QPS SIZE ROUND <the limit module's line>
 #
 # (or "kverbs-bench: fail TEST IMPL QPS SIZE ROUND why"). /kverbs/bench.conf
-# sets ROUNDS, BW_SIZES, LAT_SIZES, QPS_LIST, TESTS, KV_OPTS.
+# sets ROUNDS, BW_SIZES, LAT_SIZES, QPS_LIST, TESTS, KV_OPTS, PROFILE.
+#
+# PROFILE="TEST:SIZE ..." then profiles one longer run (PROFILE_ITERS
+# iterations, 1 QP) of each implementation of TEST at SIZE: perf records
+# both CPUs (cpu-clock, call graphs) for the run, and perf report's top
+# lines by task and by symbol follow its row:
+#
+#   kverbs-bench: profiled TEST IMPL 1 SIZE profile <the table row's fields>
+#   kverbs-bench: profile TEST SIZE IMPL comm|sym <a line of perf report>
 #
 # INV_REQ_LOOPS=N then loops the configuration that once ended with
 # IB_WC_REM_INV_REQ_ERR: write_bw, 64 KiB, 8 QPs, 300 iterations, the QPs'
@@ -34,6 +42,8 @@ QPS_LIST="1 2 4 8"
 KV_OPTS=""
 INV_REQ_LOOPS=0
 INV_REQ_TIMEOUT=8
+PROFILE=""
+PROFILE_ITERS=100000
 # shellcheck source=/dev/null
 [ -f /kverbs/bench.conf ] && . /kverbs/bench.conf
 
@@ -98,7 +108,7 @@ run_kernel() {
 
 one() {
 	local test=$1 impl=$2 qps=$3 size=$4 round=$5 iters r
-	iters=$(iters_of "$test" "$size")
+	iters=${ITERS:-$(iters_of "$test" "$size")}
 	if [ "$impl" = limit ]; then
 		if printf 'dev=%s,size=%s' "$DEV" "$size" >"$LM" && r=$(cat "$LM") && [ -n "$r" ]; then
 			say "limit $test $qps $size $round $r"
@@ -121,6 +131,18 @@ one() {
 	fi
 }
 
+# The implementations a test runs with: perftest, C (write_bw and
+# write_lat), kverbs in its default poll mode and with poll=direct, and for
+# bandwidth poll=softirq and the limit.
+impls_of() {
+	case $1 in
+	write_bw) echo "perftest c kverbs kverbs_direct kverbs_softirq limit" ;;
+	write_lat) echo "perftest c kverbs kverbs_direct" ;;
+	*_bw) echo "perftest kverbs kverbs_direct kverbs_softirq limit" ;;
+	*) echo "perftest kverbs kverbs_direct" ;;
+	esac
+}
+
 rdma link add "$DEV" type rxe netdev lo || exit 1
 insmod /kverbs/kverbs.ko || exit 1
 insmod /kverbs/kverbs_example.ko || exit 1
@@ -135,12 +157,7 @@ for test in $TESTS; do
 	# for bandwidth, sleeping on a CQ the core polls (poll=softirq): on two
 	# vCPUs a busy-polling thread takes one of the two CPUs rxe's
 	# requester, responder and completer need.
-	case $test in
-	write_bw) impls="perftest c kverbs kverbs_direct kverbs_softirq limit" ;;
-	write_lat) impls="perftest c kverbs kverbs_direct" ;;
-	*_bw) impls="perftest kverbs kverbs_direct kverbs_softirq limit" ;;
-	*) impls="perftest kverbs kverbs_direct" ;;
-	esac
+	impls=$(impls_of "$test")
 	# ib_atomic_lat's fetch-and-add works on 8 bytes.
 	case $test in atomic_lat) sizes=8 ;; *_lat) sizes=$LAT_SIZES ;; *) sizes=$BW_SIZES ;; esac
 	for size in $sizes; do
@@ -159,6 +176,33 @@ for qps in $QPS_LIST; do
 		for impl in perftest c kverbs kverbs_direct kverbs_softirq limit; do
 			one write_bw "$impl" "$qps" 65536 "$round"
 		done
+	done
+done
+
+# Where the CPUs go: perf record of the whole guest during one run.
+# perf report's "Overhead" of the task "swapper" is the CPUs' idle time.
+profile() {
+	local test=$1 size=$2 impl=$3 rec
+	perf record -a -g -e cpu-clock -F 997 -o /tmp/perf.data >/tmp/perf-record.log 2>&1 &
+	rec=$!
+	sleep 2
+	ITERS=$PROFILE_ITERS one "$test" "$impl" 1 "$size" profile | sed 's/^kverbs-bench: row /kverbs-bench: profiled /'
+	# perf record exits non-zero on the SIGINT that ends it.
+	kill -INT "$rec"
+	wait "$rec"
+	grep -q "Captured and wrote" /tmp/perf-record.log ||
+		{ say "fail $test $impl 1 $size profile (perf record: $(tail -n 1 /tmp/perf-record.log))"; return; }
+	perf report -i /tmp/perf.data --stdio --no-children -g none --sort comm --percent-limit 1 2>/dev/null |
+		grep -v -e '^#' -e '^$' | head -n 12 | sed "s/^/kverbs-bench: profile $test $size $impl comm /"
+	perf report -i /tmp/perf.data --stdio --no-children -g none --sort comm,dso,sym --percent-limit 0.7 2>/dev/null |
+		grep -v -e '^#' -e '^$' | head -n 40 | sed "s/^/kverbs-bench: profile $test $size $impl sym /"
+}
+for ts in $PROFILE; do
+	test=${ts%%:*} size=${ts#*:}
+	command -v perf >/dev/null || { say "fail $test profile 1 $size profile (no perf in the guest)"; break; }
+	for impl in $(impls_of "$test"); do
+		[ "$impl" = limit ] && continue
+		profile "$test" "$size" "$impl"
 	done
 done
 

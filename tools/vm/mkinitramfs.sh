@@ -4,8 +4,9 @@
 # mkinitramfs.sh OUT KSRC MODULE...
 #
 # Builds the initramfs the kverbs test VM boots: static busybox, bash, the
-# rdma-core and iproute2 tools the tests compare against (with the shared
-# libraries they need, taken from this machine), the kverbs modules, the
+# rdma-core and iproute2 tools the tests compare against and any in
+# $KVERBS_VM_TOOLS (with the shared libraries they need, taken from this
+# machine), the kverbs modules, the
 # kselftests with the kernel's ktap_helpers.sh, and tools/vm/guest-init.sh
 # as /init.
 
@@ -31,6 +32,12 @@ for opt in /usr/bin/rping /usr/bin/mckey /usr/bin/ucmatose /usr/bin/ibv_rc_pingp
 	/usr/bin/ib_write_bw /usr/bin/ib_write_lat /usr/bin/ib_read_bw /usr/bin/ib_send_bw \
 	/usr/bin/ib_read_lat /usr/bin/ib_send_lat /usr/bin/ib_atomic_lat; do
 	[ -x "$opt" ] && tools+=("$opt")
+done
+# KVERBS_VM_TOOLS: more of this machine's programs for the guest (make bench
+# PROFILE=... adds perf).
+for extra in ${KVERBS_VM_TOOLS:-}; do
+	[ -x "$extra" ] || { echo "kverbs: $extra is not an executable" >&2; exit 1; }
+	tools+=("$extra")
 done
 provider=(/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav*.so)
 # Our userspace peer of the RC example, built for this machine's libibverbs.
