@@ -12,6 +12,9 @@
 #
 #   kverbs-bench: row TEST IMPL QPS SIZE ROUND <the table row's fields>
 #   kverbs-bench: limit TEST QPS SIZE ROUND <the limit module's line>
+#   kverbs-bench: sleepcost TEST QPS SIZE ROUND <us> (after a kverbs row:
+#                 the adaptive mode's learned cost of a sleep as the run
+#                 began, what the runs before taught it)
 #
 # (or "kverbs-bench: fail TEST IMPL QPS SIZE ROUND why"). /kverbs/bench.conf
 # sets ROUNDS, BW_SIZES, LAT_SIZES, QPS_LIST, TESTS, KV_OPTS, PROFILE.
@@ -107,7 +110,7 @@ run_kernel() {
 }
 
 one() {
-	local test=$1 impl=$2 qps=$3 size=$4 round=$5 iters r
+	local test=$1 impl=$2 qps=$3 size=$4 round=$5 iters r cost
 	iters=${ITERS:-$(iters_of "$test" "$size")}
 	if [ "$impl" = limit ]; then
 		if printf 'dev=%s,size=%s' "$DEV" "$size" >"$LM" && r=$(cat "$LM") && [ -n "$r" ]; then
@@ -126,6 +129,10 @@ one() {
 	esac
 	if [ -n "$r" ]; then
 		say "row $test $impl $qps $size $round $r"
+		# The adaptive mode's learned cost of a sleep as the run began,
+		# from the report's header (kverbs in its default mode only).
+		[ "$impl" = kverbs ] && cost=$(sed -n 's/.*a sleep costs \([0-9]*\) us more.*/\1/p' "$KV") &&
+			[ -n "$cost" ] && say "sleepcost $test $qps $size $round $cost"
 	else
 		say "fail $test $impl $qps $size $round (no result row)"
 	fi
@@ -149,7 +156,11 @@ insmod /kverbs/kverbs_example.ko || exit 1
 insmod /kverbs/kverbs_cbench.ko || exit 1
 insmod /kverbs/kverbs_limit.ko || exit 1
 GID=$(gid_index)
-say "start rounds=$ROUNDS gid=$GID kernel=$(uname -r) cpus=$(nproc)"
+say "start rounds=$ROUNDS gid=$GID kernel=$(uname -r) cpus=$(nproc)" \
+	"clocksource=$(cat /sys/devices/system/clocksource/clocksource0/current_clocksource 2>/dev/null)"
+# What the kernel said of its TSC (under TCG it is not a stable clocksource).
+dmesg | grep -i -e 'tsc' -e 'sched_clock' | head -n 8 | sed 's/^/kverbs-bench: clock /'
+
 
 for test in $TESTS; do
 	# kverbs in its default poll mode (adaptive: the thread polls, and
