@@ -372,6 +372,8 @@ impl Ring {
         let start = if adaptive { crate::now_ns() } else { 0 };
         // What the last empty poll led to: none yet.
         let mut did = None;
+        // Empty polls since the clock was last read while spinning.
+        let mut quiet = 0u32;
         loop {
             self.check(dev, qpn)?;
             let done = self.shared.completed();
@@ -388,7 +390,15 @@ impl Ring {
                 // Another task may have reaped it meanwhile: look again
                 // before idling.
                 if Self::process(cq, 16) == 0 && self.shared.completed() < upto {
-                    did = Some(cq.idle(start, self.expect_ns, pipelined));
+                    if did == Some(adaptive::Idle::Spun) && quiet < adaptive::SPIN_POLLS_PER_CLOCK {
+                        // Spinning: the clock is read once every few empty
+                        // polls (an emulated HPET costs more than a poll).
+                        quiet += 1;
+                        crate::cond_resched();
+                    } else {
+                        quiet = 0;
+                        did = Some(cq.idle(start, self.expect_ns, pipelined));
+                    }
                 }
             } else {
                 cq.wait_u64_ge(&self.shared.counts.completed, upto, 10);

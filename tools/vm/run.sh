@@ -48,7 +48,9 @@ KVERBS_PROGS=$progs "$top/tools/vm/mkinitramfs.sh" "$initrd" "$ksrc" "${mods[@]}
 
 log="$work/$mode.log"
 peer_log="$work/peer.log"
-append="console=ttyS0 loglevel=${KVERBS_LOGLEVEL:-4} log_buf_len=8M panic=-1 kmemleak=on kverbs.mode=$mode"
+# KVERBS_VM_APPEND: more of the guest's kernel command line (e.g.
+# clocksource=hpet, to measure with the clock some TCG boots fall back to).
+append="console=ttyS0 loglevel=${KVERBS_LOGLEVEL:-4} log_buf_len=8M panic=-1 kmemleak=on kverbs.mode=$mode${KVERBS_VM_APPEND:+ $KVERBS_VM_APPEND}"
 net=(-nic none)
 # Two-host tests: a second VM (the peer, one vCPU: the host has two)
 # joined to this one by a QEMU

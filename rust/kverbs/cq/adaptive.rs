@@ -42,6 +42,8 @@
 //!   so an idle waiter costs little and is woken at most an eighth late.
 //!   Where sleeping costs more than the wait, an adaptive waiter polls as
 //!   a direct one;
+//! - a spinning waiter of a stream reads the clock once every eight
+//!   empty polls, so its spin may end that many polls late;
 //! - while another task is processing the CQ (it may be reaping this very
 //!   completion) it only yields, and the callers look at their count again
 //!   before they sleep.
@@ -61,6 +63,12 @@ pub const MIN_SLEEP_NS: u64 = 10_000;
 pub const MAX_SLEEP_NS: u64 = 1_000_000;
 /// The least a waiter spins before it backs off.
 pub const MIN_SPIN_NS: u64 = 20_000;
+/// While a waiter spins it reads the clock (to know when to stop) once
+/// per this many empty polls: in a guest whose clocksource is an emulated
+/// HPET a read of the clock costs more than a poll, and a waiter that
+/// read it after every poll noticed its completion later (read_lat 1.5x
+/// busy polling there, 0.9x with the TSC; Documentation/kverbs.rst).
+pub(crate) const SPIN_POLLS_PER_CLOCK: u32 = 8;
 /// The timer slack a sleep allows (`usleep_range`'s `max - min`).
 const SLACK_US: u64 = 2;
 /// The longest wait counted in the expected time: a wait for a peer that
