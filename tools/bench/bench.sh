@@ -109,9 +109,9 @@ echo "kverbs: bench: results in $out"
 echo "kverbs: bench: one line per run (test impl qps size round | row of its table):"
 
 set +e
-tools=""
-[ -z "${PROFILE:-}" ] || tools=/usr/bin/perf
-KVERBS_FLAVOR=perf KVERBS_VM_DIR=$out KVERBS_VM_MEM=2048 KVERBS_BENCH_CONF=$conf KVERBS_VM_TOOLS=$tools \
+# PROFILE puts perf in the guest.
+KVERBS_FLAVOR=perf KVERBS_VM_DIR=$out KVERBS_VM_MEM=2048 KVERBS_BENCH_CONF=$conf \
+	KVERBS_VM_TOOLS=${PROFILE:+/usr/bin/perf} \
 	KVERBS_MODULES="$build/src/kverbs.ko $build/src/kverbs_example.ko $build/cbench/kverbs_cbench.ko $build/limit/kverbs_limit.ko" \
 	KVERBS_VM_TIMEOUT=${KVERBS_VM_TIMEOUT:-7200} \
 	"$top/tools/vm/run.sh" bench | grep --line-buffered '^kverbs-bench:' | sed -u 's/^kverbs-bench: //'

@@ -161,7 +161,6 @@ say "start rounds=$ROUNDS gid=$GID kernel=$(uname -r) cpus=$(nproc)" \
 # What the kernel said of its TSC (under TCG it is not a stable clocksource).
 dmesg | grep -i -e 'tsc' -e 'sched_clock' | head -n 8 | sed 's/^/kverbs-bench: clock /'
 
-
 for test in $TESTS; do
 	# kverbs in its default poll mode (adaptive: the thread polls, and
 	# sleeps while no completion is near), busy polling (poll=direct) and,

@@ -6,9 +6,8 @@
 # Builds the initramfs the kverbs test VM boots: static busybox, bash, the
 # rdma-core and iproute2 tools the tests compare against and any in
 # $KVERBS_VM_TOOLS (with the shared libraries they need, taken from this
-# machine), the kverbs modules, the
-# kselftests with the kernel's ktap_helpers.sh, and tools/vm/guest-init.sh
-# as /init.
+# machine), the kverbs modules, the kselftests with the kernel's
+# ktap_helpers.sh, and tools/vm/guest-init.sh as /init.
 
 set -euo pipefail
 
