@@ -6,6 +6,7 @@
  */
 #include <linux/debugfs.h>
 #include <linux/delay.h>
+#include <linux/hrtimer.h>
 #include <linux/math64.h>
 #include <linux/fault-inject.h>
 #include <linux/kmemleak.h>
@@ -274,6 +275,97 @@ void kverbs_cq_quiesce_softirq(struct ib_cq *cq)
 	irq_poll_disable(&cq->iop);
 	synchronize_rcu();
 	irq_poll_enable(&cq->iop);
+}
+
+/*
+ * The completion handler of an adaptive CQ: the driver calls it on the
+ * next completion after ib_req_notify_cq() (rxe from its completer, with
+ * the CQ's lock held; hardware from its event interrupt; mlx4 and mlx5
+ * also call every CQ's handler on a fatal device error), with the CQ's
+ * context, the CQ's wait queue. It only wakes the tasks sleeping there.
+ */
+static void kverbs_cq_event(struct ib_cq *cq, void *wq)
+{
+	wake_up(wq);
+}
+
+/*
+ * ib_alloc_cq() gives an IB_POLL_DIRECT CQ a completion handler that only
+ * warns: the core never arms such a CQ, its waiters poll it. An adaptive
+ * CQ is polled the same way (ib_process_cq_direct()), but a waiter that
+ * has spun long enough arms it and sleeps until the driver calls the
+ * handler (kverbs_cq_sleep()). Called right after ib_alloc_cq(), before
+ * any QP uses the CQ, so before the driver can call the handler; the core
+ * reads comp_handler nowhere else, and ib_free_cq() does not look at it.
+ */
+void kverbs_cq_set_event_handler(struct ib_cq *cq)
+{
+	WARN_ON_ONCE(cq->poll_ctx != IB_POLL_DIRECT);
+	cq->comp_handler = kverbs_cq_event;
+}
+
+/*
+ * Sleeps until the next completion event of one of @cqs (at most the first
+ * KVERBS_SLEEP_CQS of @n), @timeout_us at most: adaptive CQs, each with
+ * kverbs_cq_set_event_handler() and a wait queue as cq_context. The task
+ * is on every CQ's wait queue, in TASK_IDLE (uninterruptible, not counted
+ * as load), before it arms them, so an event between the arming and
+ * schedule() leaves it running: no event is lost. It does not sleep (and
+ * returns 1, the caller polls) if a CQ had completions when armed
+ * (IB_CQ_REPORT_MISSED_EVENTS), if a CQ cannot be armed (the caller then
+ * polls as on a direct CQ), or if @gen is not NULL and no longer @seen:
+ * the caller read @seen before its last look at its completion, and
+ * another task processing the CQ bumps *@gen after each batch, so a
+ * completion reaped by another task (whose done woke the queue before
+ * this task was on it) is not slept past either. Returns 0 when woken,
+ * -ETIME when the sleep timed out. Process context; a sleep of at most
+ * @timeout_us, which bounds the wait where a driver reports no missed
+ * events, and lets the caller check its deadline and signals.
+ */
+int kverbs_cq_sleep(struct ib_cq *const *cqs, unsigned int n,
+		    unsigned int timeout_us, const u32 *gen, u32 seen)
+{
+	struct wait_queue_entry wait[KVERBS_SLEEP_CQS];
+	ktime_t timeout = ns_to_ktime((u64)timeout_us * NSEC_PER_USEC);
+	unsigned int i;
+	int ret = 0;
+
+	might_sleep();
+	n = min_t(unsigned int, n, KVERBS_SLEEP_CQS);
+	for (i = 0; i < n; i++) {
+		init_waitqueue_entry(&wait[i], current);
+		add_wait_queue(cqs[i]->cq_context, &wait[i]);
+	}
+	/* A full barrier: *gen is read after the task is on the queues. */
+	set_current_state(TASK_IDLE);
+	for (i = 0; i < n; i++)
+		if (ib_req_notify_cq(cqs[i], IB_CQ_NEXT_COMP |
+					     IB_CQ_REPORT_MISSED_EVENTS))
+			ret = 1;
+	if (gen && READ_ONCE(*gen) != seen)
+		ret = 1;
+	/* 0: the timer expired; -EINTR: woken before it. */
+	if (!ret && !schedule_hrtimeout_range(&timeout, 2 * NSEC_PER_USEC,
+					      HRTIMER_MODE_REL))
+		ret = -ETIME;
+	__set_current_state(TASK_RUNNING);
+	for (i = 0; i < n; i++)
+		remove_wait_queue(cqs[i]->cq_context, &wait[i]);
+	return ret;
+}
+
+/*
+ * ib_free_cq(), unless a QP still uses @cq (ib_free_cq() would warn and
+ * keep it: a QP whose destruction failed): returns whether it was freed.
+ * A kept CQ may still call its handler with its context, which its owner
+ * must then keep too.
+ */
+bool kverbs_free_cq(struct ib_cq *cq)
+{
+	if (WARN_ON_ONCE(atomic_read(&cq->usecnt)))
+		return false;
+	ib_free_cq(cq);
+	return true;
 }
 
 unsigned long kverbs_msleep_interruptible(unsigned int ms)

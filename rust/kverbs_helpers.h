@@ -92,6 +92,28 @@ struct ib_cq;
  */
 void kverbs_cq_quiesce_softirq(struct ib_cq *cq);
 
+/* The most CQs one kverbs_cq_sleep() arms and sleeps on. */
+#define KVERBS_SLEEP_CQS 16
+
+/*
+ * Makes @cq, an IB_POLL_DIRECT CQ whose cq_context is a wait queue, wake
+ * that wait queue on the completion events kverbs_cq_sleep() asks for; see
+ * kverbs_helpers.c.
+ */
+void kverbs_cq_set_event_handler(struct ib_cq *cq);
+
+/*
+ * Sleeps until a completion event of one of the @n CQs (the first
+ * KVERBS_SLEEP_CQS of them) or @timeout_us: 1 at once if one had
+ * completions when armed (or *@gen moved from @seen), 0 if woken, -ETIME
+ * if timed out. See kverbs_helpers.c.
+ */
+int kverbs_cq_sleep(struct ib_cq *const *cqs, unsigned int n,
+		    unsigned int timeout_us, const u32 *gen, u32 seen);
+
+/* ib_free_cq() unless a QP still uses @cq: whether it was freed. */
+bool kverbs_free_cq(struct ib_cq *cq);
+
 /* msleep_interruptible(). */
 unsigned long kverbs_msleep_interruptible(unsigned int ms);
 

@@ -33,6 +33,7 @@ use crate::qp::Slot;
 use crate::srq::QpTable;
 use crate::ARef;
 use core::{
+    mem::ManuallyDrop,
     ptr::NonNull,
     sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering},
 };
@@ -46,7 +47,12 @@ use kernel::{
 
 pub mod adaptive;
 
-use self::adaptive::Idle;
+use self::adaptive::{Idle, Plan};
+
+/// The most CQs a wait sleeps on at once ([`adaptive::Poller`]): the
+/// others are polled when it wakes (at most
+/// [`adaptive::MAX_CQ_SLEEP_NS`] later).
+pub const MAX_SLEEP_CQS: usize = bindings::KVERBS_SLEEP_CQS as usize;
 
 /// What a CQ keeps for completions still in it: slots, and their table.
 type Kept = (KVec<Slot>, Option<Arc<QpTable>>);
@@ -103,10 +109,12 @@ pub struct Cq(Arc<CqInner>);
 ///
 /// `cq` was allocated by `__ib_alloc_cq` on `dev` with `cq_context` pointing
 /// to `*wq`, an initialised wait queue that lives in its own allocation as
-/// long as the CQ. `room` is the number of its entries that no QP has
+/// long as the CQ (dropped only after `ib_free_cq` freed it, else leaked). `room` is the number of its entries that no QP has
 /// taken. On a CQ polled by its waiters ([`PollCtx::polled_by_waiters`]),
 /// `ib_process_cq_direct` is only called by the task that set `processing`
-/// (and clears it after).
+/// (and clears it after), which bumps `gen` after each batch it processed.
+/// An adaptive CQ's completion handler is the helpers' `kverbs_cq_event`,
+/// which wakes `*wq`.
 pub(crate) struct CqInner {
     cq: NonNull<bindings::ib_cq>,
     ctx: PollCtx,
@@ -114,7 +122,11 @@ pub(crate) struct CqInner {
     processing: AtomicBool,
     /// Times a task found the CQ being processed by another and yielded.
     backoffs: AtomicU64,
-    wq: Pin<KBox<Opaque<bindings::wait_queue_head>>>,
+    wq: ManuallyDrop<Pin<KBox<Opaque<bindings::wait_queue_head>>>>,
+    /// Batches processed by the waiters (wrapping): a sleeper on the CQ
+    /// that read it before its last look at its completion does not sleep
+    /// if another task has processed a batch since.
+    gen: AtomicU32,
     /// Request slots whose owner (an SRQ) is gone while completions naming
     /// them may still be in this CQ, and the QP table they name: freed
     /// with it.
@@ -157,6 +169,12 @@ impl Cq {
             )
         })?;
         let cq = NonNull::new(cq).ok_or(ENOMEM)?;
+        if ctx == PollCtx::Adaptive {
+            // SAFETY: Just allocated as a direct CQ whose context is the
+            // wait queue; no QP uses it yet, so the driver cannot be
+            // calling its handler.
+            unsafe { bindings::kverbs_cq_set_event_handler(cq.as_ptr()) };
+        }
         // SAFETY: Just allocated; the driver set its real size.
         let size = unsafe { (*cq.as_ptr()).cqe };
         // INVARIANT: allocated above with `wq` as its context. If the `Arc`
@@ -168,7 +186,8 @@ impl Cq {
                 room: AtomicU32::new(size.try_into().unwrap_or(0)),
                 processing: AtomicBool::new(false),
                 backoffs: AtomicU64::new(0),
-                wq,
+                wq: ManuallyDrop::new(wq),
+                gen: AtomicU32::new(0),
                 kept,
                 dev: dev.into(),
             },
@@ -258,6 +277,9 @@ impl Cq {
         // `done` it calls runs before another task can see the marker of a
         // drain that follows it and free the slots the batch names.
         let n = unsafe { bindings::ib_process_cq_direct(inner.cq.as_ptr(), budget as i32) };
+        if n > 0 {
+            inner.gen.fetch_add(1, Ordering::Release);
+        }
         inner.processing.store(false, Ordering::Release);
         n.max(0) as u32
     }
@@ -327,8 +349,10 @@ impl Cq {
         interruptible: bool,
     ) {
         if self.0.ctx.polled_by_waiters() {
-            if self.process_direct(16) == 0 {
-                let _ = self.idle(since, 0, false);
+            let seen = self.gen();
+            // The caller looked at `*state` before `seen`: look again.
+            if self.process_direct(16) == 0 && state.load(Ordering::Acquire) != want {
+                let _ = self.idle(since, 0, false, seen);
             }
             return;
         }
@@ -351,14 +375,88 @@ impl Cq {
     /// found nothing, in a wait begun at `since` that expects to take
     /// `expect` ns (0: unknown), with requests outstanding behind the
     /// awaited one if `pipelined`: yield the CPU (direct, or while another
-    /// task is processing the CQ), or spin or sleep ([`adaptive`]).
-    /// Process context; may sleep.
-    pub(crate) fn idle(&self, since: u64, expect: u64, pipelined: bool) -> Idle {
+    /// task is processing the CQ), or spin, sleep, or sleep until the CQ's
+    /// next completion ([`adaptive`]). `seen` is [`Cq::gen`] read before
+    /// the caller last looked at its completion: a sleep on the CQ does
+    /// not begin if another task has processed a batch since (it may have
+    /// reaped that completion, and woken the CQ's wait queue before this
+    /// task was on it). Process context; may sleep.
+    pub(crate) fn idle(&self, since: u64, expect: u64, pipelined: bool, seen: u32) -> Idle {
         if self.0.ctx != PollCtx::Adaptive || self.0.processing.load(Ordering::Relaxed) {
             crate::cond_resched();
             return Idle::Spun;
         }
-        adaptive::idle_at(since, expect, pipelined, crate::now_ns())
+        match adaptive::plan(since, expect, pipelined, crate::now_ns()) {
+            Plan::Spin => {
+                crate::cond_resched();
+                Idle::Spun
+            }
+            Plan::Sleep(ns) => {
+                adaptive::sleep_ns(ns);
+                Idle::Slept
+            }
+            Plan::Arm => {
+                Cq::sleep_on_gen([self], adaptive::MAX_CQ_SLEEP_NS, Some((self, seen)));
+                Idle::Armed
+            }
+        }
+    }
+
+    /// How many batches the waiters have processed (wrapping): read before
+    /// a look at a completion, for [`Cq::idle`].
+    pub(crate) fn gen(&self) -> u32 {
+        self.0.gen.load(Ordering::Acquire)
+    }
+
+    /// Sleeps until the next completion of one of `cqs` or `timeout_ns`
+    /// (at most [`adaptive::MAX_CQ_SLEEP_NS`]), arming them (`ib_req_notify_cq`)
+    /// after the task is on their wait queues; returns at once if one of
+    /// them had completions when armed. Only adaptive CQs are armed, the
+    /// first [`MAX_SLEEP_CQS`] of them; with none, it only yields. Returns
+    /// whether it slept (or could have: armed them). Process context;
+    /// sleeps.
+    pub(crate) fn sleep_on<'c>(cqs: impl IntoIterator<Item = &'c Cq>, timeout_ns: u64) -> bool {
+        Self::sleep_on_gen(cqs, timeout_ns, None)
+    }
+
+    /// [`Cq::sleep_on`], not sleeping if `gen`'s CQ has processed a batch
+    /// since its [`Cq::gen`] was `seen`.
+    fn sleep_on_gen<'c>(
+        cqs: impl IntoIterator<Item = &'c Cq>,
+        timeout_ns: u64,
+        gen: Option<(&Cq, u32)>,
+    ) -> bool {
+        let mut raw = [core::ptr::null_mut(); MAX_SLEEP_CQS];
+        let mut n = 0;
+        for cq in cqs {
+            let p = cq.as_raw();
+            if n < MAX_SLEEP_CQS && cq.0.ctx == PollCtx::Adaptive && !raw[..n].contains(&p) {
+                raw[n] = p;
+                n += 1;
+            }
+        }
+        if n == 0 {
+            crate::cond_resched();
+            return false;
+        }
+        let us = timeout_ns.clamp(1000, adaptive::MAX_CQ_SLEEP_NS) / 1000;
+        // SAFETY: The first `n` pointers are distinct live adaptive CQs
+        // (borrowed for the call): direct CQs whose context is their wait
+        // queue and whose handler wakes it (type invariant of `CqInner`).
+        // At most `MAX_CQ_SLEEP_NS / 1000`, `us` fits the `unsigned int`.
+        // `gen` points into a CQ borrowed for the call; the helper only
+        // reads it (`READ_ONCE`; an atomic has the layout of its `u32`).
+        let r = unsafe {
+            bindings::kverbs_cq_sleep(
+                raw.as_ptr(),
+                n as u32,
+                us as u32,
+                gen.map_or(core::ptr::null(), |(cq, _)| cq.0.gen.as_ptr().cast_const()),
+                gen.map_or(0, |(_, seen)| seen),
+            )
+        };
+        adaptive::count_cq_sleep(r);
+        true
     }
 
     /// Sleeps on the CQ's wait queue until `*v >= want`, at most
@@ -376,6 +474,8 @@ pub(crate) struct DirectHold<'a>(&'a Cq);
 
 impl Drop for DirectHold<'_> {
     fn drop(&mut self) {
+        // The holder may have processed completions (a driver's drain).
+        self.0 .0.gen.fetch_add(1, Ordering::Release);
         self.0 .0.processing.store(false, Ordering::Release);
     }
 }
@@ -401,8 +501,20 @@ impl Drop for CqInner {
             unsafe { bindings::kverbs_cq_quiesce_softirq(self.cq.as_ptr()) };
         }
         // SAFETY: By the type invariant the CQ is live; this is the last
-        // reference, so every QP using it has been destroyed. The wait queue
-        // is freed after this (fields drop after `drop`).
-        unsafe { bindings::ib_free_cq(self.cq.as_ptr()) };
+        // reference, so every QP using it has been destroyed (or its
+        // destruction failed: then the helper keeps the CQ).
+        if unsafe { bindings::kverbs_free_cq(self.cq.as_ptr()) } {
+            // SAFETY: The CQ is freed: nothing names the wait queue any
+            // more, and it is not used after this.
+            unsafe { ManuallyDrop::drop(&mut self.wq) };
+        } else {
+            // A CQ still used by a QP whose destruction failed: its driver
+            // may still call its handler with the wait queue, which is
+            // leaked with it (the helper warned).
+            pr_warn!(
+                "{}: a CQ still in use was not freed; its wait queue is leaked\n",
+                self.dev.name()
+            );
+        }
     }
 }

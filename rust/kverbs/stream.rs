@@ -378,26 +378,31 @@ impl Ring {
             self.check(dev, qpn)?;
             let done = self.shared.completed();
             if done >= upto {
-                // Only adaptive waits that waited teach the expected time.
-                if let (true, Some(did)) = (adaptive, did) {
+                // Only adaptive ping-pong waits that waited teach the
+                // expected time (a pipeline sleeps on the CQ instead).
+                if let (true, false, Some(did)) = (adaptive, pipelined, did) {
                     let took = crate::now_ns().saturating_sub(start);
-                    self.expect_ns = adaptive::learn(self.expect_ns, did, took, pipelined);
+                    self.expect_ns = adaptive::learn(self.expect_ns, did, took);
                 }
                 return Ok(());
             }
             deadline.check()?;
             if cq.poll_ctx().polled_by_waiters() {
                 // Another task may have reaped it meanwhile: look again
-                // before idling.
+                // before idling (and sleep on the CQ only if no task has
+                // processed a batch since this look).
+                let seen = cq.gen();
                 if Self::process(cq, 16) == 0 && self.shared.completed() < upto {
-                    if did == Some(adaptive::Idle::Spun) && quiet < adaptive::SPIN_POLLS_PER_CLOCK {
+                    if did == Some(adaptive::Idle::Spun)
+                        && quiet + 1 < adaptive::SPIN_POLLS_PER_CLOCK
+                    {
                         // Spinning: the clock is read once every few empty
                         // polls (an emulated HPET costs more than a poll).
                         quiet += 1;
                         crate::cond_resched();
                     } else {
                         quiet = 0;
-                        did = Some(cq.idle(start, self.expect_ns, pipelined));
+                        did = Some(cq.idle(start, self.expect_ns, pipelined, seen));
                     }
                 }
             } else {
@@ -528,6 +533,13 @@ impl<'a> SendStream<'a> {
         self.ring.room()
     }
 
+    /// The CQ the requests complete on (the QP's send CQ): for a loop that
+    /// polls several streams and sleeps on their CQs
+    /// ([`Poller`](crate::cq::adaptive::Poller)).
+    pub fn cq(&self) -> &Cq {
+        self.qp.send_cq()
+    }
+
     /// Posts `n` requests (at most [`SendStream::room`]) as one chain; the
     /// last is signalled if `last` (so that a run's tail completes).
     /// Returns how many were posted, which is fewer than `n` only if the
@@ -656,6 +668,11 @@ impl<'a, S: CanPostRecv, T: Transport> RecvStream<'a, S, T> {
     /// How many receives may be posted now.
     pub fn room(&self) -> u32 {
         self.ring.room()
+    }
+
+    /// The CQ the receives complete on (the QP's receive CQ).
+    pub fn cq(&self) -> &Cq {
+        self.qp.recv_cq()
     }
 
     /// Posts `n` receives (at most [`RecvStream::room`]) as one chain;

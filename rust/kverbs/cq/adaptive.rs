@@ -2,55 +2,56 @@
 
 //! Adaptive polling: spin while a completion is near, sleep while it is not.
 //!
-//! C header: [`include/linux/delay.h`](srctree/include/linux/delay.h)
+//! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
+//! (`ib_req_notify_cq`), [`include/linux/delay.h`](srctree/include/linux/delay.h)
 //! (`usleep_range`)
 //!
 //! A [`PollCtx::Adaptive`](super::PollCtx::Adaptive) CQ is polled by its
-//! waiters, as a direct one (`IB_POLL_DIRECT`): no interrupt and no softirq,
-//! each completion processed in the waiting task. What differs is what a
-//! waiter does when a poll finds nothing. A direct waiter spins: the lowest
+//! waiters, as a direct one (`IB_POLL_DIRECT`): no softirq, each
+//! completion processed in the waiting task. What differs is what a waiter
+//! does when a poll finds nothing. A direct waiter spins: the lowest
 //! latency, but it holds a CPU the device may need (rxe's requester,
-//! responder and completer are tasks on the same CPUs). An adaptive waiter
-//! sleeps while its completion is not near, in the manner of the hybrid
-//! polling NVMe had in the block layer (`io_poll_delay`: sleep about half
-//! the expected time, then spin):
+//! responder and completer are work items on the same CPUs). An adaptive
+//! waiter spins for a bounded time, then sleeps on the CQ, in the manner
+//! of net's busy polling (spin, then wait for the interrupt): it arms the
+//! CQ (`ib_req_notify_cq`, the task already on the CQ's wait queue) and the
+//! driver's completion event wakes it. For a ping-pong it also sleeps
+//! ahead, in the manner of the hybrid polling NVMe had in the block layer
+//! (`io_poll_delay`: sleep about half the expected time, then spin):
 //!
-//! - the expected time of a wait is an average of the last waits of the
-//!   same kind that had to wait (a stream keeps its own; a request's slot
-//!   expects nothing);
-//! - a wait for the last outstanding request (a ping-pong, whose latency
-//!   is the caller's) first sleeps until half of it, then spins up to one
-//!   and a half times it (at most [`MAX_SLEEP_NS`] of spinning); if its
-//!   completion was already there when it woke, it slept too long, and
-//!   its caller's latency paid: the expected time is halved;
 //! - a wait with requests outstanding behind the awaited one (a pipeline:
 //!   the device still has work, so being a little late costs little)
-//!   first sleeps until seven eighths of it, then sleeps on in eighths of
-//!   it (where an eighth is worth a sleep; else it spins up to an eighth
-//!   more); if its completion was there when it woke from the first
-//!   sleep, the expected time drops by a quarter;
+//!   spins [`MIN_SPIN_NS`], then sleeps until the CQ's next completion;
+//! - a wait for the last outstanding request (a ping-pong, whose latency
+//!   is the caller's) expects the average of the last waits of its stream
+//!   that had to wait (a request's slot expects nothing). It first sleeps
+//!   until half of it, then spins up to one and a half times it (at most
+//!   [`MAX_SLEEP_NS`] of spinning); if its completion was already there
+//!   when it woke, it slept too long, and its caller's latency paid: the
+//!   expected time is halved;
 //! - a sleep costs more than it asks for: the wake-up (in an emulated guest
-//!   tens of microseconds, as long as a short wait). That cost is learned
-//!   (an average over every adaptive sleep; one sleep counts at most twice
-//!   the average), and a sleep is taken only where it is worth it: a first
-//!   sleep is asked for the time to its end less the cost, if that is at
+//!   tens to hundreds of microseconds, as long as a short wait). That cost
+//!   is learned (an average over every timed sleep; one sleep counts at
+//!   most twice the average), and a first sleep is taken only where it is
+//!   worth it: asked for the time to its end less the cost, if that is at
 //!   least [`MIN_SLEEP_NS`];
-//! - past the spin (at once when nothing is expected) the waiter backs
-//!   off: once it has waited eight times the cost of a sleep of
-//!   [`MIN_SLEEP_NS`] (spinning till then, at least [`MIN_SPIN_NS`]), it
-//!   sleeps an eighth of the time it has waited (at most [`MAX_SLEEP_NS`]),
-//!   so an idle waiter costs little and is woken at most an eighth late.
-//!   Where sleeping costs more than the wait, an adaptive waiter polls as
-//!   a direct one;
-//! - a spinning waiter of a stream reads the clock once every eight
-//!   empty polls, so its spin may end that many polls late;
+//! - past its spin (at once when nothing is expected) a ping-pong spins on
+//!   until it has waited eight times the cost of a sleep of
+//!   [`MIN_SLEEP_NS`] (at least [`MIN_SPIN_NS`], at most [`MAX_SLEEP_NS`]),
+//!   so that a wake-up costs it at most an eighth of its wait, then sleeps
+//!   until the CQ's next completion. Where sleeping costs more than the
+//!   wait, an adaptive waiter polls as a direct one;
+//! - a spinning waiter (of a stream, or a [`Poller`]) reads the clock
+//!   once every eight empty polls, so its spin may end that many polls
+//!   late;
 //! - while another task is processing the CQ (it may be reaping this very
 //!   completion) it only yields, and the callers look at their count again
 //!   before they sleep.
 //!
-//! Sleeps are `usleep_range` (high-resolution timers), uninterruptible, in
-//! process context (the helper says `might_sleep`), each of at most
-//! [`MAX_SLEEP_NS`] and 2 us of timer slack: the callers check their
+//! Sleeps are uninterruptible, in process context (the helpers say
+//! `might_sleep`), with 2 us of timer slack: a timed one is `usleep_range`
+//! of at most [`MAX_SLEEP_NS`], one on the CQ ends at its next completion
+//! event or after [`MAX_CQ_SLEEP_NS`]. The callers check their
 //! deadline, cancel token and signals between two polls, as with the other
 //! contexts, so a wait ends at most one sleep after its deadline.
 
@@ -61,14 +62,18 @@ use core::sync::atomic::{AtomicU64, Ordering};
 pub const MIN_SLEEP_NS: u64 = 10_000;
 /// The longest sleep between two polls.
 pub const MAX_SLEEP_NS: u64 = 1_000_000;
-/// The least a waiter spins before it backs off.
+/// The longest sleep on a CQ: its next completion ends it sooner. The
+/// callers check their deadline, cancel token and signals after it.
+pub const MAX_CQ_SLEEP_NS: u64 = 10_000_000;
+/// The least a waiter spins before it sleeps on the CQ; a pipeline spins
+/// this long.
 pub const MIN_SPIN_NS: u64 = 20_000;
 /// While a waiter spins it reads the clock (to know when to stop) once
 /// per this many empty polls: in a guest whose clocksource is an emulated
 /// HPET a read of the clock costs more than a poll, and a waiter that
 /// read it after every poll noticed its completion later (read_lat 1.5x
 /// busy polling there, 0.9x with the TSC; Documentation/kverbs.rst).
-pub(crate) const SPIN_POLLS_PER_CLOCK: u32 = 8;
+pub const SPIN_POLLS_PER_CLOCK: u32 = 8;
 /// The timer slack a sleep allows (`usleep_range`'s `max - min`).
 const SLACK_US: u64 = 2;
 /// The longest wait counted in the expected time: a wait for a peer that
@@ -83,6 +88,11 @@ const FIRST_COST_NS: u64 = 50_000;
 /// without ordering (a heuristic; a lost update costs nothing).
 static SLEEP_COST_NS: AtomicU64 = AtomicU64::new(FIRST_COST_NS);
 
+/// Sleeps on a CQ ended by a wake-up (a completion) and by their timeout,
+/// for every CQ: diagnostics ([`cq_sleeps`]).
+static CQ_SLEEPS_WOKEN: AtomicU64 = AtomicU64::new(0);
+static CQ_SLEEPS_TIMED_OUT: AtomicU64 = AtomicU64::new(0);
+
 // `usleep_range` takes microseconds: a sleep is never 0.
 const _: () = assert!(MIN_SLEEP_NS >= 1000 && MIN_SLEEP_NS <= MAX_SLEEP_NS);
 
@@ -91,61 +101,63 @@ const _: () = assert!(MIN_SLEEP_NS >= 1000 && MIN_SLEEP_NS <= MAX_SLEEP_NS);
 pub(crate) enum Idle {
     /// Yielded the CPU if a task should run (`cond_resched`).
     Spun,
-    /// Slept until the end of its first sleep.
+    /// Slept until the end of its first sleep (a ping-pong).
     Slept,
-    /// Slept past its first sleep: an eighth of the expected time (a
-    /// pipeline) or of the time it had waited.
-    BackedOff,
+    /// Slept until the CQ's next completion (or [`MAX_CQ_SLEEP_NS`]).
+    Armed,
 }
 
-/// What a waiter does after a poll that found nothing, at `now`
+/// What a waiter is to do after a poll that found nothing.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Plan {
+    /// Yield the CPU if a task should run, and poll again.
+    Spin,
+    /// Sleep this many ns (a ping-pong's first sleep), then poll.
+    Sleep(u64),
+    /// Sleep until the CQ's next completion, then poll.
+    Arm,
+}
+
+/// What a waiter is to do after a poll that found nothing, at `now`
 /// (`now_ns`), in a wait that began at `start` and expects to take
 /// `expect` ns (0: unknown), with requests outstanding behind the awaited
-/// one if `pipelined`: sleeps until the end of the first sleep if that is
-/// worth a sleep, spins until the end of the spin, then backs off (see the
-/// module documentation). Process context; may sleep.
-pub(crate) fn idle_at(start: u64, expect: u64, pipelined: bool, now: u64) -> Idle {
+/// one if `pipelined` (see the module documentation).
+pub(crate) fn plan(start: u64, expect: u64, pipelined: bool, now: u64) -> Plan {
     let waited = now.saturating_sub(start);
+    if pipelined {
+        return if waited < MIN_SPIN_NS {
+            Plan::Spin
+        } else {
+            Plan::Arm
+        };
+    }
     let cost = SLEEP_COST_NS.load(Ordering::Relaxed);
     let e = expect.min(MAX_EXPECT_NS);
-    let (lead, spin) = if pipelined {
-        (e - e / 8, e / 8)
-    } else {
-        (e / 2, e.min(MAX_SLEEP_NS))
-    };
+    let (lead, spin) = (e / 2, e.min(MAX_SLEEP_NS));
     // The first sleep, asked for less its cost, to end at `lead`.
     let first = lead.saturating_sub(cost);
-    // Backing off is worth it once a late wake-up, even from the
-    // shortest sleep, costs at most an eighth of the wait.
-    let patience = (MIN_SLEEP_NS + cost).saturating_mul(8);
+    // Sleeping on the CQ is worth it once a wake-up, even from the
+    // shortest sleep, costs at most an eighth of the wait; at most after
+    // `MAX_SLEEP_NS` (the cost is learned from timed sleeps only, which a
+    // high cost makes rare: it must not keep a waiter spinning long).
+    let patience = (MIN_SLEEP_NS + cost).saturating_mul(8).min(MAX_SLEEP_NS);
     if first >= waited.saturating_add(MIN_SLEEP_NS) {
-        sleep_ns(first - waited);
-        Idle::Slept
-    } else if pipelined && e / 8 >= cost.saturating_add(MIN_SLEEP_NS) {
-        // Past the first sleep of a pipeline: lateness costs little,
-        // so it sleeps on in eighths of the expected time.
-        sleep_ns(e / 8 - cost);
-        Idle::BackedOff
+        Plan::Sleep(first - waited)
     } else if waited < (lead.saturating_add(spin)).max(patience).max(MIN_SPIN_NS) {
-        crate::cond_resched();
-        Idle::Spun
+        Plan::Spin
     } else {
-        sleep_ns((waited / 8).saturating_sub(cost));
-        Idle::BackedOff
+        Plan::Arm
     }
 }
 
-/// The expected time of the next wait of a kind, after one that expected
-/// `before` (0: nothing yet), took `took` ns, with requests behind the
-/// awaited one if `pipelined`, and whose last empty poll led to `did`: if
-/// the completion was there when its first sleep ended, the sleep was too
-/// long, so it is halved (a ping-pong, whose caller's latency paid) or
-/// less a quarter (a pipeline); else the average of the last waits moves
-/// toward `took`.
-pub(crate) fn learn(before: u64, did: Idle, took: u64, pipelined: bool) -> u64 {
-    match (did, pipelined) {
-        (Idle::Slept, true) => before - before / 4,
-        (Idle::Slept, false) => before / 2,
+/// The expected time of a ping-pong's next wait, after one that expected
+/// `before` (0: nothing yet), took `took` ns, and whose last empty poll led
+/// to `did`: if the completion was there when its first sleep ended, the
+/// sleep was too long (its caller's latency paid), so it is halved; else
+/// the average of the last waits moves toward `took`.
+pub(crate) fn learn(before: u64, did: Idle, took: u64) -> u64 {
+    match did {
+        Idle::Slept => before / 2,
         _ => average(before, took),
     }
 }
@@ -162,18 +174,16 @@ fn average(before: u64, took: u64) -> u64 {
 }
 
 /// The adaptive idling of a loop that polls several streams itself (their
-/// `poll`, on adaptive CQs), as a benchmark's or a ULP's data path does:
-/// it learns the time between two polls that made progress and, when a
-/// pass over the streams makes none, sleeps or spins as a pipelined wait
-/// that began at the last progress would (see the module documentation).
+/// `poll`, on adaptive CQs), as a benchmark's or a ULP's data path does: a
+/// pipeline that has waited since its last progress spins
+/// [`MIN_SPIN_NS`], then sleeps until the next completion of the streams'
+/// CQs (see the module documentation).
 pub struct Poller {
     last: u64,
-    expect: u64,
-    /// Whether a progress has been seen: the time to the first (the
-    /// pipeline filling) is not a gap between completions.
-    started: bool,
     /// What the last call of [`Poller::idle_at`] did.
     did: Idle,
+    /// Empty passes since the clock was last read while spinning.
+    quiet: u32,
 }
 
 impl Poller {
@@ -181,26 +191,52 @@ impl Poller {
     pub fn new() -> Self {
         Poller {
             last: crate::now_ns(),
-            expect: 0,
-            started: false,
             did: Idle::Spun,
+            // The first empty pass reads the clock.
+            quiet: SPIN_POLLS_PER_CLOCK,
         }
     }
 
     /// A pass made progress at `now` (`now_ns`).
     pub fn progress(&mut self, now: u64) {
-        if self.started {
-            self.expect = learn(self.expect, self.did, now.saturating_sub(self.last), true);
-        }
-        self.started = true;
         self.did = Idle::Spun;
+        self.quiet = SPIN_POLLS_PER_CLOCK;
         self.last = now;
     }
 
-    /// A pass made no progress, at `now` (`now_ns`): sleeps or spins.
-    /// Process context; may sleep.
-    pub fn idle_at(&mut self, now: u64) {
-        self.did = idle_at(self.last, self.expect, true, now);
+    /// A pass made no progress: if the poller is spinning and has read
+    /// the clock within the last [`SPIN_POLLS_PER_CLOCK`] empty passes,
+    /// yields the CPU if a task should run and returns `true`: the caller
+    /// polls again without reading the clock. Else returns `false`: the
+    /// caller reads the clock (its deadline, then [`Poller::idle_at`]).
+    /// Process context.
+    pub fn spin(&mut self) -> bool {
+        if self.did == Idle::Spun && self.quiet + 1 < SPIN_POLLS_PER_CLOCK {
+            self.quiet += 1;
+            crate::cond_resched();
+            true
+        } else {
+            false
+        }
+    }
+
+    /// A pass made no progress, at `now` (`now_ns`): spins, or sleeps
+    /// until the next completion of one of `cqs` (the CQs of the streams
+    /// that wait; only adaptive CQs, at most [`MAX_SLEEP_CQS`] of them, are
+    /// slept on) or [`MAX_CQ_SLEEP_NS`]. Process context; may sleep.
+    ///
+    /// [`MAX_SLEEP_CQS`]: super::MAX_SLEEP_CQS
+    pub fn idle_at<'c>(&mut self, now: u64, cqs: impl IntoIterator<Item = &'c super::Cq>) {
+        self.quiet = 0;
+        self.did = match plan(self.last, 0, true, now) {
+            Plan::Spin => {
+                crate::cond_resched();
+                Idle::Spun
+            }
+            // With no adaptive CQ to sleep on it only yielded: it spins.
+            _ if super::Cq::sleep_on(cqs, MAX_CQ_SLEEP_NS) => Idle::Armed,
+            _ => Idle::Spun,
+        };
     }
 }
 
@@ -212,7 +248,7 @@ impl Default for Poller {
 
 /// Sleeps about `ns`, [`MIN_SLEEP_NS`] to [`MAX_SLEEP_NS`], in process
 /// context, and learns what it cost beyond that.
-fn sleep_ns(ns: u64) {
+pub(crate) fn sleep_ns(ns: u64) {
     // At most 1000 (us): fits the helper's `unsigned int`.
     let min = ns.clamp(MIN_SLEEP_NS, MAX_SLEEP_NS) / 1000;
     let start = crate::now_ns();
@@ -235,4 +271,26 @@ fn sleep_ns(ns: u64) {
 /// diagnostic.
 pub fn sleep_cost_ns() -> u64 {
     SLEEP_COST_NS.load(Ordering::Relaxed)
+}
+
+/// Counts a sleep on CQs by what `kverbs_cq_sleep` returned: 0 woken,
+/// negative timed out (1: not slept, the CQ had completions).
+pub(crate) fn count_cq_sleep(r: i32) {
+    match r {
+        0 => CQ_SLEEPS_WOKEN.fetch_add(1, Ordering::Relaxed),
+        r if r < 0 => CQ_SLEEPS_TIMED_OUT.fetch_add(1, Ordering::Relaxed),
+        _ => 0,
+    };
+}
+
+/// How many sleeps on a CQ (of every adaptive CQ, since the module was
+/// loaded) a wake-up ended, and how many their timeout
+/// ([`MAX_CQ_SLEEP_NS`] at most): a diagnostic. A completion event or a
+/// completion's `done` wakes a sleeper; a timeout means nothing completed
+/// on the CQs within it.
+pub fn cq_sleeps() -> (u64, u64) {
+    (
+        CQ_SLEEPS_WOKEN.load(Ordering::Relaxed),
+        CQ_SLEEPS_TIMED_OUT.load(Ordering::Relaxed),
+    )
 }

@@ -8,7 +8,7 @@ use crate::report::Report;
 use core::fmt::Write;
 use kernel::prelude::*;
 use kverbs::{
-    cq::{adaptive::Poller, PollCtx},
+    cq::{adaptive::Poller, Cq, PollCtx},
     qp::{Cancel, Rc, RemoteBuf, Rts, SendOp},
     stream::{RecvStream, Segment, SendStream},
 };
@@ -68,6 +68,15 @@ fn sleep_for_one(lanes: &mut [Lane<'_>], cancel: &Cancel) -> Result {
         Err(e) if e.to_errno() == kverbs::errno::etimedout().to_errno() => Ok(()),
         r => r,
     }
+}
+
+/// The CQs of the lanes' streams that wait for completions.
+fn waiting_cqs<'l>(lanes: &'l [Lane<'_>]) -> impl Iterator<Item = &'l Cq> + 'l {
+    lanes.iter().flat_map(|l| {
+        let send = l.send.as_ref().filter(|s| s.completed() < s.posted());
+        let recv = l.recv.as_ref().filter(|r| r.completed() < r.posted());
+        Iterator::chain(send.map(|s| s.cq()).into_iter(), recv.map(|r| r.cq()))
+    })
 }
 
 /// The lanes of one size: their streams, the receives pre-posted.
@@ -233,8 +242,13 @@ pub(super) fn run(
             continue;
         }
         // Without progress: check the run's end every 64 polls when busy
-        // polling, every time otherwise, then give the CPU to rxe.
+        // polling, every eighth poll while an adaptive poller spins (the
+        // clock is its cost), every time otherwise, then give the CPU to
+        // rxe.
         if cfg.poll == PollCtx::Direct && spins % 64 != 0 {
+            continue;
+        }
+        if cfg.poll == PollCtx::Adaptive && poller.spin() {
             continue;
         }
         let now = kverbs::now_ns();
@@ -252,8 +266,9 @@ pub(super) fn run(
         match cfg.poll {
             // Lets rxe's workers run on this CPU (no preemption).
             PollCtx::Direct => kverbs::cond_resched(),
-            // Spins while a completion is near, else sleeps.
-            PollCtx::Adaptive => poller.idle_at(now),
+            // Spins while a completion is near, else sleeps until one
+            // of the waiting lanes' CQs has a completion.
+            PollCtx::Adaptive => poller.idle_at(now, waiting_cqs(&lanes)),
             // The core polls: sleep until a completion of the first lane
             // that waits for one (1 ms at most).
             _ => sleep_for_one(&mut lanes, cancel)?,
