@@ -403,7 +403,23 @@ fn sizes(cfg: &Config) -> impl Iterator<Item = usize> {
     core::iter::successors(Some(first), move |&s| (s < last).then_some(s * 2))
 }
 
+/// The last line of an adaptive run: how its sleeps on the CQs ended
+/// since `before` (counts of the whole module: runs are one at a time per
+/// device, but another device's run would be counted too).
+fn footer(cfg: &Config, before: (u64, u64), rep: &mut Report) {
+    if cfg.poll == PollCtx::Adaptive {
+        let (woken, timed_out) = kverbs::cq::adaptive::cq_sleeps();
+        let _ = writeln!(
+            rep,
+            " CQ sleeps       : {} woken by a completion, {} timed out",
+            woken - before.0,
+            timed_out - before.1
+        );
+    }
+}
+
 fn run_loopback(dev: &Device, cfg: &Config, cancel: &Cancel, rep: &mut Report) -> Result {
+    let sleeps = kverbs::cq::adaptive::cq_sleeps();
     let max = cfg.size.unwrap_or(MAX_SIZE);
     let pd = Pd::new(dev)?;
     let p = conn::Params::new(dev, cfg)?;
@@ -437,12 +453,14 @@ fn run_loopback(dev: &Device, cfg: &Config, cancel: &Cancel, rep: &mut Report) -
         }
     }
     let _ = writeln!(rep, "{}", LINE);
+    footer(cfg, sleeps, rep);
     // Teardown as the values drop: MRs (deregistered), QPs (drained), CQs,
     // buffers, PD.
     Ok(())
 }
 
 fn run_two_hosts(dev: &Device, cfg: &Config, cancel: &Cancel, rep: &mut Report) -> Result {
+    let sleeps = kverbs::cq::adaptive::cq_sleeps();
     let client = cfg.role == Role::Client;
     let t = cfg.timeout_ms;
     let max = cfg.size.unwrap_or(MAX_SIZE);
@@ -503,5 +521,6 @@ fn run_two_hosts(dev: &Device, cfg: &Config, cancel: &Cancel, rep: &mut Report) 
         crate::conn::sync(&sock, b'E', t, cancel, rep)?;
     }
     let _ = writeln!(rep, "{}", LINE);
+    footer(cfg, sleeps, rep);
     Ok(())
 }

@@ -133,6 +133,9 @@ one() {
 		# from the report's header (kverbs in its default mode only).
 		[ "$impl" = kverbs ] && cost=$(sed -n 's/.*a sleep costs \([0-9]*\) us more.*/\1/p' "$KV") &&
 			[ -n "$cost" ] && say "sleepcost $test $qps $size $round $cost"
+		# How its sleeps on the CQs ended: woken by a completion, timed out.
+		[ "$impl" = kverbs ] && cost=$(sed -n 's/.*CQ sleeps *: \([0-9]*\) woken by a completion, \([0-9]*\) timed out.*/\1 \2/p' "$KV") &&
+			[ -n "$cost" ] && say "cqsleeps $test $qps $size $round $cost"
 	else
 		say "fail $test $impl $qps $size $round (no result row)"
 	fi
