@@ -313,17 +313,19 @@ void kverbs_cq_set_event_handler(struct ib_cq *cq)
  * schedule() leaves it running: no event is lost. It does not sleep (and
  * returns 1, the caller polls) if a CQ had completions when armed
  * (IB_CQ_REPORT_MISSED_EVENTS), if a CQ cannot be armed (the caller then
- * polls as on a direct CQ), or if @gen is not NULL and no longer @seen:
- * the caller read @seen before its last look at its completion, and
- * another task processing the CQ bumps *@gen after each batch, so a
- * completion reaped by another task (whose done woke the queue before
- * this task was on it) is not slept past either. Returns 0 when woken,
+ * polls as on a direct CQ), or, with @busy and @gen (the CQ's processing
+ * flag and batch generation, or NULL), if another task is processing the
+ * CQ or has processed a batch since the caller read @seen, before its last
+ * look at its completion: that task may have reaped it and woken the
+ * queue before this task was on it. The flag is read first: a task that
+ * has let go of it has bumped *@gen before. Returns 0 when woken,
  * -ETIME when the sleep timed out. Process context; a sleep of at most
  * @timeout_us, which bounds the wait where a driver reports no missed
  * events, and lets the caller check its deadline and signals.
  */
 int kverbs_cq_sleep(struct ib_cq *const *cqs, unsigned int n,
-		    unsigned int timeout_us, const u32 *gen, u32 seen)
+		    unsigned int timeout_us, const u8 *busy, const u32 *gen,
+		    u32 seen)
 {
 	struct wait_queue_entry wait[KVERBS_SLEEP_CQS];
 	ktime_t timeout = ns_to_ktime((u64)timeout_us * NSEC_PER_USEC);
@@ -342,7 +344,9 @@ int kverbs_cq_sleep(struct ib_cq *const *cqs, unsigned int n,
 		if (ib_req_notify_cq(cqs[i], IB_CQ_NEXT_COMP |
 					     IB_CQ_REPORT_MISSED_EVENTS))
 			ret = 1;
-	if (gen && READ_ONCE(*gen) != seen)
+	if (busy && smp_load_acquire(busy))
+		ret = 1;
+	else if (gen && READ_ONCE(*gen) != seen)
 		ret = 1;
 	/* 0: the timer expired; -EINTR: woken before it. */
 	if (!ret && !schedule_hrtimeout_range(&timeout, 2 * NSEC_PER_USEC,

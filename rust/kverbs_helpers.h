@@ -105,11 +105,12 @@ void kverbs_cq_set_event_handler(struct ib_cq *cq);
 /*
  * Sleeps until a completion event of one of the @n CQs (the first
  * KVERBS_SLEEP_CQS of them) or @timeout_us: 1 at once if one had
- * completions when armed (or *@gen moved from @seen), 0 if woken, -ETIME
- * if timed out. See kverbs_helpers.c.
+ * completions when armed (or another task processes the CQ or has since
+ * @seen), 0 if woken, -ETIME if timed out. See kverbs_helpers.c.
  */
 int kverbs_cq_sleep(struct ib_cq *const *cqs, unsigned int n,
-		    unsigned int timeout_us, const u32 *gen, u32 seen);
+		    unsigned int timeout_us, const u8 *busy, const u32 *gen,
+		    u32 seen);
 
 /* ib_free_cq() unless a QP still uses @cq: whether it was freed. */
 bool kverbs_free_cq(struct ib_cq *cq);

@@ -109,8 +109,8 @@ pub struct Cq(Arc<CqInner>);
 ///
 /// `cq` was allocated by `__ib_alloc_cq` on `dev` with `cq_context` pointing
 /// to `*wq`, an initialised wait queue that lives in its own allocation as
-/// long as the CQ (dropped only after `ib_free_cq` freed it, else leaked). `room` is the number of its entries that no QP has
-/// taken. On a CQ polled by its waiters ([`PollCtx::polled_by_waiters`]),
+/// long as the CQ (dropped only after `ib_free_cq` freed it, else leaked).
+/// `room` is the number of its entries that no QP has taken. On a CQ polled by its waiters ([`PollCtx::polled_by_waiters`]),
 /// `ib_process_cq_direct` is only called by the task that set `processing`
 /// (and clears it after), which bumps `gen` after each batch it processed.
 /// An adaptive CQ's completion handler is the helpers' `kverbs_cq_event`,
@@ -177,8 +177,9 @@ impl Cq {
         }
         // SAFETY: Just allocated; the driver set its real size.
         let size = unsafe { (*cq.as_ptr()).cqe };
-        // INVARIANT: allocated above with `wq` as its context. If the `Arc`
-        // cannot be allocated, dropping the `CqInner` frees the CQ.
+        // INVARIANT: allocated above with `wq` as its context, and an
+        // adaptive one given the helpers' handler. If the `Arc` cannot be
+        // allocated, dropping the `CqInner` frees the CQ.
         Ok(Cq(Arc::new(
             CqInner {
                 cq,
@@ -378,9 +379,9 @@ impl Cq {
     /// task is processing the CQ), or spin, sleep, or sleep until the CQ's
     /// next completion ([`adaptive`]). `seen` is [`Cq::gen`] read before
     /// the caller last looked at its completion: a sleep on the CQ does
-    /// not begin if another task has processed a batch since (it may have
-    /// reaped that completion, and woken the CQ's wait queue before this
-    /// task was on it). Process context; may sleep.
+    /// not begin if another task is processing the CQ or has processed a
+    /// batch since (it may have reaped that completion, and woken the CQ's
+    /// wait queue before this task was on it). Process context; may sleep.
     pub(crate) fn idle(&self, since: u64, expect: u64, pipelined: bool, seen: u32) -> Idle {
         if self.0.ctx != PollCtx::Adaptive || self.0.processing.load(Ordering::Relaxed) {
             crate::cond_resched();
@@ -419,8 +420,9 @@ impl Cq {
         Self::sleep_on_gen(cqs, timeout_ns, None)
     }
 
-    /// [`Cq::sleep_on`], not sleeping if `gen`'s CQ has processed a batch
-    /// since its [`Cq::gen`] was `seen`.
+    /// [`Cq::sleep_on`], not sleeping if another task is processing
+    /// `gen`'s CQ or has processed a batch since its [`Cq::gen`] was `seen`
+    /// (it bumps the generation before it lets go of the CQ).
     fn sleep_on_gen<'c>(
         cqs: impl IntoIterator<Item = &'c Cq>,
         timeout_ns: u64,
@@ -444,13 +446,17 @@ impl Cq {
         // (borrowed for the call): direct CQs whose context is their wait
         // queue and whose handler wakes it (type invariant of `CqInner`).
         // At most `MAX_CQ_SLEEP_NS / 1000`, `us` fits the `unsigned int`.
-        // `gen` points into a CQ borrowed for the call; the helper only
-        // reads it (`READ_ONCE`; an atomic has the layout of its `u32`).
+        // `busy` and `gen` point into a CQ borrowed for the call; the
+        // helper only reads them (atomic loads; an atomic has the layout of
+        // its `bool`, one byte of 0 or 1, or `u32`).
         let r = unsafe {
             bindings::kverbs_cq_sleep(
                 raw.as_ptr(),
                 n as u32,
                 us as u32,
+                gen.map_or(core::ptr::null(), |(cq, _)| {
+                    cq.0.processing.as_ptr().cast_const().cast()
+                }),
                 gen.map_or(core::ptr::null(), |(cq, _)| cq.0.gen.as_ptr().cast_const()),
                 gen.map_or(0, |(_, seen)| seen),
             )
@@ -509,8 +515,16 @@ impl Drop for CqInner {
             unsafe { ManuallyDrop::drop(&mut self.wq) };
         } else {
             // A CQ still used by a QP whose destruction failed: its driver
-            // may still call its handler with the wait queue, which is
+            // may still call its handler with the wait queue, and the core
+            // (a softirq CQ) may still complete the kept slots: both are
             // leaked with it (the helper warned).
+            let kept = core::mem::take(&mut *self.kept.lock());
+            for (slots, table) in kept {
+                crate::qp::leak(slots);
+                if let Some(t) = table {
+                    core::mem::forget(t);
+                }
+            }
             pr_warn!(
                 "{}: a CQ still in use was not freed; its wait queue is leaked\n",
                 self.dev.name()

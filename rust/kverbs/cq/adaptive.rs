@@ -60,7 +60,9 @@ use core::sync::atomic::{AtomicU64, Ordering};
 
 /// Shorter sleeps are not worth a timer: the waiter spins instead.
 pub const MIN_SLEEP_NS: u64 = 10_000;
-/// The longest sleep between two polls.
+/// The longest timed sleep (`usleep_range`) between two polls; it also
+/// caps a ping-pong's spin and its patience. A sleep on a CQ lasts up to
+/// [`MAX_CQ_SLEEP_NS`].
 pub const MAX_SLEEP_NS: u64 = 1_000_000;
 /// The longest sleep on a CQ: its next completion ends it sooner. The
 /// callers check their deadline, cancel token and signals after it.
@@ -83,8 +85,9 @@ const MAX_EXPECT_NS: u64 = 4 * MAX_SLEEP_NS;
 /// have been measured.
 const FIRST_COST_NS: u64 = 50_000;
 
-/// What a sleep costs beyond what it asks for (timer slack, the wake-up):
-/// an average over the adaptive sleeps of every CQ, read and written
+/// What a timed sleep costs beyond what it asks for (timer slack, the
+/// wake-up): an average over the timed sleeps (a ping-pong's first
+/// sleep) of every CQ, read and written
 /// without ordering (a heuristic; a lost update costs nothing).
 static SLEEP_COST_NS: AtomicU64 = AtomicU64::new(FIRST_COST_NS);
 
@@ -177,7 +180,9 @@ fn average(before: u64, took: u64) -> u64 {
 /// `poll`, on adaptive CQs), as a benchmark's or a ULP's data path does: a
 /// pipeline that has waited since its last progress spins
 /// [`MIN_SPIN_NS`], then sleeps until the next completion of the streams'
-/// CQs (see the module documentation).
+/// CQs (see the module documentation). The loop must be the only task
+/// processing those CQs: a completion another task reaps does not end its
+/// sleep (a stream's wait does not have that limit).
 pub struct Poller {
     last: u64,
     /// What the last call of [`Poller::idle_at`] did.
