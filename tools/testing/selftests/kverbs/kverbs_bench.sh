@@ -189,7 +189,11 @@ adaptive_sleeps() {
 	line=$(grep "CQ sleeps *:" "$BENCH") || { kv_msg "no CQ sleeps line"; kv_diag <"$BENCH"; return 1; }
 	read -r woken timed_out <<<"$(sed -E 's/.*: ([0-9]+) woken by a completion, ([0-9]+) timed out.*/\1 \2/' <<<"$line")"
 	kv_msg "sleeps on the CQ: $woken woken by a completion, $timed_out timed out"
-	if [ "${woken:-0}" -lt 1 ] || [ "$woken" -le "${timed_out:-0}" ]; then
+	if ! [[ $woken =~ ^[0-9]+$ && $timed_out =~ ^[0-9]+$ ]]; then
+		kv_msg "CQ sleeps line not understood: $line"
+		return 1
+	fi
+	if [ "$woken" -lt 1 ] || [ "$woken" -le "$timed_out" ]; then
 		kv_msg "the completion events did not wake the sleeps on the CQ"
 		return 1
 	fi
