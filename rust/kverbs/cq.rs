@@ -57,6 +57,15 @@ pub const MAX_SLEEP_CQS: usize = bindings::KVERBS_SLEEP_CQS as usize;
 /// What a CQ keeps for completions still in it: slots, and their table.
 type Kept = (KVec<Slot>, Option<Arc<QpTable>>);
 
+/// Leaks kept slots (kmemleak told) and their table: completions may still
+/// name them where they cannot be kept until the CQ is freed.
+fn leak_kept((slots, table): Kept) {
+    crate::qp::leak(slots);
+    if let Some(t) = table {
+        core::mem::forget(t);
+    }
+}
+
 /// Where completions are polled.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum PollCtx {
@@ -110,7 +119,8 @@ pub struct Cq(Arc<CqInner>);
 /// `cq` was allocated by `__ib_alloc_cq` on `dev` with `cq_context` pointing
 /// to `*wq`, an initialised wait queue that lives in its own allocation as
 /// long as the CQ (dropped only after `ib_free_cq` freed it, else leaked).
-/// `room` is the number of its entries that no QP has taken. On a CQ polled by its waiters ([`PollCtx::polled_by_waiters`]),
+/// `room` is the number of its entries that no QP has taken. On a CQ
+/// polled by its waiters ([`PollCtx::polled_by_waiters`]),
 /// `ib_process_cq_direct` is only called by the task that set `processing`
 /// (and clears it after), which bumps `gen` after each batch it processed.
 /// An adaptive CQ's completion handler is the helpers' `kverbs_cq_event`,
@@ -205,10 +215,7 @@ impl Cq {
             // Cannot fail: the room was reserved.
             let _ = kept.push((slots, table), GFP_KERNEL);
         } else {
-            crate::qp::leak(slots);
-            if let Some(t) = table {
-                core::mem::forget(t);
-            }
+            leak_kept((slots, table));
         }
     }
 
@@ -442,6 +449,14 @@ impl Cq {
             return false;
         }
         let us = timeout_ns.clamp(1000, adaptive::MAX_CQ_SLEEP_NS) / 1000;
+        let (busy, gen, seen) = match gen {
+            Some((cq, seen)) => (
+                cq.0.processing.as_ptr().cast_const().cast(),
+                cq.0.gen.as_ptr().cast_const(),
+                seen,
+            ),
+            None => (core::ptr::null(), core::ptr::null(), 0),
+        };
         // SAFETY: The first `n` pointers are distinct live adaptive CQs
         // (borrowed for the call): direct CQs whose context is their wait
         // queue and whose handler wakes it (type invariant of `CqInner`).
@@ -450,16 +465,7 @@ impl Cq {
         // helper only reads them (atomic loads; an atomic has the layout of
         // its `bool`, one byte of 0 or 1, or `u32`).
         let r = unsafe {
-            bindings::kverbs_cq_sleep(
-                raw.as_ptr(),
-                n as u32,
-                us as u32,
-                gen.map_or(core::ptr::null(), |(cq, _)| {
-                    cq.0.processing.as_ptr().cast_const().cast()
-                }),
-                gen.map_or(core::ptr::null(), |(cq, _)| cq.0.gen.as_ptr().cast_const()),
-                gen.map_or(0, |(_, seen)| seen),
-            )
+            bindings::kverbs_cq_sleep(raw.as_ptr(), n as u32, us as u32, busy, gen, seen)
         };
         adaptive::count_cq_sleep(r);
         true
@@ -518,12 +524,8 @@ impl Drop for CqInner {
             // may still call its handler with the wait queue, and the core
             // (a softirq CQ) may still complete the kept slots: both are
             // leaked with it (the helper warned).
-            let kept = core::mem::take(&mut *self.kept.lock());
-            for (slots, table) in kept {
-                crate::qp::leak(slots);
-                if let Some(t) = table {
-                    core::mem::forget(t);
-                }
+            for k in core::mem::take(&mut *self.kept.lock()) {
+                leak_kept(k);
             }
             pr_warn!(
                 "{}: a CQ still in use was not freed; its wait queue is leaked\n",
