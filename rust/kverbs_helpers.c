@@ -377,12 +377,6 @@ unsigned long kverbs_msleep_interruptible(unsigned int ms)
 	return msleep_interruptible(ms);
 }
 
-void kverbs_usleep_range(unsigned int min_us, unsigned int max_us)
-{
-	might_sleep();
-	usleep_range(min_us, max_us);
-}
-
 u64 kverbs_ktime_get_ns(void)
 {
 	return ktime_get_ns();

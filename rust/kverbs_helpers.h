@@ -118,9 +118,6 @@ bool kverbs_free_cq(struct ib_cq *cq);
 /* msleep_interruptible(). */
 unsigned long kverbs_msleep_interruptible(unsigned int ms);
 
-/* usleep_range(): a high-resolution sleep of @min_us to @max_us. */
-void kverbs_usleep_range(unsigned int min_us, unsigned int max_us);
-
 struct ib_gid_attr;
 struct rdma_ah_attr;
 

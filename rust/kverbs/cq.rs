@@ -360,7 +360,7 @@ impl Cq {
             let seen = self.gen();
             // The caller looked at `*state` before `seen`: look again.
             if self.process_direct(16) == 0 && state.load(Ordering::Acquire) != want {
-                let _ = self.idle(since, 0, false, seen);
+                let _ = self.idle(since, crate::now_ns(), 0, false, seen);
             }
             return;
         }
@@ -383,25 +383,28 @@ impl Cq {
     /// found nothing, in a wait begun at `since` that expects to take
     /// `expect` ns (0: unknown), with requests outstanding behind the
     /// awaited one if `pipelined`: yield the CPU (direct, or while another
-    /// task is processing the CQ), or spin, sleep, or sleep until the CQ's
-    /// next completion ([`adaptive`]). `seen` is [`Cq::gen`] read before
+    /// task is processing the CQ), or spin, or sleep until the CQ's next
+    /// completion ([`adaptive`]). `seen` is [`Cq::gen`] read before
     /// the caller last looked at its completion: a sleep on the CQ does
     /// not begin if another task is processing the CQ or has processed a
     /// batch since (it may have reaped that completion, and woken the CQ's
     /// wait queue before this task was on it). Process context; may sleep.
-    pub(crate) fn idle(&self, since: u64, expect: u64, pipelined: bool, seen: u32) -> Idle {
+    pub(crate) fn idle(
+        &self,
+        since: u64,
+        now: u64,
+        expect: u64,
+        pipelined: bool,
+        seen: u32,
+    ) -> Idle {
         if self.0.ctx != PollCtx::Adaptive || self.0.processing.load(Ordering::Relaxed) {
             crate::cond_resched();
             return Idle::Spun;
         }
-        match adaptive::plan(since, expect, pipelined, crate::now_ns()) {
+        match adaptive::plan(since, expect, pipelined, now) {
             Plan::Spin => {
                 crate::cond_resched();
                 Idle::Spun
-            }
-            Plan::Sleep(ns) => {
-                adaptive::sleep_ns(ns);
-                Idle::Slept
             }
             Plan::Arm => {
                 Cq::sleep_on_gen([self], adaptive::MAX_CQ_SLEEP_NS, Some((self, seen)));

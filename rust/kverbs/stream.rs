@@ -352,9 +352,10 @@ impl Ring {
 
     /// Waits until `upto` requests (at most those posted) are done on `cq`:
     /// `ETIMEDOUT` after `timeout_ms`, `ECANCELED`, `EINTR`, or `EIO` if a
-    /// request failed. On an adaptive CQ the wait sleeps or spins as its
-    /// expected time (the average of the stream's last waits) says, with
-    /// requests behind the awaited one if `pipelined`.
+    /// request failed. On an adaptive CQ the wait spins, then sleeps on the
+    /// CQ, after a time set by its expected time (the average of the
+    /// stream's last waits), or by `pipelined`: requests behind the awaited
+    /// one.
     #[allow(clippy::too_many_arguments)]
     fn wait(
         &mut self,
@@ -369,20 +370,22 @@ impl Ring {
         let upto = upto.min(self.posted);
         let deadline = crate::Deadline::new(timeout_ms, cancel);
         let adaptive = cq.poll_ctx() == PollCtx::Adaptive;
-        let start = if adaptive { crate::now_ns() } else { 0 };
+        // The clock is read by the deadline only (at most once per poll),
+        // as in a direct wait: no read of its own on the way to the
+        // completion or back to the caller.
+        let start = deadline.start_ns();
         // What the last empty poll led to: none yet.
         let mut did = None;
-        // Empty polls since the clock was last read while spinning.
-        let mut quiet = 0u32;
         loop {
             self.check(dev, qpn)?;
             let done = self.shared.completed();
             if done >= upto {
                 // Only adaptive ping-pong waits that waited teach the
                 // expected time (a pipeline sleeps on the CQ instead).
-                if let (true, false, Some(did)) = (adaptive, pipelined, did) {
-                    let took = crate::now_ns().saturating_sub(start);
-                    self.expect_ns = adaptive::learn(self.expect_ns, did, took);
+                // It took at least until the last look at the clock.
+                if adaptive && !pipelined && did.is_some() {
+                    let took = deadline.last_ns().saturating_sub(start);
+                    self.expect_ns = adaptive::learn(self.expect_ns, took);
                 }
                 return Ok(());
             }
@@ -393,17 +396,8 @@ impl Ring {
                 // processed a batch since this look).
                 let seen = cq.gen();
                 if Self::process(cq, 16) == 0 && self.shared.completed() < upto {
-                    if did == Some(adaptive::Idle::Spun)
-                        && quiet + 1 < adaptive::SPIN_POLLS_PER_CLOCK
-                    {
-                        // Spinning: the clock is read once every few empty
-                        // polls (an emulated HPET costs more than a poll).
-                        quiet += 1;
-                        crate::cond_resched();
-                    } else {
-                        quiet = 0;
-                        did = Some(cq.idle(start, self.expect_ns, pipelined, seen));
-                    }
+                    let now = deadline.last_ns();
+                    did = Some(cq.idle(start, now, self.expect_ns, pipelined, seen));
                 }
             } else {
                 cq.wait_u64_ge(&self.shared.counts.completed, upto, 10);

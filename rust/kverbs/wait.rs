@@ -4,6 +4,7 @@
 //! cancels, and the deadline every wait of the crate keeps.
 
 use crate::bindings;
+use core::cell::Cell;
 use core::sync::atomic::{AtomicU32, Ordering};
 use kernel::prelude::*;
 
@@ -75,22 +76,43 @@ impl Cancel {
 /// The bound of a blocking call: a deadline, a [`Cancel`] token, and
 /// the signals of the calling task.
 pub(crate) struct Deadline<'a> {
+    start: u64,
     end: u64,
+    /// When it last read the clock (`now_ns`).
+    last: Cell<u64>,
     cancel: &'a Cancel,
 }
 
 impl<'a> Deadline<'a> {
     /// `timeout_ms` from now.
     pub(crate) fn new(timeout_ms: u32, cancel: &'a Cancel) -> Self {
+        let now = crate::now_ns();
         Deadline {
-            end: crate::now_ns() + u64::from(timeout_ms) * 1_000_000,
+            start: now,
+            end: now + u64::from(timeout_ms) * 1_000_000,
+            last: Cell::new(now),
             cancel,
         }
     }
 
     /// Nanoseconds left.
     pub(crate) fn left_ns(&self) -> u64 {
-        self.end.saturating_sub(crate::now_ns())
+        let now = crate::now_ns();
+        self.last.set(now);
+        self.end.saturating_sub(now)
+    }
+
+    /// When it was made (`now_ns`).
+    pub(crate) fn start_ns(&self) -> u64 {
+        self.start
+    }
+
+    /// When it last read the clock (`now_ns`): as it was made, or at the
+    /// last [`Deadline::check`] or [`Deadline::left_ns`]. A waiter that
+    /// checks its deadline after each poll knows the time from it without
+    /// reading the clock again.
+    pub(crate) fn last_ns(&self) -> u64 {
+        self.last.get()
     }
 
     /// `Ok` to wait some more, or why not: `ECANCELED`, `EINTR` (a signal

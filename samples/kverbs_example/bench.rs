@@ -19,10 +19,10 @@
 //! completions counted by batch polling) are set up before.
 //!
 //! The CQs are polled by the writing thread: by default adaptively
-//! (`kverbs::cq::adaptive`: it sleeps while no completion is near, so that
-//! rxe's tasks get the CPU, and spins when one is), or `poll=direct` (busy
-//! polling), or by the RDMA core (`poll=softirq`, `workqueue`: the thread
-//! sleeps on the CQ).
+//! (`kverbs::cq::adaptive`: it spins for a bounded time, then sleeps until
+//! the CQ's next completion, so that rxe's tasks get the CPU), or
+//! `poll=direct` (busy polling), or by the RDMA core (`poll=softirq`,
+//! `workqueue`: the thread sleeps on the CQ).
 //!
 //! `role=loopback` runs both sides on one device in the writing thread;
 //! `role=server` and `role=client` (`addr=`, `port=`, 18515 as perftest's)
@@ -372,14 +372,7 @@ fn header(dev: &Device, cfg: &Config, mtu: Mtu, role: &str, rep: &mut Report) {
         let _ = writeln!(rep, " Max inline data : {}[B]", cfg.inline);
     }
     let _ = writeln!(rep, " Link type       : {:?}", dev.link_layer(port));
-    let _ = write!(rep, " Polling         : {}", cfg.poll.name());
-    if cfg.poll == PollCtx::Adaptive {
-        // What a sleep has cost beyond its length so far (the layer learns
-        // it, and sleeps only where it can afford it).
-        let cost = kverbs::cq::adaptive::sleep_cost_ns();
-        let _ = write!(rep, " (a sleep costs {} us more)", cost / 1000);
-    }
-    let _ = writeln!(rep);
+    let _ = writeln!(rep, " Polling         : {}", cfg.poll.name());
     let _ = writeln!(rep, "{}", LINE);
     if cfg.test.is_bw() {
         let _ = writeln!(

@@ -12,9 +12,6 @@
 #
 #   kverbs-bench: row TEST IMPL QPS SIZE ROUND <the table row's fields>
 #   kverbs-bench: limit TEST QPS SIZE ROUND <the limit module's line>
-#   kverbs-bench: sleepcost TEST QPS SIZE ROUND <us> (after a kverbs row:
-#                 the adaptive mode's learned cost of a sleep as the run
-#                 began, what the runs before taught it)
 #   kverbs-bench: cqsleeps TEST QPS SIZE ROUND <woken> <timed out> (after
 #                 a kverbs row: how the run's sleeps on its CQs ended)
 #
@@ -112,7 +109,7 @@ run_kernel() {
 }
 
 one() {
-	local test=$1 impl=$2 qps=$3 size=$4 round=$5 iters r cost sleeps
+	local test=$1 impl=$2 qps=$3 size=$4 round=$5 iters r sleeps
 	iters=${ITERS:-$(iters_of "$test" "$size")}
 	if [ "$impl" = limit ]; then
 		if printf 'dev=%s,size=%s' "$DEV" "$size" >"$LM" && r=$(cat "$LM") && [ -n "$r" ]; then
@@ -131,10 +128,6 @@ one() {
 	esac
 	if [ -n "$r" ]; then
 		say "row $test $impl $qps $size $round $r"
-		# The adaptive mode's learned cost of a sleep as the run began,
-		# from the report's header (kverbs in its default mode only).
-		[ "$impl" = kverbs ] && cost=$(sed -n 's/.*a sleep costs \([0-9]*\) us more.*/\1/p' "$KV") &&
-			[ -n "$cost" ] && say "sleepcost $test $qps $size $round $cost"
 		# How its sleeps on the CQs ended: woken by a completion, timed out.
 		[ "$impl" = kverbs ] && sleeps=$(sed -n 's/.*CQ sleeps *: \([0-9]*\) woken by a completion, \([0-9]*\) timed out.*/\1 \2/p' "$KV") &&
 			[ -n "$sleeps" ] && say "cqsleeps $test $qps $size $round $sleeps"
