@@ -24,6 +24,14 @@
 //! `poll=direct` (busy polling), or by the RDMA core (`poll=softirq`,
 //! `workqueue`: the thread sleeps on the CQ).
 //!
+//! `ab=MODE` compares two poll modes in one loopback latency run: a second
+//! QP pair whose CQs are polled in `MODE` takes turns with the first, 20
+//! iterations each (each block's streams set up before its timed
+//! iterations), and the table has a row for each, the second for `MODE`.
+//! Separate runs differ by up to 3x on the emulated test guests (where
+//! rxe's work items and the thread happen to run); interleaved blocks see
+//! the same guest.
+//!
 //! `role=loopback` runs both sides on one device in the writing thread;
 //! `role=server` and `role=client` (`addr=`, `port=`, 18515 as perftest's)
 //! run one side each on two hosts, which first exchange the test's
@@ -125,6 +133,9 @@ pub(crate) struct Config {
     bidir: bool,
     mtu: Option<Mtu>,
     poll: PollCtx,
+    /// A latency run on two QP pairs at once, the second's CQs polled as
+    /// this says, in alternate blocks of iterations (`ab=`).
+    ab: Option<PollCtx>,
     timeout_ms: u32,
     /// The QPs' local ACK timeout, 4.096 us x 2^qp_timeout (perftest's
     /// `-u`): how long a request waits for its ACK before it is sent
@@ -150,6 +161,7 @@ impl ControlConfig for Config {
             bidir: false,
             mtu: None,
             poll: PollCtx::Adaptive,
+            ab: None,
             timeout_ms: 10_000,
             qp_timeout: 14,
             inline: 0,
@@ -195,6 +207,9 @@ impl ControlConfig for Config {
                 }
                 "poll" => {
                     cfg.poll = o.poll(need()?)?;
+                }
+                "ab" => {
+                    cfg.ab = Some(o.poll(need()?)?);
                 }
                 "role" => {
                     cfg.role = o.pick(key, need()?, &Role::NAMED)?;
@@ -288,6 +303,13 @@ fn check(dev: &Device, cfg: &Config) -> Result {
         );
         return Err(EINVAL);
     }
+    if cfg.ab.is_some() && (bw || cfg.role != Role::Loopback) {
+        pr_warn!(
+            "{}: bench: ab= compares poll modes in a loopback latency test only\n",
+            dev.name()
+        );
+        return Err(EINVAL);
+    }
     if cfg.role == Role::Client && cfg.addr.is_none() {
         pr_warn!("{}: bench: role=client needs addr=\n", dev.name());
         return Err(EINVAL);
@@ -373,6 +395,14 @@ fn header(dev: &Device, cfg: &Config, mtu: Mtu, role: &str, rep: &mut Report) {
     }
     let _ = writeln!(rep, " Link type       : {:?}", dev.link_layer(port));
     let _ = writeln!(rep, " Polling         : {}", cfg.poll.name());
+    if let Some(ab) = cfg.ab {
+        let _ = writeln!(
+            rep,
+            " Interleaved     : poll={} (blocks of {} iterations; its row second)",
+            ab.name(),
+            lat::AB_BLOCK
+        );
+    }
     let _ = writeln!(rep, "{}", LINE);
     if cfg.test.is_bw() {
         let _ = writeln!(
@@ -416,7 +446,12 @@ fn run_loopback(dev: &Device, cfg: &Config, cancel: &Cancel, rep: &mut Report) -
     let max = cfg.size.unwrap_or(MAX_SIZE);
     let pd = Pd::new(dev)?;
     let p = conn::Params::new(dev, cfg)?;
-    let pairs = conn::loopback(dev, &pd, &p, cfg, max, cancel)?;
+    let pairs = conn::loopback(dev, &pd, &p, cfg, cfg.poll, max, cancel)?;
+    // A second pair for `ab=`, its CQs polled the other way.
+    let other = match cfg.ab {
+        Some(ab) => Some(conn::loopback(dev, &pd, &p, cfg, ab, max, cancel)?),
+        None => None,
+    };
     header(dev, cfg, p.mtu, "loopback", rep);
     // The timestamps: allocated once, before any measured loop.
     let n = (cfg.iters as usize) * (cfg.qps as usize);
@@ -441,6 +476,9 @@ fn run_loopback(dev: &Device, cfg: &Config, cancel: &Cancel, rep: &mut Report) -
     for size in sizes(cfg) {
         if cfg.test.is_bw() {
             bw::run(cfg, &specs, size, cancel, &mut stamps, rep, &mut |_| Ok(()))?;
+        } else if let Some(other) = &other {
+            let ab = [&pairs[0], &other[0]];
+            lat::loopback_ab(cfg, ab, size, cancel, &mut stamps.posted, rep)?;
         } else {
             lat::loopback(cfg, &pairs[0], size, cancel, &mut stamps.posted, rep)?;
         }

@@ -23,6 +23,10 @@
 # KV_OPTS is added to kverbs' options (e.g. KV_OPTS=,poll=softirq).
 # INV_REQ_LOOPS=N (INV_REQ_TIMEOUT=T) adds N loops of the 8-QP write_bw that
 # can end with a remote invalid request error (tools/bench/guest-bench.sh).
+# Each latency test also runs kverbs' default poll mode and poll=direct
+# interleaved in one run (ab=direct: two QP pairs taking turns), the
+# comparison separate runs are too noisy for; AB=MODE picks the other
+# mode, AB=none skips it.
 # PROFILE="TEST:SIZE ..." (e.g. PROFILE=write_bw:64) adds a perf profile of
 # the guest during one run of each implementation (PROFILE_ITERS
 # iterations), in profile.txt; with TESTS=" " QPS_LIST=" " only that.
@@ -99,10 +103,10 @@ else
 	: >"$conf"
 fi
 # Overrides, for a run of your own: ROUNDS, TESTS, BW_SIZES, LAT_SIZES,
-# QPS_LIST, KV_OPTS, INV_REQ_LOOPS, INV_REQ_TIMEOUT, PROFILE, PROFILE_ITERS
-# (see tools/bench/guest-bench.sh).
+# QPS_LIST, KV_OPTS, INV_REQ_LOOPS, INV_REQ_TIMEOUT, PROFILE, PROFILE_ITERS,
+# AB (see tools/bench/guest-bench.sh).
 for v in ROUNDS TESTS BW_SIZES LAT_SIZES QPS_LIST KV_OPTS INV_REQ_LOOPS INV_REQ_TIMEOUT \
-	PROFILE PROFILE_ITERS; do
+	PROFILE PROFILE_ITERS AB; do
 	[ -n "${!v:-}" ] && echo "$v=\"${!v}\"" >>"$conf"
 done
 echo "kverbs: bench: results in $out"

@@ -8,7 +8,7 @@
 # mode, adaptive), kverbs with poll=direct, and for bandwidth kverbs with
 # poll=softirq and the limit (tools/bench/limit: rxe's per-byte work for
 # the message, timed in the kernel) -- round after round, so that
-# noise hits all alike. Each run prints one line:
+# noise hits all alike, in the reverse order every other round. Each run prints one line:
 #
 #   kverbs-bench: row TEST IMPL QPS SIZE ROUND <the table row's fields>
 #   kverbs-bench: limit TEST QPS SIZE ROUND <the limit module's line>
@@ -16,7 +16,7 @@
 #                 a kverbs row: how the run's sleeps on its CQs ended)
 #
 # (or "kverbs-bench: fail TEST IMPL QPS SIZE ROUND why"). /kverbs/bench.conf
-# sets ROUNDS, BW_SIZES, LAT_SIZES, QPS_LIST, TESTS, KV_OPTS, PROFILE.
+# sets ROUNDS, BW_SIZES, LAT_SIZES, QPS_LIST, TESTS, KV_OPTS, PROFILE, AB.
 #
 # PROFILE="TEST:SIZE ..." then profiles one longer run (PROFILE_ITERS
 # iterations, 1 QP) of each implementation of TEST at SIZE: perf records
@@ -43,6 +43,9 @@ QPS_LIST="1 2 4 8"
 # Options added to every kverbs run (e.g. ",poll=softirq").
 KV_OPTS=""
 INV_REQ_LOOPS=0
+# The poll mode a latency test's kverbs_ab run interleaves with the
+# default ("none": no such run).
+AB=direct
 INV_REQ_TIMEOUT=8
 PROFILE=""
 PROFILE_ITERS=100000
@@ -78,9 +81,13 @@ gid_index() {
 	echo 1
 }
 
-# row: the first table row of stdin (a line of numbers, size first).
+# rows: the table rows of stdin (lines of numbers, size first); row: the
+# first.
+rows() {
+	grep -E '^ *[0-9]+ +[0-9]+ +[0-9.]+' | tr -s ' \t' ' ' | sed 's/^ //; s/ $//'
+}
 row() {
-	grep -E '^ *[0-9]+ +[0-9]+ +[0-9.]+' | head -n 1 | tr -s ' \t' ' ' | sed 's/^ //; s/ $//'
+	rows | head -n 1
 }
 
 run_perftest() {
@@ -109,7 +116,7 @@ run_kernel() {
 }
 
 one() {
-	local test=$1 impl=$2 qps=$3 size=$4 round=$5 iters r sleeps
+	local test=$1 impl=$2 qps=$3 size=$4 round=$5 iters r r2 sleeps
 	iters=${ITERS:-$(iters_of "$test" "$size")}
 	if [ "$impl" = limit ]; then
 		if printf 'dev=%s,size=%s' "$DEV" "$size" >"$LM" && r=$(cat "$LM") && [ -n "$r" ]; then
@@ -125,9 +132,20 @@ one() {
 	kverbs) r=$(run_kernel "$KV" "test=$test,size=$size,iters=$iters,qps=$qps$KV_OPTS") ;;
 	kverbs_direct) r=$(run_kernel "$KV" "test=$test,size=$size,iters=$iters,qps=$qps,poll=direct") ;;
 	kverbs_softirq) r=$(run_kernel "$KV" "test=$test,size=$size,iters=$iters,qps=$qps,poll=softirq") ;;
+	kverbs_ab)
+		# Two rows: the default mode's, then poll=$AB's, interleaved.
+		r=$(run_kernel "$KV" "test=$test,size=$size,iters=$iters,qps=$qps,ab=$AB")
+		r2=$(rows <"$KV" | sed -n 2p) ;;
 	esac
 	if [ -n "$r" ]; then
 		say "row $test $impl $qps $size $round $r"
+		if [ "$impl" = kverbs_ab ]; then
+			if [ -n "$r2" ]; then
+				say "row $test kverbs_ab_$AB $qps $size $round $r2"
+			else
+				say "fail $test kverbs_ab_$AB $qps $size $round (no second row)"
+			fi
+		fi
 		# How its sleeps on the CQs ended: woken by a completion, timed out.
 		[ "$impl" = kverbs ] && sleeps=$(sed -n 's/.*CQ sleeps *: \([0-9]*\) woken by a completion, \([0-9]*\) timed out.*/\1 \2/p' "$KV") &&
 			[ -n "$sleeps" ] && say "cqsleeps $test $qps $size $round $sleeps"
@@ -137,14 +155,18 @@ one() {
 }
 
 # The implementations a test runs with: perftest, C (write_bw and
-# write_lat), kverbs in its default poll mode and with poll=direct, and for
-# bandwidth poll=softirq and the limit.
+# write_lat), kverbs in its default poll mode and with poll=direct, for
+# bandwidth poll=softirq and the limit, and for latency (unless AB is
+# empty) kverbs_ab: one run of two QP pairs taking turns, the default mode
+# and poll=$AB (rows kverbs_ab and kverbs_ab_$AB).
 impls_of() {
+	local ab=${AB:+ kverbs_ab}
+	[ "$AB" = none ] && ab=""
 	case $1 in
 	write_bw) echo "perftest c kverbs kverbs_direct kverbs_softirq limit" ;;
-	write_lat) echo "perftest c kverbs kverbs_direct" ;;
+	write_lat) echo "perftest c kverbs kverbs_direct$ab" ;;
 	*_bw) echo "perftest kverbs kverbs_direct kverbs_softirq limit" ;;
-	*) echo "perftest kverbs kverbs_direct" ;;
+	*) echo "perftest kverbs kverbs_direct$ab" ;;
 	esac
 }
 
@@ -159,18 +181,33 @@ say "start rounds=$ROUNDS gid=$GID kernel=$(uname -r) cpus=$(nproc)" \
 # What the kernel said of its TSC (under TCG it is not a stable clocksource).
 dmesg | grep -i -e 'tsc' -e 'sched_clock' | head -n 8 | sed 's/^/kverbs-bench: clock /'
 
+# ROUND, then the implementations: in their order for an odd round, in
+# the reverse order for an even one.
+in_order() {
+	local round=$1 out=""
+	shift
+	if [ $((round % 2)) -eq 1 ]; then
+		echo "$*"
+		return
+	fi
+	for impl in "$@"; do out="$impl $out"; done
+	echo "$out"
+}
+
 for test in $TESTS; do
 	# kverbs in its default poll mode (adaptive: the thread polls, and
 	# sleeps while no completion is near), busy polling (poll=direct) and,
 	# for bandwidth, sleeping on a CQ the core polls (poll=softirq): on two
 	# vCPUs a busy-polling thread takes one of the two CPUs rxe's
 	# requester, responder and completer need.
-	impls=$(impls_of "$test")
+	read -ra impls <<<"$(impls_of "$test")"
 	# ib_atomic_lat's fetch-and-add works on 8 bytes.
 	case $test in atomic_lat) sizes=8 ;; *_lat) sizes=$LAT_SIZES ;; *) sizes=$BW_SIZES ;; esac
 	for size in $sizes; do
 		for round in $(seq 1 "$ROUNDS"); do
-			for impl in $impls; do
+			# Even rounds take the implementations in the reverse order,
+			# so that none always runs first or right after another.
+			for impl in $(in_order "$round" "${impls[@]}"); do
 				# The C reference maps one contiguous buffer: 1 MiB at most.
 				[ "$impl" = c ] && [ "$size" -gt 1048576 ] && continue
 				one "$test" "$impl" 1 "$size" "$round"
@@ -181,7 +218,7 @@ done
 # Scaling: aggregate bandwidth as QPs are added.
 for qps in $QPS_LIST; do
 	for round in $(seq 1 "$ROUNDS"); do
-		for impl in perftest c kverbs kverbs_direct kverbs_softirq limit; do
+		for impl in $(in_order "$round" perftest c kverbs kverbs_direct kverbs_softirq limit); do
 			one write_bw "$impl" "$qps" 65536 "$round"
 		done
 	done

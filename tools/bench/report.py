@@ -20,12 +20,16 @@
 # A figure above the limit is listed: the model misses something. The
 # loops of the 8-QP remote invalid request error ("kverbs-bench: invreq
 # IMPL LOOP ok|failed statuses=..."; INV_REQ_LOOPS) are counted per
-# implementation, apart from the runs. Writes
+# implementation, apart from the runs. The latency runs of two poll modes
+# taking turns in one run (kverbs_ab, kverbs_ab_MODE) get a table of their
+# own: the ratio of each round, default over MODE, and their geometric
+# mean. Writes
 # DIR/raw.csv (every run), DIR/limit.csv (every limit run),
 # DIR/summary.csv, DIR/summary.txt (what is printed) and DIR/<test>.png
 # (gnuplot, if present).
 
 import csv
+import math
 import os
 import shutil
 import statistics
@@ -181,6 +185,7 @@ def main():
                                   for i in IMPLS if val[i] is not None and val[i] > lim]
                 p(line)
                 summary.append(row)
+    ab_table(runs, p, summary)
     if limits:
         p("")
         p("limit: rxe's per-byte work for the message (copies, ICRCs, skbs; tools/bench/limit),")
@@ -212,7 +217,8 @@ def main():
     with open(os.path.join(out, "summary.txt"), "w") as f:
         f.write("\n".join(text) + "\n")
     keys = ["test", "qps", "size", "metric", "perftest", "c", "kverbs", "kverbs_direct", "rounds",
-            "mpps_perftest", "mpps_kverbs", "kverbs_softirq", "limit", "limit_1cpu"] + RUN_KEYS
+            "mpps_perftest", "mpps_kverbs", "kverbs_softirq", "limit", "limit_1cpu",
+            "ab_kverbs", "ab_other", "ab_ratio"] + RUN_KEYS
     with open(os.path.join(out, "summary.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=keys, lineterminator="\n")
         w.writeheader()
@@ -220,6 +226,41 @@ def main():
             w.writerow({k: row.get(k, env.get(k, "")) for k in keys})
     plot(out, summary)
     return 1 if fails else 0
+
+
+def ab_table(runs, p, summary):
+    """The latency runs of two poll modes interleaved in one run (kverbs_ab:
+    the default mode, kverbs_ab_MODE: the other): per cell the medians of
+    the rounds and the rounds' own ratios, default over other (their
+    geometric mean and median; a ratio of one run compares the same guest
+    at the same time). Adds ab_* to the cell's summary row."""
+    others = sorted({r["impl"] for r in runs if r["impl"].startswith("kverbs_ab_")})
+    for other in others:
+        mode = other.removeprefix("kverbs_ab_")
+        cells = sorted({(r["test"], r["size"]) for r in runs if r["impl"] == other})
+        p("")
+        p(f"latency, kverbs' default mode and poll={mode} taking turns in one run (ab={mode},"
+          " blocks of 20 iterations): t_typical [usec]")
+        p(f"{'test':>10} {'size':>6} {'default':>9} {mode:>9} {'geomean':>8} {'median':>7}"
+          f" {'faster':>7} (ratios of the rounds, default / {mode})")
+        for test, size in cells:
+            mine = {r["round"]: r["t_typical_us"] for r in runs
+                    if (r["impl"], r["test"], r["size"]) == ("kverbs_ab", test, size)}
+            theirs = {r["round"]: r["t_typical_us"] for r in runs
+                      if (r["impl"], r["test"], r["size"]) == (other, test, size)}
+            rounds = sorted(set(mine) & set(theirs))
+            ratios = [mine[k] / theirs[k] for k in rounds if theirs[k]]
+            if not ratios:
+                continue
+            gm = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
+            med = statistics.median(ratios)
+            faster = sum(1 for x in ratios if x < 1)
+            a = statistics.median(mine[k] for k in rounds)
+            b = statistics.median(theirs[k] for k in rounds)
+            p(f"{test:>10} {size:>6} {a:9.2f} {b:9.2f} {gm:8.3f} {med:7.3f} {faster:>3}/{len(ratios):<3}")
+            for row in summary:
+                if (row["test"], row["qps"], row["size"]) == (test, 1, size):
+                    row.update(ab_kverbs=a, ab_other=b, ab_ratio=round(gm, 4))
 
 
 def parse_limit(words):

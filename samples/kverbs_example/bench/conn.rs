@@ -10,7 +10,7 @@ use crate::report::Report;
 use core::fmt::Write;
 use kernel::{prelude::*, sync::Arc};
 use kverbs::{
-    cq::Cq,
+    cq::{Cq, PollCtx},
     device::{Device, Gid, Mtu},
     dma::DmaBuf,
     mr::Mr,
@@ -101,7 +101,14 @@ impl Params {
 
     /// A QP in INIT with its own CQ, its buffers of `max` bytes and the
     /// mapping of `rbuf` it will advertise.
-    fn new_side(&self, dev: &Device, pd: &Pd, cfg: &Config, max: usize) -> Result<NewSide> {
+    fn new_side(
+        &self,
+        dev: &Device,
+        pd: &Pd,
+        cfg: &Config,
+        poll: PollCtx,
+        max: usize,
+    ) -> Result<NewSide> {
         let rbuf = Arc::new(DmaBuf::new(dev, max)?, GFP_KERNEL)?;
         let sbuf = Arc::new(DmaBuf::new(dev, max)?, GFP_KERNEL)?;
         // A message of `max` bytes takes an SGE per chunk of its buffer.
@@ -109,7 +116,7 @@ impl Params {
             max_sge: rbuf.sge_count(0, max).max(sbuf.sge_count(0, max)) as u32,
             ..self.caps
         };
-        let cq = Cq::new(dev, caps.cq_entries(), cfg.poll)?;
+        let cq = Cq::new(dev, caps.cq_entries(), poll)?;
         let qp = Qp::new_rc(pd, self.port, &cq, &cq, caps)?.to_init(&InitAttr {
             pkey_index: 0,
             access: access(cfg),
@@ -172,19 +179,21 @@ pub(super) struct Pair {
     pub(super) server: Side,
 }
 
-/// `cfg.qps` pairs of QPs of `dev` connected to each other.
+/// `cfg.qps` pairs of QPs of `dev` connected to each other, their CQs
+/// polled as `poll` says.
 pub(super) fn loopback(
     dev: &Device,
     pd: &Pd,
     p: &Params,
     cfg: &Config,
+    poll: PollCtx,
     max: usize,
     cancel: &Cancel,
 ) -> Result<KVec<Pair>> {
     let mut pairs = KVec::with_capacity(cfg.qps as usize, GFP_KERNEL)?;
     for _ in 0..cfg.qps {
-        let c = p.new_side(dev, pd, cfg, max)?;
-        let s = p.new_side(dev, pd, cfg, max)?;
+        let c = p.new_side(dev, pd, cfg, poll, max)?;
+        let s = p.new_side(dev, pd, cfg, poll, max)?;
         let (cn, sn) = (c.qp.qp_num(), s.qp.qp_num());
         let client = p.connect(c, sn, p.gid, cfg, cancel)?;
         let server = p.connect(s, cn, p.gid, cfg, cancel)?;
@@ -254,7 +263,7 @@ pub(super) fn tcp_sides(
     let lid = dev.query_port(port)?.lid() as u16;
     let mut sides = KVec::with_capacity(cfg.qps as usize, GFP_KERNEL)?;
     for _ in 0..cfg.qps {
-        let s = p.new_side(dev, pd, cfg, max)?;
+        let s = p.new_side(dev, pd, cfg, cfg.poll, max)?;
         let ours = ConData {
             addr: s.remote.addr,
             rkey: s.remote.rkey,

@@ -64,7 +64,8 @@ fn spin_byte(buf: &DmaBuf, offset: usize, want: u8, cfg: &Config, cancel: &Cance
     }
 }
 
-/// Both sides of the ping-pong in this thread, on a pair of one device.
+/// Both sides of the ping-pong in this thread, on a pair of one device:
+/// `cfg.iters` iterations, reported.
 pub(super) fn loopback(
     cfg: &Config,
     p: &Pair,
@@ -73,7 +74,59 @@ pub(super) fn loopback(
     tposted: &mut [u64],
     rep: &mut Report,
 ) -> Result {
+    let tposted = &mut tposted[..cfg.iters as usize];
+    pingpong(cfg, p, size, cancel, tposted)?;
+    let mut delta = deltas(tposted)?;
+    report(cfg, &mut delta, tposted.len(), size, rep)
+}
+
+/// Iterations in a row on one pair of an interleaved run.
+pub(super) const AB_BLOCK: usize = 20;
+
+/// [`loopback`] on two pairs at once, whose CQs are polled in two modes
+/// (`ab=`): blocks of [`AB_BLOCK`] iterations on each in turn, until
+/// each has had `cfg.iters`; a row for each, `pairs[0]` first. What
+/// changes the whole guest's speed from one run to the next (where its
+/// tasks run, the emulator) then hits both alike, which separate runs
+/// cannot ensure.
+pub(super) fn loopback_ab(
+    cfg: &Config,
+    pairs: [&Pair; 2],
+    size: usize,
+    cancel: &Cancel,
+    tposted: &mut [u64],
+    rep: &mut Report,
+) -> Result {
     let iters = cfg.iters as usize;
+    // A block of n + 1 posts times n iterations.
+    let n = (AB_BLOCK + 1).min(tposted.len());
+    let block = tposted
+        .get_mut(..n)
+        .filter(|b| b.len() >= 2)
+        .ok_or(EINVAL)?;
+    let mut delta = [
+        KVec::with_capacity(iters, GFP_KERNEL)?,
+        KVec::with_capacity(iters, GFP_KERNEL)?,
+    ];
+    // As many deltas as a run of `iters` posts has.
+    while delta[1].len() < iters - 1 {
+        for (p, d) in pairs.iter().zip(delta.iter_mut()) {
+            pingpong(cfg, p, size, cancel, block)?;
+            for w in block.windows(2).take(iters - 1 - d.len()) {
+                d.push(w[1].saturating_sub(w[0]), GFP_KERNEL)?;
+            }
+        }
+    }
+    for d in delta.iter_mut() {
+        report(cfg, d, iters, size, rep)?;
+    }
+    Ok(())
+}
+
+/// Both sides of the ping-pong in this thread, on a pair of one device:
+/// an iteration for each of `tposted`, the time of its post.
+fn pingpong(cfg: &Config, p: &Pair, size: usize, cancel: &Cancel, tposted: &mut [u64]) -> Result {
+    let iters = tposted.len();
     let t = cfg.timeout_ms;
     let (c, s) = (&p.client, &p.server);
     match cfg.test {
@@ -120,7 +173,7 @@ pub(super) fn loopback(
             }
         }
     }
-    report(cfg, &tposted[..iters], size, rep)
+    Ok(())
 }
 
 /// read_lat: one READ of the peer's buffer at a time.
@@ -246,7 +299,8 @@ pub(super) fn two_hosts(
         }
     }
     if client {
-        report(cfg, &tposted[..iters], size, rep)
+        let mut delta = deltas(&tposted[..iters])?;
+        report(cfg, &mut delta, iters, size, rep)
     } else {
         let _ = writeln!(
             rep,
@@ -257,18 +311,25 @@ pub(super) fn two_hosts(
     }
 }
 
-/// perftest's latency row: the deltas between consecutive posts, sorted,
-/// the two largest dropped; halved for the ping-pongs.
-fn report(cfg: &Config, tposted: &[u64], size: usize, rep: &mut Report) -> Result {
+/// The times between successive posts of `tposted`: one per iteration
+/// but the last.
+fn deltas(tposted: &[u64]) -> Result<KVec<u64>> {
+    let mut delta = KVec::with_capacity(tposted.len().saturating_sub(1), GFP_KERNEL)?;
+    for w in tposted.windows(2) {
+        delta.push(w[1].saturating_sub(w[0]), GFP_KERNEL)?;
+    }
+    Ok(delta)
+}
+
+/// perftest's latency row of `iters` posts: the deltas between
+/// consecutive posts (`delta`), sorted, the two largest dropped; halved
+/// for the ping-pongs.
+fn report(cfg: &Config, delta: &mut [u64], iters: usize, size: usize, rep: &mut Report) -> Result {
     let rtt: u64 = if matches!(cfg.test, Test::ReadLat | Test::AtomicLat) {
         1
     } else {
         2
     };
-    let mut delta = KVec::with_capacity(tposted.len() - 1, GFP_KERNEL)?;
-    for w in tposted.windows(2) {
-        delta.push(w[1].saturating_sub(w[0]), GFP_KERNEL)?;
-    }
     delta.sort_unstable();
     let m = delta.len() - 2;
     let median = if (m - 1) % 2 == 1 {
@@ -295,7 +356,7 @@ fn report(cfg: &Config, tposted: &[u64], size: usize, rep: &mut Report) -> Resul
         rep,
         " {:<7} {}          {:<7}        {:<7}      {:<7}  \t       {:<7}     \t{:<7}\t\t{:<7} \t\t{:<7}",
         size,
-        tposted.len(),
+        iters,
         us(delta[0]),
         us(delta[m]),
         us(median),

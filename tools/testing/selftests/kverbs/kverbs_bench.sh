@@ -201,12 +201,24 @@ adaptive_sleeps() {
 }
 
 # bad INPUT ERRNO-TEXT DMESG-TEXT
+# ab TEST: the default poll mode and poll=direct taking turns in one run
+# (ab=direct, two QP pairs): the header says so, and the table has a row
+# for each, of the same size and number of iterations.
+ab() {
+	local test=$1
+	run "test=$test,size=8,iters=200,ab=direct" || return 1
+	grep -q "^ Polling *: adaptive\$" "$BENCH" || { kv_msg "the default is not adaptive"; kv_diag <"$BENCH"; return 1; }
+	grep -qE "^ Interleaved *: poll=direct \(blocks of 20 iterations; its row second\)\$" "$BENCH" ||
+		{ kv_msg "no Interleaved line in the header"; kv_diag <"$BENCH"; return 1; }
+	check_lat "8 8" 200
+}
+
 bad() {
 	kv_write_fails "$BENCH" "$1" "$2" "rxe_lo: bench: $3" || return 1
 	bench write_bw 64 100
 }
 
-kv_begin 39
+kv_begin 44
 kv_case setup_rxe_lo_and_load setup
 for t in write_bw read_bw send_bw; do
 	kv_case "bench_loopback_${t}_64" bench $t 64 1000
@@ -219,6 +231,9 @@ done
 kv_case bench_loopback_atomic_lat_8 bench atomic_lat 8 300
 kv_case bench_loopback_write_lat_8_not_inline bench_says write_lat 8 300 ",inline=0" "Max inline data: 0\\[B\\]"
 kv_case bench_loopback_send_lat_236_inline inline_header send_lat 236 200
+for t in write_lat read_lat send_lat atomic_lat; do
+	kv_case "bench_loopback_${t}_8_ab_direct_a_row_each" ab $t
+done
 kv_case bench_loopback_write_bw_4_qps bench write_bw 4096 300 ",qps=4"
 kv_case bench_loopback_write_bw_default_adaptive_sleeps_direct_spins adaptive_sleeps
 kv_case bench_loopback_send_bw_poll_softirq bench_says send_bw 4096 300 ",poll=softirq" "Polling: softirq"
@@ -241,5 +256,7 @@ kv_case bad_input_bench_inline_513 bad "test=send_lat,inline=513" "out of range"
 kv_case bad_input_bench_qps_17 bad "test=write_bw,qps=17" "out of range" "qps=17 is out of range"
 kv_case bad_input_bench_qp_timeout_32 bad "test=write_bw,qp_timeout=32" "out of range" "qp_timeout=32 is out of range"
 kv_case bad_input_bench_lat_with_qps bad "test=write_lat,qps=2" "Invalid argument" "write_lat runs one QP pair"
+kv_case bad_input_bench_ab_in_bw_test bad "test=write_bw,ab=direct" "Invalid argument" \
+	"ab= compares poll modes in a loopback latency test only"
 kv_case bad_input_bench_client_without_addr bad "test=write_bw,role=client" "Invalid argument" "role=client needs addr="
 kv_end
