@@ -360,7 +360,13 @@ impl Cq {
             let seen = self.gen();
             // The caller looked at `*state` before `seen`: look again.
             if self.process_direct(16) == 0 && state.load(Ordering::Acquire) != want {
-                let _ = self.idle(since, crate::now_ns(), 0, false, seen);
+                // Only the adaptive policy needs the time.
+                let now = if self.0.ctx == PollCtx::Adaptive {
+                    crate::now_ns()
+                } else {
+                    0
+                };
+                let _ = self.idle(since, now, 0, false, seen);
             }
             return;
         }
