@@ -314,7 +314,12 @@ fn check(dev: &Device, cfg: &Config) -> Result {
         pr_warn!("{}: bench: role=client needs addr=\n", dev.name());
         return Err(EINVAL);
     }
-    let sides = if cfg.role == Role::Loopback { 2 } else { 1 };
+    // Loopback: both sides; ab=: a second pair.
+    let sides = match (cfg.role, cfg.ab) {
+        (Role::Loopback, Some(_)) => 4,
+        (Role::Loopback, None) => 2,
+        _ => 1,
+    };
     let memory = cfg.size.unwrap_or(MAX_SIZE) * 2 * sides * cfg.qps as usize;
     if memory > MAX_MEMORY {
         pr_warn!(

@@ -134,7 +134,7 @@ one() {
 	kverbs_softirq) r=$(run_kernel "$KV" "test=$test,size=$size,iters=$iters,qps=$qps,poll=softirq") ;;
 	kverbs_ab)
 		# Two rows: the default mode's, then poll=$AB's, interleaved.
-		r=$(run_kernel "$KV" "test=$test,size=$size,iters=$iters,qps=$qps,ab=$AB")
+		r=$(run_kernel "$KV" "test=$test,size=$size,iters=$iters,qps=$qps,ab=$AB$KV_OPTS")
 		r2=$(rows <"$KV" | sed -n 2p) ;;
 	esac
 	if [ -n "$r" ]; then

@@ -22,8 +22,8 @@
 # IMPL LOOP ok|failed statuses=..."; INV_REQ_LOOPS) are counted per
 # implementation, apart from the runs. The latency runs of two poll modes
 # taking turns in one run (kverbs_ab, kverbs_ab_MODE) get a table of their
-# own: the ratio of each round, default over MODE, and their geometric
-# mean. Writes
+# own: per cell the geometric mean and the median of the rounds' ratios
+# (default over MODE) and in how many rounds the default was faster. Writes
 # DIR/raw.csv (every run), DIR/limit.csv (every limit run),
 # DIR/summary.csv, DIR/summary.txt (what is printed) and DIR/<test>.png
 # (gnuplot, if present).

@@ -220,7 +220,8 @@ pub(super) fn run(
     let mut last_progress = kverbs::now_ns();
     let timeout_ns = u64::from(cfg.timeout_ms) * 1_000_000;
     let mut spins = 0u32;
-    // Adaptive CQs: sleep while no completion is near.
+    // Adaptive CQs: spin a while after the last progress, then sleep
+    // until a CQ's next completion.
     let mut poller = Poller::new();
     loop {
         let (busy, progress) = pass(&mut lanes, iters, n, stamps, &mut counts)?;

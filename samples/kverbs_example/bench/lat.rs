@@ -12,7 +12,7 @@ use core::fmt::Write;
 use kernel::{prelude::*, sync::Arc};
 use kverbs::{
     dma::DmaBuf,
-    qp::{AtomicOp, Cancel, RemoteBuf, SendOp},
+    qp::{AtomicOp, Cancel, Rc, RemoteBuf, Rts, SendOp},
     stream::{RecvStream, Segment, SendStream},
 };
 
@@ -75,7 +75,7 @@ pub(super) fn loopback(
     rep: &mut Report,
 ) -> Result {
     let tposted = &mut tposted[..cfg.iters as usize];
-    pingpong(cfg, p, size, cancel, tposted)?;
+    PingPong::new(cfg, p, size)?.run(cancel, tposted, true)?;
     let mut delta = deltas(tposted)?;
     report(cfg, &mut delta, tposted.len(), size, rep)
 }
@@ -88,7 +88,8 @@ pub(super) const AB_BLOCK: usize = 20;
 /// each has had `cfg.iters`; a row for each, `pairs[0]` first. What
 /// changes the whole guest's speed from one run to the next (where its
 /// tasks run, the emulator) then hits both alike, which separate runs
-/// cannot ensure.
+/// cannot ensure. Each pair keeps its streams from block to block, as a
+/// ping-pong of its own would.
 pub(super) fn loopback_ab(
     cfg: &Config,
     pairs: [&Pair; 2],
@@ -104,15 +105,20 @@ pub(super) fn loopback_ab(
         .get_mut(..n)
         .filter(|b| b.len() >= 2)
         .ok_or(EINVAL)?;
+    let mut runs = [
+        PingPong::new(cfg, pairs[0], size)?,
+        PingPong::new(cfg, pairs[1], size)?,
+    ];
     let mut delta = [
         KVec::with_capacity(iters, GFP_KERNEL)?,
         KVec::with_capacity(iters, GFP_KERNEL)?,
     ];
     // As many deltas as a run of `iters` posts has.
     while delta[1].len() < iters - 1 {
-        for (p, d) in pairs.iter().zip(delta.iter_mut()) {
-            pingpong(cfg, p, size, cancel, block)?;
-            for w in block.windows(2).take(iters - 1 - d.len()) {
+        for (run, d) in runs.iter_mut().zip(delta.iter_mut()) {
+            let left = iters - 1 - d.len();
+            run.run(cancel, block, left < n)?;
+            for w in block.windows(2).take(left) {
                 d.push(w[1].saturating_sub(w[0]), GFP_KERNEL)?;
             }
         }
@@ -123,60 +129,150 @@ pub(super) fn loopback_ab(
     Ok(())
 }
 
-/// Both sides of the ping-pong in this thread, on a pair of one device:
-/// an iteration for each of `tposted`, the time of its post.
-fn pingpong(cfg: &Config, p: &Pair, size: usize, cancel: &Cancel, tposted: &mut [u64]) -> Result {
-    let iters = tposted.len();
-    let t = cfg.timeout_ms;
-    let (c, s) = (&p.client, &p.server);
-    match cfg.test {
-        Test::WriteLat => {
-            let mut cw = stream(cfg, c, SendOp::Write(s.remote), size)?;
-            let mut sw = stream(cfg, s, SendOp::Write(c.remote), size)?;
-            for (i, ts) in tposted.iter_mut().enumerate().take(iters) {
-                let v = mark(i);
-                *ts = kverbs::now_ns();
-                c.sbuf.write(size - 1, &[v])?;
-                cw.post(1, true)?;
-                spin_byte(&s.rbuf, size - 1, v, cfg, cancel)?;
-                s.sbuf.write(size - 1, &[v])?;
-                sw.post(1, true)?;
-                spin_byte(&c.rbuf, size - 1, v, cfg, cancel)?;
-                cw.wait(i as u64 + 1, t, cancel)?;
-                sw.wait(i as u64 + 1, t, cancel)?;
-            }
-        }
-        Test::ReadLat => read_loop(cfg, c, s.remote, size, cancel, tposted)?,
-        Test::AtomicLat => atomic_loop(cfg, c, s.remote, cancel, tposted)?,
-        _ => {
-            let mut cs = stream(cfg, c, SendOp::Send, size)?;
-            let mut ss = stream(cfg, s, SendOp::Send, size)?;
-            let mut cr = RecvStream::new(&c.qp, &[seg(&c.rbuf, size)], 1)?;
-            let mut sr = RecvStream::new(&s.qp, &[seg(&s.rbuf, size)], 1)?;
-            cr.post(1)?;
-            sr.post(1)?;
-            for (i, ts) in tposted.iter_mut().enumerate().take(iters) {
-                let (i, more) = (i as u64, i + 1 < iters);
-                *ts = kverbs::now_ns();
-                cs.post(1, true)?;
-                sr.wait(i + 1, t, cancel)?;
-                if more {
-                    sr.post(1)?;
-                }
-                ss.post(1, true)?;
-                cr.wait(i + 1, t, cancel)?;
-                if more {
-                    cr.post(1)?;
-                }
-                cs.wait(i + 1, t, cancel)?;
-                ss.wait(i + 1, t, cancel)?;
-            }
-        }
-    }
-    Ok(())
+/// The streams of one pair's ping-pong, set up before its timed
+/// iterations, and what it has done so far.
+struct PingPong<'a> {
+    cfg: &'a Config,
+    p: &'a Pair,
+    size: usize,
+    streams: Streams<'a>,
+    /// Iterations done.
+    done: u64,
+    /// atomic_lat: the old value the last fetch-and-add returned.
+    prev: Option<u64>,
 }
 
-/// read_lat: one READ of the peer's buffer at a time.
+/// A ping-pong's streams, per test.
+// One or two per run, on the stack: the size of the largest costs nothing.
+#[allow(clippy::large_enum_variant)]
+enum Streams<'a> {
+    /// write_lat: the client's and the server's RDMA WRITEs.
+    Write(SendStream<'a>, SendStream<'a>),
+    /// read_lat: the client's READs.
+    Read(SendStream<'a>),
+    /// atomic_lat: the client's fetch-and-adds.
+    Atomic(SendStream<'a>),
+    /// send_lat: the client's and the server's SENDs and receives, a
+    /// receive posted on each.
+    Send {
+        cs: SendStream<'a>,
+        ss: SendStream<'a>,
+        cr: RecvStream<'a, Rts, Rc>,
+        sr: RecvStream<'a, Rts, Rc>,
+    },
+}
+
+impl<'a> PingPong<'a> {
+    fn new(cfg: &'a Config, p: &'a Pair, size: usize) -> Result<Self> {
+        let (c, s) = (&p.client, &p.server);
+        let streams = match cfg.test {
+            Test::WriteLat => Streams::Write(
+                stream(cfg, c, SendOp::Write(s.remote), size)?,
+                stream(cfg, s, SendOp::Write(c.remote), size)?,
+            ),
+            Test::ReadLat => {
+                let op = SendOp::Read(s.remote);
+                Streams::Read(SendStream::new(&c.qp, &[(op, seg(&c.sbuf, size))], 1, 1)?)
+            }
+            Test::AtomicLat => {
+                let op = SendOp::Atomic(AtomicOp::FetchAdd {
+                    remote: s.remote,
+                    add: 1,
+                });
+                Streams::Atomic(SendStream::new(&c.qp, &[(op, seg(&c.sbuf, 8))], 1, 1)?)
+            }
+            _ => {
+                let mut cr = RecvStream::new(&c.qp, &[seg(&c.rbuf, size)], 1)?;
+                let mut sr = RecvStream::new(&s.qp, &[seg(&s.rbuf, size)], 1)?;
+                cr.post(1)?;
+                sr.post(1)?;
+                Streams::Send {
+                    cs: stream(cfg, c, SendOp::Send, size)?,
+                    ss: stream(cfg, s, SendOp::Send, size)?,
+                    cr,
+                    sr,
+                }
+            }
+        };
+        Ok(PingPong {
+            cfg,
+            p,
+            size,
+            streams,
+            done: 0,
+            prev: None,
+        })
+    }
+
+    /// Both sides of the ping-pong in this thread: an iteration for each
+    /// of `tposted`, the time of its post. If `last`, no iteration follows
+    /// (send_lat then posts no receive after the last).
+    fn run(&mut self, cancel: &Cancel, tposted: &mut [u64], last: bool) -> Result {
+        let (cfg, size, t) = (self.cfg, self.size, self.cfg.timeout_ms);
+        let (c, s) = (&self.p.client, &self.p.server);
+        let n = tposted.len();
+        for (k, ts) in tposted.iter_mut().enumerate() {
+            // The iteration's number over the ping-pong's life, from 1.
+            let i = self.done + 1;
+            let more = !(last && k + 1 == n);
+            match &mut self.streams {
+                Streams::Write(cw, sw) => {
+                    let v = mark(i as usize);
+                    *ts = kverbs::now_ns();
+                    c.sbuf.write(size - 1, &[v])?;
+                    cw.post(1, true)?;
+                    spin_byte(&s.rbuf, size - 1, v, cfg, cancel)?;
+                    s.sbuf.write(size - 1, &[v])?;
+                    sw.post(1, true)?;
+                    spin_byte(&c.rbuf, size - 1, v, cfg, cancel)?;
+                    cw.wait(i, t, cancel)?;
+                    sw.wait(i, t, cancel)?;
+                }
+                Streams::Read(r) => {
+                    *ts = kverbs::now_ns();
+                    r.post(1, true)?;
+                    r.wait(i, t, cancel)?;
+                }
+                Streams::Atomic(a) => {
+                    *ts = kverbs::now_ns();
+                    a.post(1, true)?;
+                    a.wait(i, t, cancel)?;
+                    let mut old = [0u8; 8];
+                    c.sbuf.read(0, &mut old)?;
+                    let v = u64::from_ne_bytes(old);
+                    if let Some(p) = self.prev.filter(|p| v != p.wrapping_add(1)) {
+                        pr_err!(
+                            "bench: atomic_lat: fetch-and-add returned {:#x} after {:#x}\n",
+                            v,
+                            p
+                        );
+                        return Err(EIO);
+                    }
+                    self.prev = Some(v);
+                }
+                Streams::Send { cs, ss, cr, sr } => {
+                    *ts = kverbs::now_ns();
+                    cs.post(1, true)?;
+                    sr.wait(i, t, cancel)?;
+                    if more {
+                        sr.post(1)?;
+                    }
+                    ss.post(1, true)?;
+                    cr.wait(i, t, cancel)?;
+                    if more {
+                        cr.post(1)?;
+                    }
+                    cs.wait(i, t, cancel)?;
+                    ss.wait(i, t, cancel)?;
+                }
+            }
+            self.done = i;
+        }
+        Ok(())
+    }
+}
+
+/// read_lat with a peer host: one READ of the peer's buffer at a time.
 fn read_loop(
     cfg: &Config,
     me: &Side,
@@ -194,8 +290,9 @@ fn read_loop(
     Ok(())
 }
 
-/// atomic_lat: one fetch-and-add (of 1) on the peer's first 8 bytes at a
-/// time, as ib_atomic_lat; the old values must count up.
+/// atomic_lat with a peer host: one fetch-and-add (of 1) on the peer's
+/// first 8 bytes at a time, as ib_atomic_lat; the old values must count
+/// up.
 fn atomic_loop(
     cfg: &Config,
     me: &Side,

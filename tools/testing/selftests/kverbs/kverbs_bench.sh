@@ -200,7 +200,6 @@ adaptive_sleeps() {
 	check_bw 4096 2000
 }
 
-# bad INPUT ERRNO-TEXT DMESG-TEXT
 # ab TEST: the default poll mode and poll=direct taking turns in one run
 # (ab=direct, two QP pairs): the header says so, and the table has a row
 # for each, of the same size and number of iterations.
@@ -213,6 +212,7 @@ ab() {
 	check_lat "8 8" 200
 }
 
+# bad INPUT ERRNO-TEXT DMESG-TEXT
 bad() {
 	kv_write_fails "$BENCH" "$1" "$2" "rxe_lo: bench: $3" || return 1
 	bench write_bw 64 100
