@@ -47,7 +47,7 @@ use kernel::{
 
 pub mod adaptive;
 
-use self::adaptive::{Idle, Plan};
+use self::adaptive::Plan;
 
 /// The most CQs a wait sleeps on at once ([`adaptive::Poller`]): the
 /// others are polled when it wakes (at most
@@ -360,13 +360,7 @@ impl Cq {
             let seen = self.gen();
             // The caller looked at `*state` before `seen`: look again.
             if self.process_direct(16) == 0 && state.load(Ordering::Acquire) != want {
-                // Only the adaptive policy needs the time.
-                let now = if self.0.ctx == PollCtx::Adaptive {
-                    crate::now_ns()
-                } else {
-                    0
-                };
-                let _ = self.idle(since, now, 0, false, seen);
+                self.idle(since, crate::now_ns, 0, false, seen);
             }
             return;
         }
@@ -394,27 +388,25 @@ impl Cq {
     /// the caller last looked at its completion: a sleep on the CQ does
     /// not begin if another task is processing the CQ or has processed a
     /// batch since (it may have reaped that completion, and woken the CQ's
-    /// wait queue before this task was on it). Process context; may sleep.
+    /// wait queue before this task was on it). `now` gives the time
+    /// (`now_ns`), asked only by the adaptive policy. Process context; may
+    /// sleep.
     pub(crate) fn idle(
         &self,
         since: u64,
-        now: u64,
+        now: impl FnOnce() -> u64,
         expect: u64,
         pipelined: bool,
         seen: u32,
-    ) -> Idle {
+    ) {
         if self.0.ctx != PollCtx::Adaptive || self.0.processing.load(Ordering::Relaxed) {
             crate::cond_resched();
-            return Idle::Spun;
+            return;
         }
-        match adaptive::plan(since, expect, pipelined, now) {
-            Plan::Spin => {
-                crate::cond_resched();
-                Idle::Spun
-            }
+        match adaptive::plan(since, expect, pipelined, now()) {
+            Plan::Spin => crate::cond_resched(),
             Plan::Arm => {
                 Cq::sleep_on_gen([self], adaptive::MAX_CQ_SLEEP_NS, Some((self, seen)));
-                Idle::Armed
             }
         }
     }

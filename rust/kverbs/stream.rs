@@ -374,8 +374,8 @@ impl Ring {
         // as in a direct wait: no read of its own on the way to the
         // completion or back to the caller.
         let start = deadline.start_ns();
-        // What the last empty poll led to: none yet.
-        let mut did = None;
+        // Whether a poll has found nothing yet.
+        let mut waited = false;
         loop {
             self.check(dev, qpn)?;
             let done = self.shared.completed();
@@ -383,7 +383,7 @@ impl Ring {
                 // Only adaptive ping-pong waits that waited teach the
                 // expected time (a pipeline sleeps on the CQ instead).
                 // It took at least until the last look at the clock.
-                if adaptive && !pipelined && did.is_some() {
+                if adaptive && !pipelined && waited {
                     let took = deadline.last_ns().saturating_sub(start);
                     self.expect_ns = adaptive::learn(self.expect_ns, took);
                 }
@@ -396,8 +396,14 @@ impl Ring {
                 // processed a batch since this look).
                 let seen = cq.gen();
                 if Self::process(cq, 16) == 0 && self.shared.completed() < upto {
-                    let now = deadline.last_ns();
-                    did = Some(cq.idle(start, now, self.expect_ns, pipelined, seen));
+                    waited = true;
+                    cq.idle(
+                        start,
+                        || deadline.last_ns(),
+                        self.expect_ns,
+                        pipelined,
+                        seen,
+                    );
                 }
             } else {
                 cq.wait_u64_ge(&self.shared.counts.completed, upto, 10);

@@ -74,9 +74,9 @@ static CQ_SLEEPS_TIMED_OUT: AtomicU64 = AtomicU64::new(0);
 
 const _: () = assert!(MIN_SPIN_NS <= FIRST_SPIN_NS && FIRST_SPIN_NS <= MAX_SPIN_NS);
 
-/// What a waiter did after a poll that found nothing.
+/// What a [`Poller`] did after a pass that found nothing.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) enum Idle {
+enum Idle {
     /// Yielded the CPU if a task should run (`cond_resched`).
     Spun,
     /// Slept until the CQ's next completion (or [`MAX_CQ_SLEEP_NS`]).
