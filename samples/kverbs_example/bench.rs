@@ -26,8 +26,8 @@
 //!
 //! `ab=MODE` compares two poll modes in one loopback latency run: a second
 //! QP pair whose CQs are polled in `MODE` takes turns with the first, 20
-//! iterations each (each block's streams set up before its timed
-//! iterations), and the table has a row for each, the second for `MODE`.
+//! iterations each (each pair keeps its streams from block to block), and
+//! the table has a row for each, the second for `MODE`.
 //! Separate runs differ by up to 3x on the emulated test guests (where
 //! rxe's work items and the thread happen to run); interleaved blocks see
 //! the same guest.

@@ -156,8 +156,8 @@ one() {
 
 # The implementations a test runs with: perftest, C (write_bw and
 # write_lat), kverbs in its default poll mode and with poll=direct, for
-# bandwidth poll=softirq and the limit, and for latency (unless AB is
-# empty) kverbs_ab: one run of two QP pairs taking turns, the default mode
+# bandwidth poll=softirq and the limit, and for latency (unless
+# AB=none) kverbs_ab: one run of two QP pairs taking turns, the default mode
 # and poll=$AB (rows kverbs_ab and kverbs_ab_$AB).
 impls_of() {
 	local ab=${AB:+ kverbs_ab}
@@ -195,8 +195,8 @@ in_order() {
 }
 
 for test in $TESTS; do
-	# kverbs in its default poll mode (adaptive: the thread polls, and
-	# sleeps while no completion is near), busy polling (poll=direct) and,
+	# kverbs in its default poll mode (adaptive: the thread spins a
+	# while, then sleeps until the CQ's next completion), busy polling (poll=direct) and,
 	# for bandwidth, sleeping on a CQ the core polls (poll=softirq): on two
 	# vCPUs a busy-polling thread takes one of the two CPUs rxe's
 	# requester, responder and completer need.

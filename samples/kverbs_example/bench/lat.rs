@@ -34,6 +34,36 @@ fn stream<'a>(cfg: &Config, me: &'a Side, op: SendOp, size: usize) -> Result<Sen
     }
 }
 
+/// read_lat's stream: one READ of `remote` into `me`'s buffer at a time.
+fn read_stream<'a>(me: &'a Side, remote: RemoteBuf, size: usize) -> Result<SendStream<'a>> {
+    SendStream::new(&me.qp, &[(SendOp::Read(remote), seg(&me.sbuf, size))], 1, 1)
+}
+
+/// atomic_lat's stream: one fetch-and-add (of 1) on `remote`'s first 8
+/// bytes at a time, the old value into `me`'s buffer, as ib_atomic_lat.
+fn atomic_stream<'a>(me: &'a Side, remote: RemoteBuf) -> Result<SendStream<'a>> {
+    let op = SendOp::Atomic(AtomicOp::FetchAdd { remote, add: 1 });
+    SendStream::new(&me.qp, &[(op, seg(&me.sbuf, 8))], 1, 1)
+}
+
+/// After a fetch-and-add of [`atomic_stream`]: the old value it returned
+/// must be one more than the last (`prev`, updated); `EIO` if not.
+fn check_counting(me: &Side, prev: &mut Option<u64>) -> Result {
+    let mut old = [0u8; 8];
+    me.sbuf.read(0, &mut old)?;
+    let v = u64::from_ne_bytes(old);
+    if let Some(p) = prev.filter(|p| v != p.wrapping_add(1)) {
+        pr_err!(
+            "bench: atomic_lat: fetch-and-add returned {:#x} after {:#x}\n",
+            v,
+            p
+        );
+        return Err(EIO);
+    }
+    *prev = Some(v);
+    Ok(())
+}
+
 /// The iteration's value in the last byte of a write_lat message.
 fn mark(i: usize) -> u8 {
     (i % 255) as u8 + 1
@@ -170,17 +200,8 @@ impl<'a> PingPong<'a> {
                 stream(cfg, c, SendOp::Write(s.remote), size)?,
                 stream(cfg, s, SendOp::Write(c.remote), size)?,
             ),
-            Test::ReadLat => {
-                let op = SendOp::Read(s.remote);
-                Streams::Read(SendStream::new(&c.qp, &[(op, seg(&c.sbuf, size))], 1, 1)?)
-            }
-            Test::AtomicLat => {
-                let op = SendOp::Atomic(AtomicOp::FetchAdd {
-                    remote: s.remote,
-                    add: 1,
-                });
-                Streams::Atomic(SendStream::new(&c.qp, &[(op, seg(&c.sbuf, 8))], 1, 1)?)
-            }
+            Test::ReadLat => Streams::Read(read_stream(c, s.remote, size)?),
+            Test::AtomicLat => Streams::Atomic(atomic_stream(c, s.remote)?),
             _ => {
                 let mut cr = RecvStream::new(&c.qp, &[seg(&c.rbuf, size)], 1)?;
                 let mut sr = RecvStream::new(&s.qp, &[seg(&s.rbuf, size)], 1)?;
@@ -237,18 +258,7 @@ impl<'a> PingPong<'a> {
                     *ts = kverbs::now_ns();
                     a.post(1, true)?;
                     a.wait(i, t, cancel)?;
-                    let mut old = [0u8; 8];
-                    c.sbuf.read(0, &mut old)?;
-                    let v = u64::from_ne_bytes(old);
-                    if let Some(p) = self.prev.filter(|p| v != p.wrapping_add(1)) {
-                        pr_err!(
-                            "bench: atomic_lat: fetch-and-add returned {:#x} after {:#x}\n",
-                            v,
-                            p
-                        );
-                        return Err(EIO);
-                    }
-                    self.prev = Some(v);
+                    check_counting(c, &mut self.prev)?;
                 }
                 Streams::Send { cs, ss, cr, sr } => {
                     *ts = kverbs::now_ns();
@@ -281,7 +291,7 @@ fn read_loop(
     cancel: &Cancel,
     tposted: &mut [u64],
 ) -> Result {
-    let mut r = SendStream::new(&me.qp, &[(SendOp::Read(remote), seg(&me.sbuf, size))], 1, 1)?;
+    let mut r = read_stream(me, remote, size)?;
     for (i, ts) in tposted.iter_mut().enumerate().take(cfg.iters as usize) {
         *ts = kverbs::now_ns();
         r.post(1, true)?;
@@ -290,9 +300,8 @@ fn read_loop(
     Ok(())
 }
 
-/// atomic_lat with a peer host: one fetch-and-add (of 1) on the peer's
-/// first 8 bytes at a time, as ib_atomic_lat; the old values must count
-/// up.
+/// atomic_lat with a peer host: one fetch-and-add on the peer's buffer at
+/// a time; the old values must count up.
 fn atomic_loop(
     cfg: &Config,
     me: &Side,
@@ -300,25 +309,13 @@ fn atomic_loop(
     cancel: &Cancel,
     tposted: &mut [u64],
 ) -> Result {
-    let op = SendOp::Atomic(AtomicOp::FetchAdd { remote, add: 1 });
-    let mut a = SendStream::new(&me.qp, &[(op, seg(&me.sbuf, 8))], 1, 1)?;
-    let mut old = [0u8; 8];
+    let mut a = atomic_stream(me, remote)?;
     let mut prev = None;
     for (i, ts) in tposted.iter_mut().enumerate().take(cfg.iters as usize) {
         *ts = kverbs::now_ns();
         a.post(1, true)?;
         a.wait(i as u64 + 1, cfg.timeout_ms, cancel)?;
-        me.sbuf.read(0, &mut old)?;
-        let v = u64::from_ne_bytes(old);
-        if prev.is_some_and(|p: u64| v != p.wrapping_add(1)) {
-            pr_err!(
-                "bench: atomic_lat: fetch-and-add returned {:#x} after {:#x}\n",
-                v,
-                prev.unwrap_or(0)
-            );
-            return Err(EIO);
-        }
-        prev = Some(v);
+        check_counting(me, &mut prev)?;
     }
     Ok(())
 }
