@@ -131,11 +131,13 @@ fi
 
 mkdir -p "$cache" || die "cannot create the cache directory $cache"
 
-# One build at a time per cache.  The lock is an flock on an open file: a
-# process that dies lets go of it, so a lock file left behind is harmless.
-exec 9>"$cache/.lock"
+# One build at a time per kernel and cache (the flavours of a kernel share
+# its unpacked source; .ci/run builds 7.3's beside 6.12's).  The lock is an
+# flock on an open file: a process that dies lets go of it, so a lock file
+# left behind is harmless.
+exec 9>"$cache/.lock-$kernel"
 if ! flock -n 9; then
-	echo "kverbs: another build holds $cache/.lock; waiting for it" >&2
+	echo "kverbs: another build holds $cache/.lock-$kernel; waiting for it" >&2
 	flock 9
 	if [ -f "$build/.kverbs-built" ]; then
 		echo "$build"

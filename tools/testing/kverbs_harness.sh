@@ -109,7 +109,7 @@ build_kernel_no_source_says_setup() {
 build_kernel_fresh_cache_configures() {
 	local out bdir opt
 	mkdir -p "$cache/kverbs/linux-$kver/half" "$cache/kverbs/linux-$kver.tmp"
-	touch "$cache/kverbs/.lock"
+	touch "$cache/kverbs/.lock-6.12"
 	out=$(XDG_CACHE_HOME=$cache "$top/tools/build-kernel.sh" --configure-only 2>&1) ||
 		{ echo "$out" | tail -n 30 | diag; return 1; }
 	echo "$out" | diag
@@ -137,10 +137,10 @@ build_kernel_lost_option_fails() {
 		echo "$out" | tail -n 1 | grep -q "does not match"
 }
 
-# A build that holds the cache's lock is waited for, not raced.
+# A build that holds the kernel's lock in the cache is waited for, not raced.
 build_kernel_waits_for_held_lock() {
 	local out start=$SECONDS
-	flock "$cache/kverbs/.lock" sleep 5 &
+	flock "$cache/kverbs/.lock-6.12" sleep 5 &
 	sleep 1
 	out=$(XDG_CACHE_HOME=$cache "$top/tools/build-kernel.sh" --configure-only 2>&1) ||
 		{ echo "$out" | tail -n 30 | diag; return 1; }
@@ -148,6 +148,35 @@ build_kernel_waits_for_held_lock() {
 	echo "$out" | diag
 	echo "$out" | grep -q "another build holds .*waiting" || return 1
 	[ $((SECONDS - start)) -ge 4 ] || { msg "did not wait"; return 1; }
+}
+
+# Another kernel's build (.ci/run builds 7.3's beside 6.12's) does not
+# hold this one up: a 7.3 build stopped in its unpack (its tarball is a FIFO
+# nobody writes yet) holds its lock while the 6.12 kernel is configured.
+build_kernel_other_kernels_build_not_waited_for() {
+	local out rc pid
+	mkfifo "$tmp/k73.tar.xz"
+	XDG_CACHE_HOME=$cache KVERBS_KERNEL=7.3 KVERBS_KERNEL_TARBALL=$tmp/k73.tar.xz \
+		"$top/tools/build-kernel.sh" >"$tmp/k73.out" 2>&1 &
+	pid=$!
+	for _ in $(seq 100); do
+		grep -q unpacking "$tmp/k73.out" && break
+		sleep 0.1
+	done
+	out=$(XDG_CACHE_HOME=$cache timeout 120 "$top/tools/build-kernel.sh" --configure-only 2>&1)
+	rc=$?
+	# The 7.3 unpack reads an empty archive and fails: tar opens the FIFO
+	# more than once, so each open gets a writer until the build has ended.
+	for _ in $(seq 30); do
+		kill -0 "$pid" 2>/dev/null || break
+		# shellcheck disable=SC2016 # $1 is the inner shell's
+		timeout 1 sh -c ': >"$1"' sh "$tmp/k73.tar.xz"
+	done
+	wait "$pid"
+	echo "$out" | diag
+	grep -q unpacking "$tmp/k73.out" || { msg "the 7.3 build did not reach its unpack"; return 1; }
+	[ $rc -eq 0 ] || { msg "configuring 6.12 failed or timed out (status $rc)"; return 1; }
+	! echo "$out" | grep -q "another build holds"
 }
 
 # The performance flavor (tools/bench/config over the fragment): no debug
@@ -424,7 +453,7 @@ compile_fail_unlisted() {
 
 echo "TAP version 13"
 mapfile -t examples < <(extract_compile_fail)
-nplan=$((${#TOTALS_FIXTURES[@]} + 1 + 6 + 4 + 1 + ${#COMPILE_FAIL_EXAMPLES[@]} + (vm ? 3 : 0)))
+nplan=$((${#TOTALS_FIXTURES[@]} + 1 + 7 + 4 + 1 + ${#COMPILE_FAIL_EXAMPLES[@]} + (vm ? 3 : 0)))
 echo "1..$nplan"
 for name in "${TOTALS_FIXTURES[@]}"; do
 	t "totals_$name" totals_listed_case "$name"
@@ -435,6 +464,7 @@ t build_kernel_no_source_says_setup build_kernel_no_source_says_setup
 t build_kernel_fresh_cache_configures build_kernel_fresh_cache_configures
 t build_kernel_lost_option_fails build_kernel_lost_option_fails
 t build_kernel_waits_for_held_lock build_kernel_waits_for_held_lock
+t build_kernel_other_kernels_build_not_waited_for build_kernel_other_kernels_build_not_waited_for
 t build_kernel_perf_flavor_has_no_debug_options build_kernel_perf_flavor_has_no_debug_options
 t bench_report_medians_and_ratios bench_report_medians_and_ratios
 t bench_report_figures_above_the_limit_listed bench_report_figures_above_the_limit_listed
