@@ -634,8 +634,12 @@ fn run_tcp(cfg: &Config, ctx: Run<'_>) -> Result {
     side.send(recv, rep)?;
     side.read_write(rep)?;
     if cfg.atomics > 0 {
-        // Both sides were told atomics=<n>: the client's atomics on the
-        // server's buffer, then 'A'.
+        // Both sides were told atomics=<n>. 'V' first: the server has
+        // checked what the RDMA WRITE left in its buffer, whose first 8
+        // bytes the atomics change (without it, a client quick enough had
+        // the server validate a buffer its atomics had already reached).
+        // Then the client's atomics on the server's buffer, then 'A'.
+        sync(&sock, b'V', t, cancel, rep)?;
         if !server {
             atomics(&qp, remote, cfg, cancel, rep)?;
         }

@@ -17,9 +17,10 @@
  *                [-v] [-x read|write] [-b short|qpn|big] [-a n] [server_name]
  *
  * -a n does the kverbs RC example's atomics=<n> (both sides must be told):
- * after the last sync the client does n fetch-and-adds (of 1, 2, ...) and
- * two compare-and-swaps (one storing "kverbs!!", one that must not match)
- * on the server's first 8 bytes, checking each old value; sync 'A'; the
+ * after the last sync and the server's check of the RDMA WRITE, sync 'V';
+ * then the client does n fetch-and-adds (of 1, 2, ...) and two
+ * compare-and-swaps (one storing "kverbs!!", one that must not match) on
+ * the server's first 8 bytes, checking each old value; sync 'A'; the
  * server (whose buffer and QP allow remote atomics only then) checks its
  * 8 bytes.
  *
@@ -452,6 +453,8 @@ usage:
 	if (config.atomics) {
 		uint64_t want;
 
+		/* The server has checked the RDMA WRITE: the atomics may start. */
+		sync_char(fd, 'V');
 		memcpy(&want, MSG_WRITE, 8);
 		if (config.server_name) {
 			for (int i = 0; i < config.atomics + 2; i++) {
