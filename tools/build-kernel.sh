@@ -17,6 +17,11 @@
 # KVERBS_FLAVOR=perf builds the performance kernel instead: the same
 # fragment with tools/bench/config over it (no debug options), cached apart
 # (perf-build-<key>); each flavor keeps its own latest build.
+# KVERBS_FLAVOR=trace is the performance kernel with rxe instrumented by
+# tools/bench/rxe-trace.patch ("rxe-trace:" lines at its retransmit timer,
+# its retries and its responder's errors; 6.12 only), built from a patched
+# copy of the source (linux-<version>-rxe-trace), cached apart
+# (trace-build-<key>): make bench KVERBS_BENCH_FLAVOR=trace.
 #
 # KVERBS_KERNEL=7.3 builds Debian's linux-source-7.3 instead of 6.12 (the
 # default), from the same fragment less the options that kernel no longer
@@ -47,7 +52,8 @@ flavor=${KVERBS_FLAVOR:-debug}
 case "$flavor" in
 debug) prefix=build ;;
 perf) prefix=perf-build ;;
-*) die "KVERBS_FLAVOR=${KVERBS_FLAVOR}: debug (the default) or perf" ;;
+trace) prefix=trace-build ;;
+*) die "KVERBS_FLAVOR=${KVERBS_FLAVOR}: debug (the default), perf or trace" ;;
 esac
 # The fragment's options that a kernel no longer has, one place per kernel.
 # 7.3: CRYPTO_CRC32 is gone (rxe's ICRC calls the crc32 library directly).
@@ -77,7 +83,13 @@ kmake_vars=(LLVM=-19 RUSTC=/usr/bin/rustc RUSTFMT=/usr/bin/rustfmt
 [ -r "$fragment" ] || die "no config fragment at $fragment"
 effective=$(mktemp)
 trap 'rm -f "$effective" "$effective.opts"' EXIT
-if [ "$flavor" = perf ]; then
+trace_patch=
+if [ "$flavor" = trace ]; then
+	[ "$kernel" = 6.12 ] || die "KVERBS_FLAVOR=trace: tools/bench/rxe-trace.patch is for 6.12's rxe"
+	trace_patch=$top/tools/bench/rxe-trace.patch
+	[ -r "$trace_patch" ] || die "no rxe trace patch at $trace_patch"
+fi
+if [ "$flavor" != debug ]; then
 	# The fragment with the overrides' options replaced by their lines.
 	overrides=$top/tools/bench/config
 	[ -r "$overrides" ] || die "no config overrides at $overrides"
@@ -117,6 +129,7 @@ key=$( {
 	clang-19 --version | head -n 1
 	bindgen --version
 	echo "vars ${kmake_vars[*]}"
+	[ -z "$trace_patch" ] || cat "$trace_patch"
 } | sha256sum | cut -c1-16)
 
 src="$cache/linux-$kver"
@@ -155,6 +168,21 @@ if [ ! -f "$src/.kverbs-unpacked" ]; then
 		die "unpacking $tarball failed (disk full? $(df -h --output=avail "$cache" | tail -n 1) free)"
 	touch "$src.tmp/.kverbs-unpacked"
 	mv "$src.tmp" "$src"
+fi
+
+# The trace flavour builds from a copy of the source with rxe patched; a
+# changed patch makes a new copy.
+if [ -n "$trace_patch" ]; then
+	tsrc=$src-rxe-trace
+	if ! cmp -s "$trace_patch" "$tsrc/.kverbs-rxe-trace.patch"; then
+		echo "kverbs: copying $src to $tsrc and applying $trace_patch" >&2
+		rm -rf "$tsrc" "$tsrc.tmp"
+		cp -a "$src" "$tsrc.tmp"
+		patch -s -d "$tsrc.tmp" -p1 <"$trace_patch" || die "$trace_patch does not apply to $src"
+		cp "$trace_patch" "$tsrc.tmp/.kverbs-rxe-trace.patch"
+		mv "$tsrc.tmp" "$tsrc"
+	fi
+	src=$tsrc
 fi
 
 echo "kverbs: building the test kernel in $build (log: $log)" >&2

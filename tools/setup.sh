@@ -25,7 +25,7 @@ esac
 # (rustc-web 1.96 with its core source), LLVM 19, QEMU and the guest userspace
 # (static busybox, rdma-core tools for the tests), cargo to build bindgen-cli,
 # python3 and the shellcheck tool for the harness tests, gnuplot for make
-# bench's plots.
+# bench's plots, patch for its instrumented rxe (KVERBS_BENCH_FLAVOR=trace).
 PKGS=(
 	"linux-source-$KVERBS_KERNEL"
 	rustc-web rust-web-src rust-web-clippy rustfmt-web cargo-web
@@ -34,7 +34,7 @@ PKGS=(
 	qemu-system-x86 busybox-static
 	iproute2 rdma-core ibverbs-utils ibverbs-providers rdmacm-utils perftest
 	libibverbs-dev librdmacm-dev gcc libc6-dev
-	shellcheck util-linux python3 gnuplot-nox
+	shellcheck util-linux python3 gnuplot-nox patch
 )
 
 # The suite that has linux-source-7.3 (Architecture: all; it depends only

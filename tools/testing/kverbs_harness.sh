@@ -205,6 +205,34 @@ build_kernel_perf_flavor_has_no_debug_options() {
 	fi
 }
 
+# The trace flavor (make bench KVERBS_BENCH_FLAVOR=trace): the same
+# configuration as the performance kernel, from a copy of the source with
+# tools/bench/rxe-trace.patch applied; the unpacked source stays as it was.
+build_kernel_trace_flavor_patches_a_copy() {
+	local out bdir perf f
+	out=$(XDG_CACHE_HOME=$cache KVERBS_FLAVOR=trace "$top/tools/build-kernel.sh" --configure-only 2>&1) ||
+		{ echo "$out" | tail -n 30 | diag; return 1; }
+	echo "$out" | diag
+	bdir=$(echo "$out" | tail -n 1)
+	case "$bdir" in
+	*/trace-build-*) ;;
+	*) msg "not a trace build directory: $bdir"; return 1 ;;
+	esac
+	perf=("$cache"/kverbs/perf-build-*/)
+	[ -f "${perf[0]}/.config" ] || { msg "no performance kernel configured to compare with"; return 1; }
+	if ! out=$(diff <(grep '^CONFIG_' "${perf[0]}/.config") <(grep '^CONFIG_' "$bdir/.config")); then
+		echo "$out" | diag
+		msg "its configuration differs from the performance kernel's"
+		return 1
+	fi
+	for f in rxe_req.c rxe_comp.c rxe_resp.c; do
+		grep -q 'rxe-trace:' "$cache/kverbs/linux-$kver-rxe-trace/drivers/infiniband/sw/rxe/$f" ||
+			{ msg "$f is not instrumented"; return 1; }
+		! grep -q 'rxe-trace:' "$cache/kverbs/linux-$kver/drivers/infiniband/sw/rxe/$f" ||
+			{ msg "the unpacked source's $f was patched"; return 1; }
+	done
+}
+
 # --- shellcheck -----------------------------------------------------------
 
 # The files of the tree: git's (tracked, and untracked but not ignored), or
@@ -453,7 +481,7 @@ compile_fail_unlisted() {
 
 echo "TAP version 13"
 mapfile -t examples < <(extract_compile_fail)
-nplan=$((${#TOTALS_FIXTURES[@]} + 1 + 7 + 4 + 1 + ${#COMPILE_FAIL_EXAMPLES[@]} + (vm ? 3 : 0)))
+nplan=$((${#TOTALS_FIXTURES[@]} + 1 + 8 + 4 + 1 + ${#COMPILE_FAIL_EXAMPLES[@]} + (vm ? 3 : 0)))
 echo "1..$nplan"
 for name in "${TOTALS_FIXTURES[@]}"; do
 	t "totals_$name" totals_listed_case "$name"
@@ -466,6 +494,7 @@ t build_kernel_lost_option_fails build_kernel_lost_option_fails
 t build_kernel_waits_for_held_lock build_kernel_waits_for_held_lock
 t build_kernel_other_kernels_build_not_waited_for build_kernel_other_kernels_build_not_waited_for
 t build_kernel_perf_flavor_has_no_debug_options build_kernel_perf_flavor_has_no_debug_options
+t build_kernel_trace_flavor_patches_a_copy build_kernel_trace_flavor_patches_a_copy
 t bench_report_medians_and_ratios bench_report_medians_and_ratios
 t bench_report_figures_above_the_limit_listed bench_report_figures_above_the_limit_listed
 t bench_report_inv_req_loops_counted bench_report_inv_req_loops_counted
