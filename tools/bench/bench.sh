@@ -23,6 +23,9 @@
 # KV_OPTS is added to kverbs' options (e.g. KV_OPTS=,poll=softirq).
 # INV_REQ_LOOPS=N (INV_REQ_TIMEOUT=T) adds N loops of the 8-QP write_bw that
 # can end with a remote invalid request error (tools/bench/guest-bench.sh).
+# KVERBS_BENCH_FLAVOR=trace runs on the performance kernel with rxe
+# instrumented (tools/build-kernel.sh, tools/bench/rxe-trace.patch): each
+# INV_REQ loop prints the "rxe-trace:" lines rxe logged during its run.
 # Each latency test also runs kverbs' default poll mode and poll=direct
 # interleaved in one run (ab=direct: two QP pairs taking turns), the
 # comparison separate runs are too noisy for; AB=MODE picks the other
@@ -55,8 +58,13 @@ if [ ${#need[@]} -gt 0 ]; then
 	}
 fi
 
-kdir=$(KVERBS_FLAVOR=perf "$top/tools/build-kernel.sh")
-echo "kverbs: bench: performance kernel $kdir"
+flavor=${KVERBS_BENCH_FLAVOR:-perf}
+case "$flavor" in
+perf | trace) ;;
+*) echo "kverbs: bench: KVERBS_BENCH_FLAVOR=$flavor: perf (the default) or trace" >&2; exit 1 ;;
+esac
+kdir=$(KVERBS_FLAVOR=$flavor "$top/tools/build-kernel.sh")
+echo "kverbs: bench: performance kernel $kdir ($flavor)"
 
 # What the figures were measured on, a column of raw.csv and summary.csv
 # (report.py): the guest's kernel, the commit, the host.
@@ -114,7 +122,7 @@ echo "kverbs: bench: one line per run (test impl qps size round | row of its tab
 
 set +e
 # PROFILE puts perf in the guest.
-KVERBS_FLAVOR=perf KVERBS_VM_DIR=$out KVERBS_VM_MEM=2048 KVERBS_BENCH_CONF=$conf \
+KVERBS_FLAVOR=$flavor KVERBS_VM_DIR=$out KVERBS_VM_MEM=2048 KVERBS_BENCH_CONF=$conf \
 	KVERBS_VM_TOOLS=${PROFILE:+/usr/bin/perf} \
 	KVERBS_MODULES="$build/src/kverbs.ko $build/src/kverbs_example.ko $build/cbench/kverbs_cbench.ko $build/limit/kverbs_limit.ko" \
 	KVERBS_VM_TIMEOUT=${KVERBS_VM_TIMEOUT:-7200} \

@@ -267,6 +267,10 @@ invreq() {
 	st=$(dmesg | tail -n +"$((before + 1))" | sed -n 's/.*non-flush error status = \([0-9]*\).*/\1/p' |
 		sort -n | uniq | paste -sd, -)
 	say "invreq $impl $loop $([ -n "$r" ] && echo ok || echo failed) statuses=${st:-none}"
+	# The instrumented rxe (make bench KVERBS_BENCH_FLAVOR=trace): what it
+	# logged during the run, its time stamp stripped.
+	dmesg | tail -n +"$((before + 1))" | sed -n 's/^.*rxe-trace: /trace /p' |
+		while IFS= read -r l; do say "invreq-$impl-$loop $l"; done
 }
 for loop in $(seq 1 "$INV_REQ_LOOPS"); do
 	for impl in perftest c kverbs kverbs_softirq; do
