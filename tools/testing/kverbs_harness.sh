@@ -179,19 +179,26 @@ build_kernel_other_kernels_build_not_waited_for() {
 	! echo "$out" | grep -q "another build holds"
 }
 
-# The performance flavor (tools/bench/config over the fragment): no debug
-# option survives, what the tests need stays, and the debug build of the
-# same cache is neither moved nor removed.
-build_kernel_perf_flavor_has_no_debug_options() {
-	local out bdir opt
-	out=$(XDG_CACHE_HOME=$cache KVERBS_FLAVOR=perf "$top/tools/build-kernel.sh" --configure-only 2>&1) ||
+# configure_flavor FLAVOR: configures that flavor in the test cache and
+# sets bdir to its build directory, which must be FLAVOR-build-*.
+configure_flavor() {
+	local out
+	out=$(XDG_CACHE_HOME=$cache KVERBS_FLAVOR=$1 "$top/tools/build-kernel.sh" --configure-only 2>&1) ||
 		{ echo "$out" | tail -n 30 | diag; return 1; }
 	echo "$out" | diag
 	bdir=$(echo "$out" | tail -n 1)
 	case "$bdir" in
-	*/perf-build-*) ;;
-	*) msg "not a perf build directory: $bdir"; return 1 ;;
+	*/"$1"-build-*) ;;
+	*) msg "not a $1 build directory: $bdir"; return 1 ;;
 	esac
+}
+
+# The performance flavor (tools/bench/config over the fragment): no debug
+# option survives, what the tests need stays, and the debug build of the
+# same cache is neither moved nor removed.
+build_kernel_perf_flavor_has_no_debug_options() {
+	local bdir opt
+	configure_flavor perf || return 1
 	for opt in CONFIG_KASAN CONFIG_PROVE_LOCKING CONFIG_DEBUG_KMEMLEAK CONFIG_DEBUG_OBJECTS \
 		CONFIG_FAULT_INJECTION CONFIG_RUST_DEBUG_ASSERTIONS CONFIG_DEBUG_LIST; do
 		! grep -q "^$opt=y" "$bdir/.config" || { msg "$opt is on"; return 1; }
@@ -210,14 +217,7 @@ build_kernel_perf_flavor_has_no_debug_options() {
 # tools/bench/rxe-trace.patch applied; the unpacked source stays as it was.
 build_kernel_trace_flavor_patches_a_copy() {
 	local out bdir perf f
-	out=$(XDG_CACHE_HOME=$cache KVERBS_FLAVOR=trace "$top/tools/build-kernel.sh" --configure-only 2>&1) ||
-		{ echo "$out" | tail -n 30 | diag; return 1; }
-	echo "$out" | diag
-	bdir=$(echo "$out" | tail -n 1)
-	case "$bdir" in
-	*/trace-build-*) ;;
-	*) msg "not a trace build directory: $bdir"; return 1 ;;
-	esac
+	configure_flavor trace || return 1
 	perf=("$cache"/kverbs/perf-build-*/)
 	[ -f "${perf[0]}/.config" ] || { msg "no performance kernel configured to compare with"; return 1; }
 	if ! out=$(diff <(grep '^CONFIG_' "${perf[0]}/.config") <(grep '^CONFIG_' "$bdir/.config")); then
