@@ -255,7 +255,7 @@ done
 # rxe problems"): whether the row came, and the completion statuses rxe
 # logged ("make_send_cqe: non-flush error status = N") during the run.
 invreq() {
-	local impl=$1 loop=$2 t=$INV_REQ_TIMEOUT before r st
+	local impl=$1 loop=$2 t=$INV_REQ_TIMEOUT before r st logged
 	local opts="test=write_bw,size=65536,iters=300,qps=8,qp_timeout=$t"
 	before=$(dmesg | wc -l)
 	case $impl in
@@ -264,12 +264,13 @@ invreq() {
 	kverbs) r=$(run_kernel "$KV" "$opts") ;;
 	kverbs_softirq) r=$(run_kernel "$KV" "$opts,poll=softirq") ;;
 	esac
-	st=$(dmesg | tail -n +"$((before + 1))" | sed -n 's/.*non-flush error status = \([0-9]*\).*/\1/p' |
+	logged=$(dmesg | tail -n +"$((before + 1))")
+	st=$(echo "$logged" | sed -n 's/.*non-flush error status = \([0-9]*\).*/\1/p' |
 		sort -n | uniq | paste -sd, -)
 	say "invreq $impl $loop $([ -n "$r" ] && echo ok || echo failed) statuses=${st:-none}"
 	# The instrumented rxe (make bench KVERBS_BENCH_FLAVOR=trace): what it
 	# logged during the run, its time stamp stripped.
-	dmesg | tail -n +"$((before + 1))" | sed -n 's/^.*rxe-trace: /trace /p' |
+	echo "$logged" | sed -n 's/^.*rxe-trace: /trace /p' |
 		while IFS= read -r l; do say "invreq-$impl-$loop $l"; done
 }
 for loop in $(seq 1 "$INV_REQ_LOOPS"); do
