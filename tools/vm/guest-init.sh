@@ -31,6 +31,8 @@ for arg in $cmdline; do
 	case "$arg" in
 	kverbs.mode=*) mode=${arg#kverbs.mode=} ;;
 	kverbs.ip=*) ip=${arg#kverbs.ip=} ;;
+	kverbs.progs=*) progs_arg=${arg#kverbs.progs=} ;;
+	kverbs.break=init) exit 1 ;; # the harness's tests: a guest that dies
 	esac
 done
 
@@ -46,12 +48,26 @@ if [ -e /sys/kernel/debug/kmemleak ]; then
 	echo clear >/sys/kernel/debug/kmemleak
 fi
 
+# cpu_ticks: the vCPUs' busy and idle time so far (USER_HZ ticks, all
+# CPUs): "busy idle", idle counting iowait.
+cpu_ticks() {
+	awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8 + $9, $5 + $6; exit }' /proc/stat
+}
+
+# The test programs: kverbs.progs=a.sh,b.sh on the command line (one guest
+# of several, tools/vm/run.sh), else all of TEST_PROGS.  After each
+# program a line of where its time went: "# kverbs-time: PROG SECONDS
+# busy PCT slept SECONDS": the vCPUs' busy share of the time (the work;
+# the rest is waiting: sleeps, polls, timeouts, TCG wake-ups) and the
+# seconds its shell slept (kverbs_lib.sh's sleep, in /tmp/kverbs-slept).
 run_check() {
 	cd /kselftest/kverbs || return 1
 	progs=$(cat TEST_PROGS)
+	[ -n "${progs_arg:-}" ] && progs=$(echo "$progs_arg" | tr , ' ')
 	timeout=$(sed -n 's/^timeout=//p' settings)
 	n=0
 	for p in $progs; do n=$((n + 1)); done
+	echo "kverbs-boot: $(cut -d' ' -f1 /proc/uptime) s"
 	echo "TAP version 13"
 	echo "1..$n"
 	i=0
@@ -59,13 +75,18 @@ run_check() {
 		i=$((i + 1))
 		echo "# selftests: kverbs: $p"
 		t0=$(cut -d' ' -f1 /proc/uptime)
+		c0=$(cpu_ticks)
+		rm -f /tmp/kverbs-slept
 		{
 			timeout "${timeout:-300}" ./"$p" 2>&1
 			echo $? >/tmp/rc
 		} | sed 's/^/# /'
 		rc=$(cat /tmp/rc 2>/dev/null || echo 1)
 		rm -f /tmp/rc
-		echo "# kverbs-time: $p $(awk -v t0="$t0" '{ printf "%.1f", $1 - t0 }' /proc/uptime)"
+		slept=$(awk '{ s += $1 } END { printf "%.1f", s }' /tmp/kverbs-slept 2>/dev/null)
+		echo "# kverbs-time: $p $(awk -v t0="$t0" '{ printf "%.1f", $1 - t0 }' /proc/uptime)" \
+			"$(echo "$c0 $(cpu_ticks)" | awk '{ b = $3 - $1; t = b + $4 - $2
+				printf "busy %d", (t > 0 ? 100 * b / t + 0.5 : 0) }')" "slept ${slept:-0.0}"
 		if [ "$rc" = 0 ]; then
 			echo "ok $i selftests: kverbs: $p"
 		elif [ "$rc" = 4 ]; then

@@ -7,7 +7,10 @@
 # output: a KTAP plan of NPROGS test programs, each program's own KTAP behind
 # "# ", one result line per program, then "kverbs-vm: done") and prints
 #
-#   <program> <seconds> s <ok|not ok|SKIP|never ran|died>   one line each
+#   <program> <seconds> s <ok|not ok|SKIP|never ran|died> [busy <pct> %, slept <s> s]
+#                                                             one line each
+#   kverbs-time: where the time went (the programs' seconds, the vCPUs'
+#                busy share, the seconds slept, kmemleak's checks, boots)
 #   kverbs: <why>                                             for each problem
 #                                (each failed case is one: "<program>: case failed: <name>")
 #   N passed, N failed[, N skipped]                           last
@@ -83,7 +86,12 @@ function close_prog(result,    missing) {
 			why(prog ": ended without KTAP totals after " sub_seen " of " sub_plan " cases (" result ")")
 		}
 	}
-	printf "%-28s %7s s  %s\n", prog, (secs == "" ? "?" : secs), result
+	if (busy != "") {
+		printf "%-28s %7s s  %-8s busy %3d %%, slept %6.1f s, kmemleak %5.1f s\n", prog, secs, result, busy, slept, kml
+		b_secs += secs; t_busy += secs * busy / 100; t_slept += slept
+	} else
+		printf "%-28s %7s s  %s\n", prog, (secs == "" ? "?" : secs), result
+	t_secs += secs; t_kml += kml
 	ended++
 	prog = ""
 }
@@ -92,9 +100,10 @@ function close_prog(result,    missing) {
 	close_prog("")
 	prog = $4; started++
 	have_totals = 0; sub_plan = 0; sub_seen = 0; sub_ok = 0; sub_notok = 0; sub_skip = 0
-	secs = ""; skip_why = "no reason given"
+	secs = ""; busy = ""; slept = ""; kml = 0; skip_why = "no reason given"
 	next
 }
+prog != "" && /^# # kmemleak_clean_[a-z0-9_]+: [0-9.]+ s(, |$)/ { kml += $4; next }
 prog != "" && /^# 1\.\.[0-9]+$/ { sub_plan = substr($0, 6) + 0; next }
 prog != "" && /^# 1\.\.0 # SKIP/ { skip_why = $0; sub(/^# 1\.\.0 # SKIP */, "", skip_why); next }
 prog != "" && /^# (not )?ok [0-9]+ / {
@@ -120,7 +129,8 @@ prog != "" && /^# # Totals: / {
 	have_totals = 1
 	next
 }
-prog != "" && /^# kverbs-time: / { secs = $4; next }
+prog != "" && /^# kverbs-time: / { secs = $4; if ($5 == "busy") { busy = $6; slept = $8 }; next }
+/^kverbs-boot: [0-9.]+ s/ { boots++; boot_secs += $2; next }
 /^(not )?ok [0-9]+ selftests: kverbs: / {
 	r = ($1 == "not") ? "not ok" : ($0 ~ /# SKIP/ ? "ok # SKIP" : "ok")
 	if ($1 == "not" && have_totals && tf == 0) {
@@ -137,6 +147,14 @@ prog != "" && /^# kverbs-time: / { secs = $4; next }
 /^kverbs-vm: done$/ { done = 1 }
 END {
 	close_prog("")
+	# Where the time went (busy and slept: the programs that report them).
+	if (t_secs > 0 || boots > 0) {
+		line = sprintf("kverbs-time: programs %.0f s", t_secs)
+		if (b_secs > 0)
+			line = line sprintf(": vCPUs busy %.0f s (%.0f %%), waiting %.0f s; slept %.0f s (sleeps and polls)",
+				t_busy, 100 * t_busy / b_secs, b_secs - t_busy, t_slept)
+		print line sprintf("; kmemleak checks %.0f s; %d boot(s) %.0f s", t_kml, boots, boot_secs)
+	}
 	if (!plan) {
 		why("the VM printed no test plan: it died before the tests started (see the console log)")
 		fail += (nprogs > 0 ? nprogs : 1)

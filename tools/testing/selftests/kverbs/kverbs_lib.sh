@@ -150,6 +150,14 @@ kv_device_dirs() {
 	find "$KV_DEBUGFS" -mindepth 1 -maxdepth 1 ! -name selftest ! -name fail_drain
 }
 
+# sleep SECONDS: sleep(1), and the seconds added up in /tmp/kverbs-slept,
+# which the guest's /init reads after each program (tools/vm/guest-init.sh:
+# how much of its time a program spent waiting in fixed sleeps and polls).
+sleep() {
+	command sleep "$@" || return
+	echo "$1" >>/tmp/kverbs-slept
+}
+
 # kv_wait COND...: polls COND for up to 10 s.
 kv_wait() {
 	for _ in $(seq 100); do
@@ -200,6 +208,19 @@ kv_secs_since() {
 	awk -v a="$1" '{ printf "%.1f", $1 - a }' /proc/uptime
 }
 
+# kv_cpu_ticks: the vCPUs' busy and idle time so far, "BUSY IDLE" (USER_HZ
+# ticks, all CPUs; idle counts iowait).
+kv_cpu_ticks() {
+	awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8 + $9, $5 + $6; exit }' /proc/stat
+}
+
+# kv_busy_since "BUSY IDLE": the vCPUs' busy share since kv_cpu_ticks said
+# that, in percent: the work; the rest of the time the guest waited (sleeps,
+# polls, timeouts, TCG wake-ups).
+kv_busy_since() {
+	echo "$1 $(kv_cpu_ticks)" | awk '{ b = $3 - $1; t = b + $4 - $2; printf "%d", (t > 0 ? 100 * b / t + 0.5 : 0) }'
+}
+
 # KVERBS_CASES (in the guest: /kverbs/cases, written by make check): an
 # extended regular expression; when set, a case whose name it does not
 # match is reported as skipped without running. A program's setup cases
@@ -218,7 +239,7 @@ kv_selected() {
 # succeeds and the kernel logged no report while it ran, is skipped if FUNC
 # returns $KSFT_SKIP (and says why) with a clean log.
 kv_case() {
-	local name=$1 ok=1 splat start
+	local name=$1 ok=1 splat start ticks
 	shift
 	if ! kv_selected "$name"; then
 		kv_msg "$name: not in KVERBS_CASES"
@@ -226,6 +247,7 @@ kv_case() {
 		return 0
 	fi
 	start=$(cut -d' ' -f1 /proc/uptime)
+	ticks=$(kv_cpu_ticks)
 	KV_CASE=$name
 	echo "kverbs-selftest: begin $name" >/dev/kmsg
 	"$@"
@@ -234,7 +256,7 @@ kv_case() {
 	"$KSFT_SKIP") ok=skip ;;
 	*) ok=0 ;;
 	esac
-	kv_msg "$name: $(kv_secs_since "$start") s"
+	kv_msg "$name: $(kv_secs_since "$start") s, vCPUs busy $(kv_busy_since "$ticks") %"
 	splat=$(kv_log_since "$name" | kv_drop_alloc_warnings | grep -E "$KV_SPLAT")
 	if [ -n "$splat" ]; then
 		kv_msg "kernel report during $name:"
