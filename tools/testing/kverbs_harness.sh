@@ -30,9 +30,14 @@
 #                       ratios, CSV, the limit column and figures above
 #                       it listed, the 8-QP error's loops counted, and a
 #                       run without result counted
+#   guests_*            make check's guests side by side: the programs'
+#                       plan (tools/vm/plan-guests.sh), their console logs
+#                       merged (tools/vm/ktap-merge.sh: a recorded run
+#                       split in two gives the same totals; a guest that
+#                       died is counted and named)
 #   vm_*                make check on a guest broken on purpose
 #                       (KVERBS_BREAK, see tools/vm/mkinitramfs.sh) must fail
-#                       and say why; not with --no-vm
+#                       and say why, one guest or two; not with --no-vm
 
 set -uo pipefail
 
@@ -364,6 +369,145 @@ vm_broken() {
 	echo "$out" | grep -q -- "$want" || { msg "does not say '$want'"; return 1; }
 }
 
+# --- make check's guests side by side --------------------------------------
+
+all_progs() {
+	make -s --no-print-directory -C "$top/tools/testing/selftests/kverbs" print-progs
+}
+
+# plan_ok GUESTS OUT PROGS...: OUT (plan-guests.sh's) gives each program to
+# exactly one guest, in the order given, at most GUESTS lines, the peer
+# programs (if any) to the first and only "peer" guest, and no guest more
+# than a fair share plus the longest program (list scheduling's bound).
+plan_ok() {
+	local guests=$1 out=$2 p line kind total=0 longest=0 t load max=0 want_peer=0
+	shift 2
+	echo "$out" | diag
+	[ "$(echo "$out" | wc -l)" -le "$guests" ] || { msg "more than $guests guests"; return 1; }
+	[ "$(echo "$out" | cut -d' ' -f2- | tr ' ' '\n' | sort)" = "$(printf '%s\n' "$@" | sort)" ] ||
+		{ msg "not every program exactly once"; return 1; }
+	for p in "$@"; do
+		t=$(awk -v p="$p" '$1 == p { print $2 }' "$top/tools/vm/program-times")
+		total=$((total + t))
+		[ "$t" -gt "$longest" ] && longest=$t
+		case $p in kverbs_two_hosts.sh | kverbs_srq_manual.sh) want_peer=1 ;; esac
+	done
+	[ "${KVERBS_TWO_HOSTS:-1}" = 1 ] || want_peer=0
+	while read -r kind line; do
+		# The programs of a guest in the order given.
+		[ "$(printf '%s\n' "$@" | grep -xF -f <(echo "$line" | tr ' ' '\n'))" = "$(echo "$line" | tr ' ' '\n')" ] ||
+			{ msg "guest '$line' not in the order given"; return 1; }
+		load=0
+		for p in $line; do
+			load=$((load + $(awk -v p="$p" '$1 == p { print $2 }' "$top/tools/vm/program-times")))
+		done
+		[ "$load" -gt "$max" ] && max=$load
+		if [ "$kind" = peer ]; then
+			[ "$want_peer" = 1 ] || { msg "a peer without peer programs"; return 1; }
+			want_peer=2
+			[[ " $line " == *" kverbs_two_hosts.sh "* ]] || { msg "two_hosts not with the peer"; return 1; }
+		fi
+	done <<<"$out"
+	[ "$want_peer" != 1 ] || { msg "no guest has the peer"; return 1; }
+	msg "longest guest $max s of $total s in all"
+	[ "$max" -le $((total / guests + longest)) ] || { msg "unbalanced"; return 1; }
+}
+
+guests_plan_shares_programs_peer_on_one() {
+	local g
+	mapfile -t progs < <(all_progs | tr ' ' '\n')
+	for g in 1 2 3; do
+		plan_ok "$g" "$("$top/tools/vm/plan-guests.sh" "$g" "${progs[@]}")" "${progs[@]}" || return 1
+	done
+	KVERBS_TWO_HOSTS=0 plan_ok 2 "$(KVERBS_TWO_HOSTS=0 "$top/tools/vm/plan-guests.sh" 2 "${progs[@]}")" "${progs[@]}" ||
+		return 1
+	# Fewer programs than guests: a guest each, no empty guest.
+	plan_ok 3 "$("$top/tools/vm/plan-guests.sh" 3 kverbs_apm.sh kverbs_events.sh)" kverbs_apm.sh kverbs_events.sh
+}
+
+# split_log LOG N G: guest G's console log had the N guests of a run shared
+# LOG's programs round robin: its programs' blocks renumbered, its own plan.
+split_log() {
+	awk -v n="$2" -v g="$3" '
+	/^1\.\.[0-9]+$/ && !plan { plan = 1; next }
+	/^# selftests: kverbs: / { k++; mine = ((k - 1) % n == g - 1); if (mine) m++ }
+	/^kverbs-vm: done$/ { done = 1; next }
+	!plan { next }
+	mine && /^(not )?ok [0-9]+ selftests: kverbs: / { sub(/ok [0-9]+ /, "ok " m " "); blk = blk $0 "\n"; mine = 0; next }
+	mine { blk = blk $0 "\n" }
+	END {
+		print "kverbs-boot: 30.0 s"; print "TAP version 13"; print "1.." m
+		printf "%s", blk
+		if (done) print "kverbs-vm: done"
+	}' "$1"
+}
+
+# The clean run's log split between two guests and merged back: the same
+# totals, the same programs in the same order, as one guest's.
+guests_merge_split_run_same_totals() {
+	local log=$here/logs/clean.log order one two
+	order=$(sed -n 's/^# selftests: kverbs: //p' "$log" | tr '\n' ' ')
+	split_log "$log" 2 1 >"$tmp/g1.log"
+	split_log "$log" 2 2 >"$tmp/g2.log"
+	"$top/tools/vm/ktap-merge.sh" "$tmp/merged.log" "$order" \
+		"$tmp/g1.log:$(sed -n 's/^# selftests: kverbs: //p' "$tmp/g1.log" | paste -sd,)" \
+		"$tmp/g2.log:$(sed -n 's/^# selftests: kverbs: //p' "$tmp/g2.log" | paste -sd,)" >"$tmp/merge.out" ||
+		{ msg "ktap-merge.sh failed"; return 1; }
+	[ -s "$tmp/merge.out" ] && { diag <"$tmp/merge.out"; msg "it reported a problem"; return 1; }
+	one=$("$top/tools/vm/ktap-totals.sh" "$log" 9 | grep -v '^kverbs-time')
+	two=$("$top/tools/vm/ktap-totals.sh" "$tmp/merged.log" 9 | grep -v '^kverbs-time')
+	echo "$two" | diag
+	[ "$one" = "$two" ] || { msg "merged totals differ from one guest's:"; diff <(echo "$one") <(echo "$two") | diag; return 1; }
+	grep -q '^kverbs-boot: 30.0 s (guest 2)$' "$tmp/merged.log" || { msg "no boot line of guest 2"; return 1; }
+	"$top/tools/vm/ktap-totals.sh" "$tmp/merged.log" 9 | grep -q '2 boot(s) 60 s' || { msg "boots not summed"; return 1; }
+}
+
+# Guest 2 died inside its second program: that program and the rest of
+# guest 2's count as failed, and the guest is named with its log.
+guests_merge_dead_guest_counted() {
+	local log=$here/logs/clean.log order out status
+	order=$(sed -n 's/^# selftests: kverbs: //p' "$log" | tr '\n' ' ')
+	split_log "$log" 2 1 >"$tmp/g1.log"
+	# Guest 2 (programs 2, 4, 6, 8) stops after 3 cases of program 4.
+	split_log "$log" 2 2 | awk '/^# selftests: kverbs: / { k++ } k == 2 && /^# ok / { c++ } { print } k == 2 && c == 3 { exit }' >"$tmp/g2.log"
+	out=$("$top/tools/vm/ktap-merge.sh" "$tmp/merged.log" "$order" "$tmp/g1.log:a.sh" "$tmp/g2.log:b.sh,c.sh")
+	echo "$out" | diag
+	echo "$out" | grep -qxF "kverbs: guest 2 (b.sh,c.sh): the VM did not finish (crash, panic or timeout; console log: $tmp/g2.log)" ||
+		{ msg "guest 2 not named"; return 1; }
+	out=$("$top/tools/vm/ktap-totals.sh" "$tmp/merged.log" 9)
+	status=$?
+	echo "$out" | diag
+	[ "$status" = 1 ] || { msg "status $status"; return 1; }
+	echo "$out" | grep -q ': the VM stopped inside it after 3 of ' || return 1
+	echo "$out" | grep -qxF 'kverbs: 2 of 9 test programs never ran' || return 1
+	echo "$out" | grep -qxF 'kverbs: the VM did not finish (crash, panic or timeout)' || return 1
+	echo "$out" | tail -n 1 | grep -qE '^[0-9]+ passed, [1-9][0-9]* failed' || return 1
+}
+
+# vm_guests BREAK LAST WANT... [-- VAR=VALUE...]: make check of two
+# programs on two guests (KVERBS_GUESTS=2) with KVERBS_BREAK=BREAK fails,
+# its last line is LAST (if empty: any with a failure) and it says each
+# WANT line.
+vm_guests() {
+	local brk=$1 last=$2 out want=() vars=()
+	shift 2
+	while [ $# -gt 0 ] && [ "$1" != -- ]; do want+=("$1"); shift; done
+	[ $# -gt 0 ] && shift
+	vars=("$@")
+	out=$(cd "$top" && env KVERBS_BREAK="$brk" KVERBS_TWO_HOSTS=0 KVERBS_GUESTS=2 \
+		KVERBS_TESTS="kverbs_apm.sh kverbs_events.sh" KVERBS_VM_DIR="$tmp/vm-guests-$brk" \
+		KVERBS_VM_TIMEOUT=600 "${vars[@]}" make -s check 2>&1) && { msg "make check succeeded"; return 1; }
+	echo "$out" | grep -E '^kverbs|passed|failed|^g[0-9]\||^kverbs_' | tail -n 20 | diag
+	if [ -n "$last" ]; then
+		[ "$(echo "$out" | tail -n 1)" = "$last" ] || { msg "last line, want '$last'"; return 1; }
+	else
+		echo "$out" | tail -n 1 | grep -qE '^[0-9]+ passed, [1-9][0-9]* failed' || { msg "no failure counted"; return 1; }
+	fi
+	for w in "${want[@]}"; do
+		echo "$out" | grep -qxF -- "$w" || { msg "does not say '$w'"; return 1; }
+	done
+}
+
 # --- make bench's report --------------------------------------------------
 
 # report.py on the fixture: the medians of three rounds and their ratios,
@@ -481,7 +625,7 @@ compile_fail_unlisted() {
 
 echo "TAP version 13"
 mapfile -t examples < <(extract_compile_fail)
-nplan=$((${#TOTALS_FIXTURES[@]} + 1 + 8 + 4 + 1 + ${#COMPILE_FAIL_EXAMPLES[@]} + (vm ? 3 : 0)))
+nplan=$((${#TOTALS_FIXTURES[@]} + 1 + 8 + 4 + 3 + 1 + ${#COMPILE_FAIL_EXAMPLES[@]} + (vm ? 5 : 0)))
 echo "1..$nplan"
 for name in "${TOTALS_FIXTURES[@]}"; do
 	t "totals_$name" totals_listed_case "$name"
@@ -499,6 +643,9 @@ t bench_report_medians_and_ratios bench_report_medians_and_ratios
 t bench_report_figures_above_the_limit_listed bench_report_figures_above_the_limit_listed
 t bench_report_inv_req_loops_counted bench_report_inv_req_loops_counted
 t bench_report_counts_runs_without_result bench_report_counts_runs_without_result
+t guests_plan_shares_programs_peer_on_one guests_plan_shares_programs_peer_on_one
+t guests_merge_split_run_same_totals guests_merge_split_run_same_totals
+t guests_merge_dead_guest_counted guests_merge_dead_guest_counted
 t compile_fail_control_builds compile_fail_control_builds
 declare -A used
 for want in "${COMPILE_FAIL_EXAMPLES[@]}"; do
@@ -532,6 +679,14 @@ if [ $vm = 1 ]; then
 	t vm_skipped_program_fails_make_check_under_ci vm_broken skip \
 		"kverbs_module.sh: skipped (broken on purpose (KVERBS_BREAK=skip)), but under CI every program must run" \
 		CI=true KVERBS_SKIP_ASKED=
+	# Two guests side by side: a program broken in each is reported, and
+	# a guest that dies fails the run, named, while the other's passes.
+	t vm_guests_broken_program_in_each_reported vm_guests fail "2 passed, 2 failed" \
+		"kverbs: kverbs_apm.sh: case failed: broken_on_purpose" \
+		"kverbs: kverbs_events.sh: case failed: broken_on_purpose"
+	t vm_guests_one_dies_make_check_fails_with_reason vm_guests init "" \
+		"kverbs: guest 2 (kverbs_apm.sh): the VM printed no test plan: it died before the tests started (console log: $tmp/vm-guests-init/check-2.log)" \
+		"kverbs: 1 of 2 test programs never ran" -- KVERBS_BREAK_GUEST=2
 fi
 [ "$n" = "$nplan" ] || { echo "not ok $((n + 1)) harness_plan_matches"; fail=$((fail + 1)); }
 echo "# Totals: pass:$pass fail:$fail xfail:0 xpass:0 skip:$skip error:0"

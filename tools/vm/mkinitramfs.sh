@@ -102,13 +102,14 @@ chmod +x "$root/init" "$root"/kselftest/kverbs/*.sh "$root/kverbs/demo.sh" "$roo
 	"$root/kverbs/bench.sh"
 
 # KVERBS_BREAK breaks the guest on purpose, for the harness's own tests
-# (tools/testing/kverbs_harness.sh): "init" is an /init that exits at once
-# (the kernel panics), "module" modules (kverbs.ko, the samples, the
-# self-test) that fail to load, "skip" test programs that all skip
-# themselves (exit 4 before any case).
+# (tools/testing/kverbs_harness.sh): "module" modules (kverbs.ko, the
+# samples, the self-test) that fail to load, "skip" test programs that all
+# skip themselves (exit 4 before any case), "fail" test programs that each
+# fail a case (broken_on_purpose) and pass another; "init" (an /init that
+# exits at once, and the kernel panics) is asked for on the guest's command
+# line (tools/vm/run.sh: one guest's or all).
 case "${KVERBS_BREAK:-}" in
-"") ;;
-init) printf '#!/bin/busybox sh\nexit 1\n' >"$root/init" ;;
+"" | init) ;;
 module) for m in "$root"/kverbs/*.ko; do head -c 4096 "$m" >"$m.cut" && mv "$m.cut" "$m"; done ;;
 skip)
 	for p in "$root"/kselftest/kverbs/kverbs_*.sh; do
@@ -116,7 +117,13 @@ skip)
 		printf '#!/bin/bash\necho "TAP version 13"\necho "1..0 # SKIP broken on purpose (KVERBS_BREAK=skip)"\nexit 4\n' >"$p"
 	done
 	;;
-*) echo "kverbs: unknown KVERBS_BREAK=$KVERBS_BREAK (init, module, skip)" >&2; exit 1 ;;
+fail)
+	for p in "$root"/kselftest/kverbs/kverbs_*.sh; do
+		[ "${p##*/}" = kverbs_lib.sh ] && continue
+		printf '#!/bin/bash\necho "TAP version 13"\necho "1..2"\necho "ok 1 runs"\necho "not ok 2 broken_on_purpose"\necho "# Totals: pass:1 fail:1 xfail:0 xpass:0 skip:0 error:0"\nexit 1\n' >"$p"
+	done
+	;;
+*) echo "kverbs: unknown KVERBS_BREAK=$KVERBS_BREAK (init, module, skip, fail)" >&2; exit 1 ;;
 esac
 
 (cd "$root" && find . | cpio -o -H newc --quiet) >"$out.tmp"

@@ -47,60 +47,123 @@ KVERBS_PROGS=$progs "$top/tools/vm/mkinitramfs.sh" "$initrd" "$ksrc" "${mods[@]}
 	{ echo "kverbs: building the initramfs failed"; exit 1; }
 
 log="$work/$mode.log"
-peer_log="$work/peer.log"
 # KVERBS_VM_APPEND: more of the guest's kernel command line (e.g.
 # clocksource=hpet, to measure with the clock some TCG boots fall back to).
 append="console=ttyS0 loglevel=${KVERBS_LOGLEVEL:-4} log_buf_len=8M panic=-1 kmemleak=on kverbs.mode=$mode${KVERBS_VM_APPEND:+ $KVERBS_VM_APPEND}"
-net=(-nic none)
+
 # Two-host tests: a second VM (the peer, one vCPU: the host has two)
-# joined to this one by a QEMU
-# socket netdev over UDP on 127.0.0.1, both on 169.254.10.0/24; rxe runs on
-# each one's eth0. KVERBS_TWO_HOSTS=0 runs without it; a run without the
-# programs that use it (kverbs_two_hosts.sh, kverbs_srq_manual.sh's last
-# cases) does not boot it. Their NIC is virtio-net, but e1000 on 7.x:
-# there virtio-net receives into a page pool, whose free inside rxe's
-# irq-off QP lock stops the VM (Documentation/kverbs.rst, "Known RDMA
-# core problems"); tools/build-kernel.sh adds CONFIG_E1000 to 7.3's kernel.
-# e1000 takes a legacy interrupt, and the guests' ACPI interrupt routing
-# (_PRT) times out under TCG (AE_AML_LOOP_TIMEOUT): acpi=noirq routes
-# through the BIOS's table instead; without it the link never carries a
-# packet.
+# joined to the guest that runs them by a QEMU socket netdev over UDP on
+# 127.0.0.1, both on 169.254.10.0/24; rxe runs on each one's eth0.
+# KVERBS_TWO_HOSTS=0 runs without it; a run without the programs that use
+# it (kverbs_two_hosts.sh, kverbs_srq_manual.sh's last cases: PEER_PROGS in
+# tools/vm/plan-guests.sh) does not boot it. Their NIC is virtio-net, but
+# e1000 on 7.x: there virtio-net receives into a page pool, whose free
+# inside rxe's irq-off QP lock stops the VM (Documentation/kverbs.rst,
+# "Known RDMA core problems"); tools/build-kernel.sh adds CONFIG_E1000 to
+# 7.3's kernel. e1000 takes a legacy interrupt, and the guests' ACPI
+# interrupt routing (_PRT) times out under TCG (AE_AML_LOOP_TIMEOUT):
+# acpi=noirq routes through the BIOS's table instead; without it the link
+# never carries a packet.
 vnic=virtio-net-pci vnic_append=
 if [ "${KVERBS_KERNEL:-6.12}" != 6.12 ]; then
 	vnic=e1000 vnic_append=" acpi=noirq"
 fi
-peer_pid=
-if [ "$mode" = check ] && [ "${KVERBS_TWO_HOSTS:-1}" = 1 ] &&
-	[[ " $progs " == *" kverbs_two_hosts.sh "* || " $progs " == *" kverbs_srq_manual.sh "* ]]; then
-	p1=$((20000 + RANDOM % 20000))
-	p2=$((p1 + 1))
-	peer_append="console=ttyS0 loglevel=4 log_buf_len=8M panic=-1 kmemleak=on kverbs.mode=peer kverbs.ip=169.254.10.2$vnic_append"
-	qemu_peer=(qemu-system-x86_64 -accel tcg -cpu max -smp 1 -m 1024
-		-kernel "$kdir/arch/x86/boot/bzImage" -initrd "$initrd" -append "$peer_append"
-		-display none -monitor none -serial stdio -no-reboot
-		-netdev "socket,id=n0,udp=127.0.0.1:$p1,localaddr=127.0.0.1:$p2"
-		-device "$vnic,netdev=n0,mac=52:54:00:10:00:02")
-	timeout "${KVERBS_VM_TIMEOUT:-4500}" "${qemu_peer[@]}" </dev/null >"$peer_log" 2>&1 &
-	peer_pid=$!
-	net=(-netdev "socket,id=n0,udp=127.0.0.1:$p2,localaddr=127.0.0.1:$p1"
-		-device "$vnic,netdev=n0,mac=52:54:00:10:00:01")
-	append="$append kverbs.ip=169.254.10.1$vnic_append"
-fi
-qemu=(qemu-system-x86_64 -accel tcg -cpu max -smp 2 -m "${KVERBS_VM_MEM:-1024}"
-	-kernel "$kdir/arch/x86/boot/bzImage" -initrd "$initrd" -append "$append"
-	-display none -monitor none -serial stdio "${net[@]}" -no-reboot)
 
 # The whole run's bound (KVERBS_VM_TIMEOUT, seconds): make check took
 # 2400 s of TCG time on 2026-11-24's slower machine before its last two
 # programs; 4500 keeps .ci/run (harness, check, style) within CI's 90 min.
-set +e
-timeout "${KVERBS_VM_TIMEOUT:-4500}" "${qemu[@]}" </dev/null 2>&1 | sed -u 's/\r$//' | tee "$log"
-set -e
-if [ -n "$peer_pid" ]; then
-	kill "$peer_pid" 2>/dev/null
-	wait "$peer_pid" 2>/dev/null
+vm_timeout=${KVERBS_VM_TIMEOUT:-4500}
+
+# guest LOG PEER_LOG APPEND: boots a guest of the test kernel with kernel
+# command line $append APPEND, its console to stdout; with a PEER_LOG, the
+# peer VM beside it (its console there), joined to it, and powered off
+# when it ends.
+guest() {
+	local glog=$1 plog=$2 gappend="$append $3" p1 p2 peer_pid='' net=(-nic none)
+	if [ -n "$plog" ]; then
+		p1=$((20000 + RANDOM % 20000))
+		p2=$((p1 + 1))
+		timeout "$vm_timeout" qemu-system-x86_64 -accel tcg -cpu max -smp 1 -m 1024 \
+			-kernel "$kdir/arch/x86/boot/bzImage" -initrd "$initrd" \
+			-append "console=ttyS0 loglevel=4 log_buf_len=8M panic=-1 kmemleak=on kverbs.mode=peer kverbs.ip=169.254.10.2$vnic_append" \
+			-display none -monitor none -serial stdio -no-reboot \
+			-netdev "socket,id=n0,udp=127.0.0.1:$p1,localaddr=127.0.0.1:$p2" \
+			-device "$vnic,netdev=n0,mac=52:54:00:10:00:02" </dev/null >"$plog" 2>&1 &
+		peer_pid=$!
+		net=(-netdev "socket,id=n0,udp=127.0.0.1:$p2,localaddr=127.0.0.1:$p1"
+			-device "$vnic,netdev=n0,mac=52:54:00:10:00:01")
+		gappend="$gappend kverbs.ip=169.254.10.1$vnic_append"
+	fi
+	timeout "$vm_timeout" qemu-system-x86_64 -accel tcg -cpu max -smp 2 -m "${KVERBS_VM_MEM:-1024}" \
+		-kernel "$kdir/arch/x86/boot/bzImage" -initrd "$initrd" -append "$gappend" \
+		-display none -monitor none -serial stdio "${net[@]}" -no-reboot </dev/null 2>&1 |
+		sed -u 's/\r$//' | tee "$glog"
+	if [ -n "$peer_pid" ]; then
+		kill "$peer_pid" 2>/dev/null
+		wait "$peer_pid" 2>/dev/null
+	fi
+	return 0
+}
+
+# host_ticks: the host CPUs' busy and all time so far (USER_HZ ticks).
+host_ticks() {
+	awk '$1 == "cpu" { b = $2 + $3 + $4 + $7 + $8 + $9; print b, b + $5 + $6; exit }' /proc/stat
+}
+
+# KVERBS_BREAK=init (the harness's tests): the guest's /init exits at once
+# and the kernel panics; with KVERBS_BREAK_GUEST=G, only guest G's.
+break_append() {
+	[ "${KVERBS_BREAK:-}" = init ] || return 0
+	[ -z "${KVERBS_BREAK_GUEST:-}" ] || [ "$KVERBS_BREAK_GUEST" = "$1" ] || return 0
+	echo kverbs.break=init
+}
+
+# check: the programs are shared among KVERBS_GUESTS guests (default 2)
+# that run side by side, balanced by their measured times
+# (tools/vm/plan-guests.sh): the guests mostly wait (sleeps, polls,
+# timeouts, TCG wake-ups), leaving the host's CPUs half idle.  Each one's
+# console goes to its own log, its result lines are shown as they come
+# ("gN| "); at the end their logs are merged into one console log in one
+# guest's format (tools/vm/ktap-merge.sh), printed whole, and counted as
+# one run below.
+h0=$(host_ticks) t0=$SECONDS
+mapfile -t plan < <(if [ "$mode" = check ]; then
+	# shellcheck disable=SC2086 # one word a program
+	"$top/tools/vm/plan-guests.sh" "${KVERBS_GUESTS:-2}" $progs
+else
+	echo solo
+fi)
+if [ "${#plan[@]}" -le 1 ]; then
+	peer_log=
+	[[ ${plan[0]:-} == peer* ]] && peer_log="$work/peer.log"
+	set +e
+	guest "$log" "$peer_log" "$(break_append 1)"
+	set -e
+else
+	echo "kverbs: ${#plan[@]} guests side by side (tools/vm/plan-guests.sh; logs: $work/check-N.log)"
+	g=0 pids=() merge=()
+	for line in "${plan[@]}"; do
+		g=$((g + 1))
+		gprogs=${line#* }
+		peer_log='' with=''
+		[[ $line == peer* ]] && peer_log="$work/peer.log" with=" (and the peer VM)"
+		echo "kverbs: guest $g: $gprogs$with"
+		rm -f "$work/check-$g.log"
+		guest "$work/check-$g.log" "$peer_log" \
+			"kverbs.progs=$(echo "$gprogs" | tr ' ' ,) $(break_append "$g")" |
+			grep --line-buffered -E '^(# )?(not )?ok |^# selftests: |^kverbs-vm: |^# kverbs-time: ' |
+			sed -u "s/^/g$g| /" &
+		pids+=($!)
+		merge+=("$work/check-$g.log:$(echo "$gprogs" | tr ' ' ,)")
+	done
+	wait "${pids[@]}" 2>/dev/null || true
+	echo "### kverbs: the guests' console logs merged, in the programs' order"
+	"$top/tools/vm/ktap-merge.sh" "$log" "$progs" "${merge[@]}"
+	cat "$log"
 fi
 
+host_use="kverbs-time: the guests ran $((SECONDS - t0)) s, the host's $(nproc) CPUs $(echo "$h0 $(host_ticks)" |
+	awk '{ printf "%d", (($4 - $2) > 0 ? 100 * ($3 - $1) / ($4 - $2) + 0.5 : 0) }') % busy"
 [ "$mode" = check ] || {
 	grep -q '^kverbs-vm: done$' "$log" && exit 0
 	echo "kverbs: the VM did not finish (crash or timeout); console log: $log"
@@ -115,4 +178,5 @@ fi
 asked=${KVERBS_SKIP_ASKED:-}
 [ "${KVERBS_TWO_HOSTS:-1}" = 1 ] || asked="${asked:+$asked }kverbs_two_hosts.sh"
 echo "### kverbs: test programs (console log: $log)"
+echo "$host_use"
 KVERBS_SKIP_ASKED=$asked exec "$top/tools/vm/ktap-totals.sh" "$log" "$nprogs"

@@ -1,0 +1,74 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+#
+# plan-guests.sh GUESTS PROG...
+#
+# Shares make check's test programs among GUESTS guests that run side by
+# side (tools/vm/run.sh), balanced by each program's measured time
+# (tools/vm/program-times: "PROG SECONDS" lines; a program not listed
+# there counts as the longest listed).  Prints one line per guest that
+# gets a program: "peer|solo PROG...", the programs in the order given.
+#
+# The programs that need the second VM (PEER_PROGS: the two-host cases)
+# all go to the first guest, which alone gets a peer ("peer"); the rest
+# are placed longest first, each on the guest with the least time so far
+# (Graham's LPT rule: at most 4/3 of the best makespan).
+
+set -euo pipefail
+
+if [ $# -lt 1 ] || ! [[ $1 =~ ^[1-9][0-9]*$ ]]; then
+	echo "usage: $0 GUESTS PROG..." >&2
+	exit 2
+fi
+guests=$1
+shift
+here=$(cd "$(dirname "$0")" && pwd)
+PEER_PROGS="kverbs_two_hosts.sh kverbs_srq_manual.sh"
+
+[ "${KVERBS_TWO_HOSTS:-1}" = 1 ] || PEER_PROGS=
+times=$here/program-times
+printf '%s\n' "$@" | awk -v guests="$guests" -v peer_progs="$PEER_PROGS" -v times="$times" '
+FILENAME == times { t[$1] = $2; if ($2 > longest) longest = $2; next }
+{ prog[++n] = $1; pos[$1] = n }
+END {
+	np = split(peer_progs, pp, " ")
+	for (i = 1; i <= np; i++)
+		need_peer[pp[i]] = 1
+	# The peer programs first, together, on guest 1.
+	for (i = 1; i <= n; i++) {
+		secs = (prog[i] in t) ? t[prog[i]] : longest
+		if (need_peer[prog[i]]) {
+			guest[prog[i]] = 1
+			load[1] += secs
+			peer = 1
+		} else
+			rest[++m] = i
+	}
+	# The others longest first (ties in the given order), each to the
+	# least loaded guest (ties to the lower number).
+	for (i = 1; i <= m; i++)
+		for (j = i + 1; j <= m; j++) {
+			a = prog[rest[i]]; b = prog[rest[j]]
+			ta = (a in t) ? t[a] : longest; tb = (b in t) ? t[b] : longest
+			if (tb > ta || (tb == ta && rest[j] < rest[i])) {
+				x = rest[i]; rest[i] = rest[j]; rest[j] = x
+			}
+		}
+	for (i = 1; i <= m; i++) {
+		best = 1
+		for (g = 2; g <= guests; g++)
+			if (load[g] < load[best])
+				best = g
+		p = prog[rest[i]]
+		guest[p] = best
+		load[best] += (p in t) ? t[p] : longest
+	}
+	for (g = 1; g <= guests; g++) {
+		line = ""
+		for (i = 1; i <= n; i++)
+			if (guest[prog[i]] == g)
+				line = line " " prog[i]
+		if (line != "")
+			print ((g == 1 && peer) ? "peer" : "solo") line
+	}
+}' "$times" -
