@@ -282,13 +282,21 @@ kv_kmemleak_check() {
 		kv_msg "no kmemleak in this kernel"
 		return 1
 	}
-	# A leak is reported by the second scan that finds it unreferenced and
-	# unchanged, if it is at least 5 s old when that scan starts (mm/
-	# kmemleak.c: MSECS_MIN_AGE). Wait those 5 s after the program's last
-	# case first: else the leaks of its last seconds are blamed on the
-	# next program, or, after the last program, never reported.
-	sleep 5
+	# A leak is reported by a scan that finds it unreferenced and unchanged
+	# since the scan before (which took its checksum), if it is at least
+	# 5 s old when that scan starts (mm/kmemleak.c: unreferenced_object(),
+	# MSECS_MIN_AGE). The first scan runs at once, the second once 5 s have
+	# passed since the program's last case: every object the program
+	# allocated is old enough then, else the leaks of its last seconds
+	# would be blamed on the next program, or, after the last program,
+	# never reported. A scan takes 2-10 s under TCG: the wait is what is
+	# left of the 5 s after the first.
+	local t0 left
+	t0=$(cut -d' ' -f1 /proc/uptime)
 	echo scan >"$KV_KMEMLEAK"
+	left=$(awk -v t0="$t0" '{ d = 5 - ($1 - t0); printf "%.1f", (d > 0 ? d : 0) }' /proc/uptime)
+	kv_msg "kmemleak: first scan $(kv_secs_since "$t0") s, then $left s to wait"
+	sleep "$left"
 	echo scan >"$KV_KMEMLEAK"
 	report=$(cat "$KV_KMEMLEAK")
 	if [ -n "$report" ]; then

@@ -562,13 +562,15 @@ peer_log_clean() {
 	return $st
 }
 
-# The modules unload on the peer, then its kmemleak reports nothing: the
-# scans after the 5 s minimum age (see kv_kmemleak_check).
+# The modules unload on the peer, then its kmemleak reports nothing: a
+# scan at once, the second one 5 s after the unload, when every object is
+# at least the minimum age (see kv_kmemleak_check).
 peer_kmemleak_clean() {
 	local out
 	out=$(peer "rmmod kverbs_example && rmmod kverbs") || { echo "$out" | kv_diag; kv_msg "rmmod on the peer failed"; return 1; }
-	sleep 5
-	out=$(peer "echo scan >$KV_KMEMLEAK && echo scan >$KV_KMEMLEAK && cat $KV_KMEMLEAK") ||
+	# One line: the peer's command server reads one.
+	local left="awk -v t0=\$t0 '{ d = 5 - (\$1 - t0); print (d > 0 ? d : 0) }' /proc/uptime"
+	out=$(peer "t0=\$(cut -d' ' -f1 /proc/uptime) && echo scan >$KV_KMEMLEAK && sleep \$($left) && echo scan >$KV_KMEMLEAK && cat $KV_KMEMLEAK") ||
 		{ echo "$out" | kv_diag; kv_msg "the peer's kmemleak scan failed (or the peer does not answer)"; return 1; }
 	[ -z "$out" ] || { echo "$out" | head -n 60 | kv_diag; return 1; }
 }
