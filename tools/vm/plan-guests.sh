@@ -5,7 +5,8 @@
 #
 # Shares make check's test programs among GUESTS guests that run side by
 # side (tools/vm/run.sh), balanced by each program's measured time
-# (tools/vm/program-times: "PROG SECONDS" lines; a program not listed
+# (tools/vm/program-times: "PROG SECONDS" lines, measured on 2026-11-26
+# in two guests side by side; a program not listed
 # there counts as the longest listed).  Prints one line per guest that
 # gets a program: "peer|solo PROG...", the programs in the order given.
 #
