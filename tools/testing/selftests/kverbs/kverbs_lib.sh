@@ -178,12 +178,17 @@ kv_cleanup() {
 
 # The kernel log since the last marker of test case $1: programs may have
 # cases of the same name (setup_rxe_lo_rxe_dummy_and_load), and an earlier
-# program's log is not this case's.
+# program's log is not this case's. The marker is compared as a string, the
+# lines before it not kept: busybox awk compiles a regular expression made
+# of a string anew for every line, and the whole log (up to log_buf_len,
+# 8 MiB) is read for every case -- seconds a case under TCG late in a run,
+# more than some cases' own time bounds (kverbs_apm.sh's 2 s: 4 s seen).
 kv_log_since() {
 	dmesg | awk -v m="kverbs-selftest: begin $1" '
-		{ line[NR] = $0 }
-		$0 ~ (m "$") { from = NR }
-		END { if (from) for (i = from; i <= NR; i++) print line[i] }'
+		BEGIN { lm = length(m) }
+		length($0) >= lm && substr($0, length($0) - lm + 1) == m { n = 0; seen = 1 }
+		seen { line[++n] = $0 }
+		END { for (i = 1; i <= n; i++) print line[i] }'
 }
 
 # kv_logged PATTERN: the kernel logged PATTERN during the current case.
@@ -208,17 +213,21 @@ kv_secs_since() {
 	awk -v a="$1" '{ printf "%.1f", $1 - a }' /proc/uptime
 }
 
-# kv_cpu_ticks: the vCPUs' busy and idle time so far, "BUSY IDLE" (USER_HZ
-# ticks, all CPUs; idle counts iowait).
-kv_cpu_ticks() {
-	awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8 + $9, $5 + $6; exit }' /proc/stat
+# kv_clock: the uptime and the vCPUs' busy and idle time so far (USER_HZ
+# ticks, all CPUs; idle counts iowait): "UPTIME BUSY IDLE", in one process
+# (each one a case starts costs tens of milliseconds under TCG).
+kv_clock() {
+	awk 'FNR == NR { up = $1; next }
+		$1 == "cpu" { print up, $2 + $3 + $4 + $7 + $8 + $9, $5 + $6; exit }' /proc/uptime /proc/stat
 }
 
-# kv_busy_since "BUSY IDLE": the vCPUs' busy share since kv_cpu_ticks said
-# that, in percent: the work; the rest of the time the guest waited (sleeps,
-# polls, timeouts, TCG wake-ups).
-kv_busy_since() {
-	echo "$1 $(kv_cpu_ticks)" | awk '{ b = $3 - $1; t = b + $4 - $2; printf "%d", (t > 0 ? 100 * b / t + 0.5 : 0) }'
+# kv_clock_since "UPTIME BUSY IDLE": the seconds since kv_clock said that,
+# and the vCPUs' busy share of them: the work; the rest of the time the
+# guest waited (sleeps, polls, timeouts, TCG wake-ups).
+kv_clock_since() {
+	awk -v c="$1" 'BEGIN { split(c, a, " ") } FNR == NR { up = $1; next }
+		$1 == "cpu" { b = $2 + $3 + $4 + $7 + $8 + $9 - a[2]; t = b + $5 + $6 - a[3]
+			printf "%.1f s, vCPUs busy %d %%", up - a[1], (t > 0 ? 100 * b / t + 0.5 : 0); exit }' /proc/uptime /proc/stat
 }
 
 # KVERBS_CASES (in the guest: /kverbs/cases, written by make check): an
@@ -239,15 +248,14 @@ kv_selected() {
 # succeeds and the kernel logged no report while it ran, is skipped if FUNC
 # returns $KSFT_SKIP (and says why) with a clean log.
 kv_case() {
-	local name=$1 ok=1 splat start ticks
+	local name=$1 ok=1 splat start
 	shift
 	if ! kv_selected "$name"; then
 		kv_msg "$name: not in KVERBS_CASES"
 		ktap_test_skip "$name"
 		return 0
 	fi
-	start=$(cut -d' ' -f1 /proc/uptime)
-	ticks=$(kv_cpu_ticks)
+	start=$(kv_clock)
 	KV_CASE=$name
 	echo "kverbs-selftest: begin $name" >/dev/kmsg
 	"$@"
@@ -256,7 +264,7 @@ kv_case() {
 	"$KSFT_SKIP") ok=skip ;;
 	*) ok=0 ;;
 	esac
-	kv_msg "$name: $(kv_secs_since "$start") s, vCPUs busy $(kv_busy_since "$ticks") %"
+	kv_msg "$name: $(kv_clock_since "$start")"
 	splat=$(kv_log_since "$name" | kv_drop_alloc_warnings | grep -E "$KV_SPLAT")
 	if [ -n "$splat" ]; then
 		kv_msg "kernel report during $name:"
