@@ -377,8 +377,9 @@ all_progs() {
 
 # plan_ok GUESTS OUT PROGS...: OUT (plan-guests.sh's) gives each program to
 # exactly one guest, in the order given, at most GUESTS lines, the peer
-# programs (if any) to the first and only "peer" guest, and no guest more
-# than a fair share plus the longest program (list scheduling's bound).
+# programs (if any) to the first and only "peer" guest, the timed ones to
+# the first, and no guest more than a fair share plus the longest program
+# (list scheduling's bound).
 plan_ok() {
 	local guests=$1 out=$2 p line kind total=0 longest=0 t load max=0 want_peer=0
 	shift 2
@@ -409,6 +410,13 @@ plan_ok() {
 		fi
 	done <<<"$out"
 	[ "$want_peer" != 1 ] || { msg "no guest has the peer"; return 1; }
+	# The programs bound in time run in the first, foreground guest.
+	for p in "$@"; do
+		case $p in kverbs_apm.sh | kverbs_soundness.sh | kverbs_hardening.sh | kverbs_two_hosts.sh)
+			[[ " $(echo "$out" | head -n 1 | cut -d' ' -f2-) " == *" $p "* ]] ||
+				{ msg "$p is not in the first guest"; return 1; } ;;
+		esac
+	done
 	msg "longest guest $max s of $total s in all"
 	[ "$max" -le $((total / guests + longest)) ] || { msg "unbalanced"; return 1; }
 }
@@ -680,11 +688,11 @@ if [ $vm = 1 ]; then
 	t vm_guests_broken_program_in_each_reported vm_guests fail "2 passed, 2 failed" \
 		"kverbs: kverbs_apm.sh: case failed: broken_on_purpose" \
 		"kverbs: kverbs_events.sh: case failed: broken_on_purpose"
-	# (Guest 1 has the longer program, kverbs_events.sh: it dies, and
-	# guest 2 runs the shorter one, kverbs_apm.sh.)
+	# (Guest 1, the foreground one, has kverbs_apm.sh, a timed program,
+	# and runs it; guest 2 has the longer kverbs_events.sh, and dies.)
 	t vm_guests_one_dies_make_check_fails_with_reason vm_guests init "[1-9][0-9]* passed, 1 failed" \
-		"kverbs: guest 1 (kverbs_events.sh): the VM printed no test plan: it died before the tests started (console log: $tmp/vm-guests-init/check-1.log)" \
-		"kverbs: 1 of 2 test programs never ran" -- KVERBS_BREAK_GUEST=1
+		"kverbs: guest 2 (kverbs_events.sh): the VM printed no test plan: it died before the tests started (console log: $tmp/vm-guests-init/check-2.log)" \
+		"kverbs: 1 of 2 test programs never ran" -- KVERBS_BREAK_GUEST=2
 fi
 [ "$n" = "$nplan" ] || { echo "not ok $((n + 1)) harness_plan_matches"; fail=$((fail + 1)); }
 echo "# Totals: pass:$pass fail:$fail xfail:0 xpass:0 skip:$skip error:0"

@@ -10,10 +10,13 @@
 # there counts as the longest listed).  Prints one line per guest that
 # gets a program: "peer|solo PROG...", the programs in the order given.
 #
-# The programs that need the second VM (PEER_PROGS: the two-host cases)
-# all go to the first guest, which alone gets a peer ("peer"); the rest
-# are placed longest first, each on the guest with the least time so far
-# (Graham's LPT rule: at most 4/3 of the best makespan).
+# The first guest is the foreground one (tools/vm/run.sh runs the others
+# at a lower priority): it gets the programs that need the second VM
+# (PEER_PROGS: the two-host cases), and alone the peer ("peer"), and the
+# programs with cases bound in time (TIMED_PROGS: a removal within 5 s, a
+# refusal within 2 s, a dead peer noticed within 10 or 20 s), which then
+# run as fast as in a guest alone; the rest are placed longest first, each
+# on the guest with the least time so far (Graham's LPT rule).
 
 set -euo pipefail
 
@@ -25,23 +28,28 @@ guests=$1
 shift
 here=$(cd "$(dirname "$0")" && pwd)
 PEER_PROGS="kverbs_two_hosts.sh kverbs_srq_manual.sh"
+TIMED_PROGS="kverbs_apm.sh kverbs_soundness.sh kverbs_hardening.sh kverbs_two_hosts.sh"
 
 [ "${KVERBS_TWO_HOSTS:-1}" = 1 ] || PEER_PROGS=
 times=$here/program-times
-printf '%s\n' "$@" | awk -v guests="$guests" -v peer_progs="$PEER_PROGS" -v times="$times" '
+printf '%s\n' "$@" | awk -v guests="$guests" -v peer_progs="$PEER_PROGS" -v timed="$TIMED_PROGS" -v times="$times" '
 FILENAME == times { t[$1] = $2; if ($2 > longest) longest = $2; next }
 { prog[++n] = $1; pos[$1] = n }
 END {
 	np = split(peer_progs, pp, " ")
 	for (i = 1; i <= np; i++)
 		need_peer[pp[i]] = 1
-	# The peer programs first, together, on guest 1.
+	nt = split(timed, tp, " ")
+	for (i = 1; i <= nt; i++)
+		is_timed[tp[i]] = 1
+	# The peer programs and the timed ones first, together, on guest 1.
 	for (i = 1; i <= n; i++) {
 		secs = (prog[i] in t) ? t[prog[i]] : longest
-		if (need_peer[prog[i]]) {
+		if (need_peer[prog[i]] || is_timed[prog[i]]) {
 			guest[prog[i]] = 1
 			load[1] += secs
-			peer = 1
+			if (need_peer[prog[i]])
+				peer = 1
 		} else
 			rest[++m] = i
 	}

@@ -77,12 +77,12 @@ vm_timeout=${KVERBS_VM_TIMEOUT:-4500}
 # The guests' CPU model (KVERBS_VM_CPU, QEMU's -cpu).
 vm_cpu=${KVERBS_VM_CPU:-max}
 
-# guest LOG PEER_LOG APPEND: boots a guest of the test kernel with kernel
-# command line $append APPEND, its console to stdout; with a PEER_LOG, the
-# peer VM beside it (its console there), joined to it, and powered off
-# when it ends.
+# guest LOG PEER_LOG APPEND [NICE]: boots a guest of the test kernel with
+# kernel command line $append APPEND, its console to stdout, at niceness
+# NICE (default 0); with a PEER_LOG, the peer VM beside it (its console
+# there), joined to it, and powered off when it ends.
 guest() {
-	local glog=$1 plog=$2 gappend="$append $3" p1 p2 peer_pid='' net=(-nic none)
+	local glog=$1 plog=$2 gappend="$append $3" gnice=${4:-0} p1 p2 peer_pid='' net=(-nic none)
 	if [ -n "$plog" ]; then
 		p1=$((20000 + RANDOM % 20000))
 		p2=$((p1 + 1))
@@ -97,7 +97,7 @@ guest() {
 			-device "$vnic,netdev=n0,mac=52:54:00:10:00:01")
 		gappend="$gappend kverbs.ip=169.254.10.1$vnic_append"
 	fi
-	timeout "$vm_timeout" qemu-system-x86_64 -accel tcg -cpu "$vm_cpu" -smp 2 -m "${KVERBS_VM_MEM:-1024}" \
+	nice -n "$gnice" timeout "$vm_timeout" qemu-system-x86_64 -accel tcg -cpu "$vm_cpu" -smp 2 -m "${KVERBS_VM_MEM:-1024}" \
 		-kernel "$kdir/arch/x86/boot/bzImage" -initrd "$initrd" -append "$gappend" \
 		-display none -monitor none -serial stdio "${net[@]}" -no-reboot </dev/null 2>&1 |
 		sed -u 's/\r$//' | tee "$glog"
@@ -121,18 +121,19 @@ break_append() {
 	echo kverbs.break=init
 }
 
-# check: the programs are shared among KVERBS_GUESTS guests that run side
-# by side, balanced by their measured times (tools/vm/plan-guests.sh).
-# The default is a guest for every two host CPUs: a guest of two vCPUs
-# keeps 1.2-1.3 host CPUs busy under TCG (its vCPUs were busy 58-78 % of
-# the time in every program), so on the project's 2-CPU machines a second
-# guest only halves each one's speed, and cases with a time bound fail
-# (measured on 2026-11-26: Documentation/kverbs.rst, "Guests side by
-# side").  Each guest's console goes to its own log, its result lines are
-# shown as they come ("gN| "); at the end their logs are merged into one
-# console log in one guest's format (tools/vm/ktap-merge.sh), printed
-# whole, and counted as one run below.
-guests=${KVERBS_GUESTS:-$(($(nproc) / 2))}
+# check: the programs are shared among KVERBS_GUESTS guests (default 2)
+# that run side by side (tools/vm/plan-guests.sh).  Under TCG a guest of
+# two vCPUs keeps 1.2-1.3 host CPUs busy (its vCPUs were busy 58-78 % of
+# every program's time): two equal guests saturate a 2-CPU host, and
+# cases bound in time fail (measured on 2026-11-26: Documentation/
+# kverbs.rst, "Guests side by side").  So the first guest is the
+# foreground one, with the programs that have such bounds and the peer VM,
+# at the host's normal priority, and the others run at nice 10: they take
+# the CPU the first leaves.  Each guest's console goes to its own log, its
+# result lines are shown as they come ("gN| "); at the end their logs are
+# merged into one console log in one guest's format
+# (tools/vm/ktap-merge.sh), printed whole, and counted as one run below.
+guests=${KVERBS_GUESTS:-2}
 [ "$guests" -ge 1 ] || guests=1
 h0=$(host_ticks) t0=$SECONDS c0=$(awk '{ print $16 + $17 }' /proc/$$/stat)
 mapfile -t plan < <(if [ "$mode" = check ]; then
@@ -155,10 +156,10 @@ else
 		gprogs=${line#* }
 		peer_log='' with=''
 		[[ $line == peer* ]] && peer_log="$work/peer.log" with=" (and the peer VM)"
-		echo "kverbs: guest $g: $gprogs$with"
+		echo "kverbs: guest $g$( ((g > 1)) && echo ' (nice 10)'): $gprogs$with"
 		rm -f "$work/check-$g.log"
 		guest "$work/check-$g.log" "$peer_log" \
-			"kverbs.progs=$(echo "$gprogs" | tr ' ' ,) $(break_append "$g")" |
+			"kverbs.progs=$(echo "$gprogs" | tr ' ' ,) $(break_append "$g")" $((g > 1 ? 10 : 0)) |
 			grep --line-buffered -E '^(# )?(not )?ok |^# selftests: |^kverbs-vm: |^# kverbs-time: ' |
 			sed -u "s/^/g$g| /" &
 		pids+=($!)
