@@ -199,9 +199,16 @@ kv_logged() {
 # kv_write_fails FILE STRING ERROR LOGGED: one write(2) of STRING to FILE
 # fails with an error message containing ERROR, and the kernel logged
 # LOGGED during the current case.
+# KV_WRITE_T0 and KV_WRITE_T1 are the uptime's whole seconds before and
+# after the write itself, for a case bound in time that must not count the
+# checks after it (reading the kernel log takes seconds under TCG).
 kv_write_fails() {
 	local err
+	# shellcheck disable=SC2034 # read by the test programs
+	KV_WRITE_T0=$(cut -d. -f1 /proc/uptime)
 	err=$( (printf '%s' "$2" >"$1") 2>&1) && { kv_msg "'$2' was accepted"; return 1; }
+	# shellcheck disable=SC2034 # read by the test programs
+	KV_WRITE_T1=$(cut -d. -f1 /proc/uptime)
 	kv_msg "$err"
 	echo "$err" | grep -q -- "$3" || { kv_msg "want '$3'"; return 1; }
 	kv_logged "$4" || { kv_msg "no kernel log line '$4'"; return 1; }
