@@ -6,8 +6,8 @@
 # Shares make check's test programs among GUESTS guests that run side by
 # side (tools/vm/run.sh), balanced by each program's measured time
 # (tools/vm/program-times: "PROG SECONDS" lines, measured on 2026-11-26
-# in two guests side by side; a program not listed
-# there counts as the longest listed).  Prints one line per guest that
+# in two guests side by side; a program not listed there counts as the
+# longest listed).  Prints one line per guest that
 # gets a program: "peer|solo PROG...", the programs in the order given.
 #
 # The first guest is the foreground one (tools/vm/run.sh runs the others
@@ -33,8 +33,10 @@ TIMED_PROGS="kverbs_apm.sh kverbs_soundness.sh kverbs_hardening.sh kverbs_two_ho
 [ "${KVERBS_TWO_HOSTS:-1}" = 1 ] || PEER_PROGS=
 times=$here/program-times
 printf '%s\n' "$@" | awk -v guests="$guests" -v peer_progs="$PEER_PROGS" -v timed="$TIMED_PROGS" -v times="$times" '
+# secs(P): the time of program P.
+function secs(p) { return (p in t) ? t[p] : longest }
 FILENAME == times { t[$1] = $2; if ($2 > longest) longest = $2; next }
-{ prog[++n] = $1; pos[$1] = n }
+{ prog[++n] = $1 }
 END {
 	np = split(peer_progs, pp, " ")
 	for (i = 1; i <= np; i++)
@@ -44,10 +46,9 @@ END {
 		is_timed[tp[i]] = 1
 	# The peer programs and the timed ones first, together, on guest 1.
 	for (i = 1; i <= n; i++) {
-		secs = (prog[i] in t) ? t[prog[i]] : longest
 		if (need_peer[prog[i]] || is_timed[prog[i]]) {
 			guest[prog[i]] = 1
-			load[1] += secs
+			load[1] += secs(prog[i])
 			if (need_peer[prog[i]])
 				peer = 1
 		} else
@@ -57,8 +58,7 @@ END {
 	# least loaded guest (ties to the lower number).
 	for (i = 1; i <= m; i++)
 		for (j = i + 1; j <= m; j++) {
-			a = prog[rest[i]]; b = prog[rest[j]]
-			ta = (a in t) ? t[a] : longest; tb = (b in t) ? t[b] : longest
+			ta = secs(prog[rest[i]]); tb = secs(prog[rest[j]])
 			if (tb > ta || (tb == ta && rest[j] < rest[i])) {
 				x = rest[i]; rest[i] = rest[j]; rest[j] = x
 			}
@@ -70,7 +70,7 @@ END {
 				best = g
 		p = prog[rest[i]]
 		guest[p] = best
-		load[best] += (p in t) ? t[p] : longest
+		load[best] += secs(p)
 	}
 	for (g = 1; g <= guests; g++) {
 		line = ""

@@ -153,17 +153,17 @@ else
 	g=0 pids=() merge=()
 	for line in "${plan[@]}"; do
 		g=$((g + 1))
-		gprogs=${line#* }
+		gprogs=${line#* } glist=$(echo "${line#* }" | tr ' ' ,)
 		peer_log='' with=''
 		[[ $line == peer* ]] && peer_log="$work/peer.log" with=" (and the peer VM)"
 		echo "kverbs: guest $g$( ((g > 1)) && echo ' (nice 10)'): $gprogs$with"
 		rm -f "$work/check-$g.log"
 		guest "$work/check-$g.log" "$peer_log" \
-			"kverbs.progs=$(echo "$gprogs" | tr ' ' ,) $(break_append "$g")" $((g > 1 ? 10 : 0)) |
+			"kverbs.progs=$glist $(break_append "$g")" $((g > 1 ? 10 : 0)) |
 			grep --line-buffered -E '^(# )?(not )?ok |^# selftests: |^kverbs-vm: |^# kverbs-time: ' |
 			sed -u "s/^/g$g| /" &
 		pids+=($!)
-		merge+=("$work/check-$g.log:$(echo "$gprogs" | tr ' ' ,)")
+		merge+=("$work/check-$g.log:$glist")
 	done
 	wait "${pids[@]}" 2>/dev/null || true
 	echo "### kverbs: the guests' console logs merged, in the programs' order"
