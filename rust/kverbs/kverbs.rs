@@ -103,13 +103,21 @@ pub fn msleep(ms: u32) {
     unsafe { bindings::kverbs_msleep_interruptible(ms) };
 }
 
-/// `a * b / c` without overflow of the product (`mul_u64_u64_div_u64`);
-/// `c` must not be 0 (0 is returned then).
+/// `a * b / c` without overflow of the product (`mul_u64_u64_div_u64`):
+/// `u64::MAX` when the quotient does not fit in 64 bits, 0 when `c` is 0.
 pub fn mul_div(a: u64, b: u64, c: u64) -> u64 {
     if c == 0 {
         return 0;
     }
-    // SAFETY: Plain arithmetic; `c` is not 0.
+    // The quotient fits in 64 bits if and only if the product's high half
+    // is below `c`; x86-64's `divq` raises a divide error otherwise
+    // (arch/x86/include/asm/div64.h). A 64x64-bit product is one `mulq`
+    // (128-bit division, by contrast, has no kernel implementation).
+    if ((u128::from(a) * u128::from(b)) >> 64) as u64 >= c {
+        return u64::MAX;
+    }
+    // SAFETY: Plain arithmetic; `c` is not 0 and the quotient fits in 64
+    // bits (checked above), so the division cannot fault.
     unsafe { bindings::kverbs_mul_div(a, b, c) }
 }
 

@@ -12,8 +12,9 @@
 //! kselftest around it (kverbs_soundness.sh) fails on any kernel report.
 //! The cases are safe Rust, like the rest of the module, in a file per
 //! object under test (`qp.rs`, `cq.rs`, `ah.rs`, `mr.rs`, `stream.rs`,
-//! `cm.rs`, `dma.rs`, `srq.rs`), those of concurrency and callbacks in
-//! `races.rs`, what they share in `common.rs`.
+//! `cm.rs`, `dma.rs`, `srq.rs`, `util.rs` for the helpers), those of
+//! concurrency and callbacks in `races.rs`, what they share in
+//! `common.rs`.
 //!
 //! The module is an RDMA client of its own, on the layer (kverbs.ko): its
 //! client keeps the list of devices the cases may use. Writing
@@ -37,6 +38,7 @@ mod qp;
 mod races;
 mod srq;
 mod stream;
+mod util;
 
 use common::{Case, Env, Text};
 use core::fmt::Write;
@@ -199,6 +201,10 @@ const CASES: &[(&str, Case)] = &[
     (
         "cm_requests_while_accepted_ids_are_destroyed",
         races::cm_requests_while_accepted_ids_are_destroyed,
+    ),
+    (
+        "mul_div_saturates_past_u64",
+        util::mul_div_saturates_past_u64,
     ),
 ];
 

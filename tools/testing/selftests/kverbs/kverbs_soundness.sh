@@ -240,6 +240,7 @@ CASES=(
 	event_ring_of_4096_snapshotted
 	event_sink_sleeps_and_drops_its_objects
 	cm_requests_while_accepted_ids_are_destroyed
+	mul_div_saturates_past_u64
 )
 n=${#CASES[@]}
 
