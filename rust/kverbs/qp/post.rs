@@ -341,12 +341,15 @@ impl<S: State, T: Transport> Qp<S, T> {
         // Whether `id`'s request still holds its slot. A `WrId` is used once,
         // but an unsignalled send's slot is released by the wait of a later
         // signalled one, and may be taken again by another request.
+        // `seq` is unique across all QPs (`reserve`), so a `WrId` of a dropped
+        // QP whose `QpInner` address was handed to this one matches nothing
+        // here; its index may be past this QP's bookkeeping, hence `get`.
         let holds = |book: &Book| {
             let res = match id.queue {
-                Queue::Send => &book.send[id.index],
-                Queue::Recv => &book.recv[id.index],
+                Queue::Send => book.send.get(id.index),
+                Queue::Recv => book.recv.get(id.index),
             };
-            res.busy && res.seq == id.seq
+            res.is_some_and(|res| res.busy && res.seq == id.seq)
         };
         if !holds(&inner.book.lock()) {
             return Err(EINVAL);
