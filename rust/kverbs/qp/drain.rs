@@ -4,7 +4,7 @@
 //!
 //! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
 
-use super::{QpInner, Slot, SLOT_DONE, SLOT_POSTED};
+use super::{QpInner, Queue, Slot, SLOT_DONE, SLOT_POSTED};
 use crate::ah::AhInner;
 use crate::bindings;
 use crate::cq::Cq;
@@ -61,27 +61,25 @@ impl QpInner {
     /// Returns whether both came.
     ///
     /// Not `ib_drain_qp`: it cannot say whether it drained (it returns early
-    /// with only a WARN when its modify or post fails), and its send marker,
-    /// an RDMA WRITE, is refused by UD QPs. A device with drain functions of
-    /// its own (mlx4, mlx5) is drained by them, as the core does; they
-    /// process a directly polled CQ themselves, so this task holds such CQs
-    /// meanwhile (see [`Cq::process_direct`]).
+    /// with only a WARN when its modify or post fails), its send marker, an
+    /// RDMA WRITE, is refused by UD QPs, and for a QP of an SRQ it processes
+    /// the SRQ's CQ directly whatever its poll context (`__ib_drain_srq`).
+    ///
+    /// The drivers' own drain functions (mlx4, mlx5: the only ones in 6.12)
+    /// are for a device in internal error, whose hardware completes nothing:
+    /// they complete their markers themselves. They are used only there, as
+    /// a fallback: when a marker of ours is refused with `EIO` (what their
+    /// `post_send`/`post_recv` say in internal error, and only then), on an
+    /// RC QP. Never on a UD QP: their send marker is an `ib_rdma_wr`, which
+    /// their `post_send` reads as an `ib_ud_wr` on a UD QP (`ud_wr(wr)->ah`:
+    /// the WRITE's `remote_addr`, 0; mlx5's `set_datagram_seg`, mlx4's
+    /// `_mlx4_ib_post_send`).
     pub(super) fn drain(&self, last_ah: Option<&Arc<AhInner>>) -> bool {
         let qp = self.qp.as_ptr();
         // SAFETY: Reads the fault attribute (`DrainFaultInjection`).
         if unsafe { bindings::kverbs_should_fail_drain() } {
             pr_err!("QP {:#x} drain: failed by fault injection\n", self.qp_num());
             return false;
-        }
-        let dev = self.pd.device().as_raw();
-        // SAFETY: The device is live; its ops are set before registration.
-        let (drv_sq, drv_rq) = unsafe { ((*dev).ops.drain_sq, (*dev).ops.drain_rq) };
-        if drv_sq.is_some() || drv_rq.is_some() {
-            let _held = Cq::hold_direct(&self.send_cq.cq, &self.recv_cq.cq);
-            // SAFETY: The QP is live; the driver's drain waits for it, and
-            // processes a direct CQ only while this task holds it.
-            unsafe { bindings::ib_drain_qp(qp) };
-            return true;
         }
         let mut a = bindings::ib_qp_attr {
             qp_state: bindings::IB_QPS_ERR,
@@ -107,7 +105,10 @@ impl QpInner {
                 wr.wr.opcode = bindings::IB_WR_RDMA_WRITE;
                 // SAFETY: The marker is the last slot, never given to a
                 // request (`book` has one slot less); it is not posted.
-                unsafe { self.post_marker_send(m, &mut wr.wr) }
+                match unsafe { self.post_marker_send(m, &mut wr.wr) } {
+                    Err(ret) => self.driver_drain(ret, Queue::Send),
+                    Ok(done) => done,
+                }
             }
             (Some(m), true, Some(ah)) => {
                 let mut wr = bindings::ib_ud_wr {
@@ -118,7 +119,7 @@ impl QpInner {
                 // SAFETY: As above; the caller holds the AH until the QP
                 // is destroyed, so even a marker that did not complete
                 // names a live AH.
-                unsafe { self.post_marker_send(m, &mut wr.wr) }
+                unsafe { self.post_marker_send(m, &mut wr.wr) }.unwrap_or(false)
             }
             _ => true,
         };
@@ -137,7 +138,7 @@ impl QpInner {
                         self.qp_num(),
                         ret
                     );
-                    false
+                    self.driver_drain(ret, Queue::Recv)
                 } else {
                     self.wait_marker(m, &self.recv_cq.cq, "receive")
                 }
@@ -150,6 +151,41 @@ impl QpInner {
             }
         };
         sq && rq
+    }
+
+    /// After a marker of ours on `queue` was refused with `ret`: drains
+    /// that queue with the driver's drain function if the device has one,
+    /// the QP is RC and `ret` is `EIO` (the device is in internal error);
+    /// returns whether it did.
+    fn driver_drain(&self, ret: i32, queue: Queue) -> bool {
+        let dev = self.pd.device().as_raw();
+        // SAFETY: The device is live; its ops are set before registration.
+        let (drv_sq, drv_rq) = unsafe { ((*dev).ops.drain_sq, (*dev).ops.drain_rq) };
+        let has = match queue {
+            Queue::Send => drv_sq.is_some(),
+            Queue::Recv => drv_rq.is_some(),
+        };
+        if self.ud || !has || ret != EIO.to_errno() {
+            return false;
+        }
+        let _held = Cq::hold_direct(&self.send_cq.cq, &self.recv_cq.cq);
+        // SAFETY: The QP is live and RC, and has its own receive queue if
+        // `queue` is `Recv` (a QP of an SRQ posts no receive marker). Its
+        // device refused a post with `EIO`: the drivers with drain
+        // functions (mlx4, mlx5) do so only in internal error
+        // (`mlx5_ib_post_send`, `_mlx4_ib_post_send` and their receive
+        // twins), where their drain ignores the result of its modify to ERR
+        // and its marker post is allowed and cannot find the queue full
+        // (the QP has room for one request more than the bookkeeping gives
+        // out): so it waits for its marker, which it completes itself, and
+        // processes a direct CQ only while this task holds it.
+        unsafe {
+            match queue {
+                Queue::Send => bindings::ib_drain_sq(self.qp.as_ptr()),
+                Queue::Recv => bindings::ib_drain_rq(self.qp.as_ptr()),
+            }
+        };
+        true
     }
 
     /// The receive side of the drain of a QP of an SRQ, which has no
@@ -179,7 +215,12 @@ impl QpInner {
     /// `m` must be a marker slot of this QP that is not posted; `wr` must be
     /// a valid send request for this QP, with no SGE, whose memory (an AH)
     /// lives until `m` is done.
-    unsafe fn post_marker_send(&self, m: &Slot, wr: &mut bindings::ib_send_wr) -> bool {
+    /// Whether it came; the error of the post if it was refused.
+    unsafe fn post_marker_send(
+        &self,
+        m: &Slot,
+        wr: &mut bindings::ib_send_wr,
+    ) -> core::result::Result<bool, i32> {
         wr.send_flags = bindings::IB_SEND_SIGNALED;
         wr.__bindgen_anon_1.wr_cqe = m.cqe.get();
         m.state.store(SLOT_POSTED, Ordering::Release);
@@ -192,9 +233,9 @@ impl QpInner {
                 self.qp_num(),
                 ret
             );
-            return false;
+            return Err(ret);
         }
-        self.wait_marker(m, &self.send_cq.cq, "send")
+        Ok(self.wait_marker(m, &self.send_cq.cq, "send"))
     }
 
     /// Waits up to 5 s for the marker `m` on `cq`. Signals do not end the
