@@ -17,11 +17,12 @@
 #   make check-harness  the test harness's own tests (tools/testing/kverbs_harness.sh)
 #   make bench [QUICK=1]  kverbs vs perftest vs the same loop in C, on the
 #                   performance kernel (tools/bench/bench.sh)
-#   make stress [SEED=N] [ONLY=REGEX]  the hardening tests in full
-#                   (kverbs_hardening.sh: every fault-injection point,
-#                   10,000 fuzzed strings per control file, 50 removal
-#                   loops) and their summary; ONLY: the cases matching
-#                   REGEX, the others skipped
+#   make stress [SEED=N] [ONLY=REGEX] [EXERCISER_MINUTES=M]  the hardening
+#                   tests in full (kverbs_hardening.sh: every fault-injection
+#                   point, 10,000 fuzzed strings per control file, 50 removal
+#                   loops) and their summary, and the exerciser over further
+#                   seeds for M minutes (30; kverbs_exerciser.sh), beside
+#                   them; ONLY: the cases matching REGEX, the others skipped
 #   make check KVERBS_COLD=1  (or run, check-harness) from an empty cache in a
 #                   new temporary directory: the path of a fresh machine
 #   make rustfmt / rustfmtcheck / clippy / clean
@@ -95,10 +96,12 @@ run: modules
 check: modules ulp
 	@$(TOP)/tools/vm/run.sh check
 
-# SEED: the fuzzer's and the removal loops' seed (default: the date).
+# SEED: the fuzzer's, the removal loops' and the exerciser's first seed
+# (default: the date); EXERCISER_MINUTES: the exerciser's budget (30).
 stress: modules
 	@KVERBS_STRESS=$(if $(SEED),$(SEED),$$(date +%Y%m%d)) KVERBS_STRESS_ONLY='$(ONLY)' \
-		KVERBS_TESTS=kverbs_hardening.sh KVERBS_TWO_HOSTS=0 \
+		KVERBS_EXERCISER_SECONDS=$$(( $(if $(EXERCISER_MINUTES),$(EXERCISER_MINUTES),30) * 60 )) \
+		KVERBS_TESTS="kverbs_hardening.sh kverbs_exerciser.sh" KVERBS_TWO_HOSTS=0 \
 		KVERBS_VM_TIMEOUT=15000 $(TOP)/tools/vm/run.sh check
 
 bench: setup

@@ -91,11 +91,12 @@ cp "$top/tools/bench/guest-bench.sh" "$root/kverbs/bench.sh"
 [ -n "${KVERBS_BENCH_CONF:-}" ] && cp "$KVERBS_BENCH_CONF" "$root/kverbs/bench.conf"
 # KVERBS_CASES: the test cases to run (kverbs_lib.sh, kv_selected).
 [ -n "${KVERBS_CASES:-}" ] && echo "$KVERBS_CASES" >"$root/kverbs/cases"
-# make stress: the hardening tests in full (the file holds their seed), with
-# the time they need.
+# make stress: the hardening tests in full (the file holds their seed), the
+# exerciser's budget, and the time they need.
 if [ -n "${KVERBS_STRESS:-}" ]; then
 	echo "$KVERBS_STRESS" >"$root/kverbs/stress"
 	[ -n "${KVERBS_STRESS_ONLY:-}" ] && echo "$KVERBS_STRESS_ONLY" >"$root/kverbs/stress_only"
+	echo "${KVERBS_EXERCISER_SECONDS:-1800}" >"$root/kverbs/exerciser_seconds"
 	sed -i 's/^timeout=.*/timeout=14400/' "$root/kselftest/kverbs/settings"
 fi
 chmod +x "$root/init" "$root"/kselftest/kverbs/*.sh "$root/kverbs/demo.sh" "$root/kverbs/peer-cmd.sh" \

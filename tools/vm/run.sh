@@ -25,11 +25,12 @@ mkdir -p "$work"
 
 # KVERBS_MODULES: the modules to put in the guest (make bench builds its
 # own against the performance kernel); else the tree's: the layer and the
-# modules that use it (the example, the minimal module, the self-test), and
+# modules that use it (the example, the minimal module, the self-test, the
+# exerciser), and
 # for check the ULP built outside the tree against them (tools/ulp_template:
 # make ulp).
 ulp=$top/tools/ulp_template/kverbs_ulp.ko
-default_mods="$top/kverbs.ko $top/kverbs_example.ko $top/kverbs_minimal.ko $top/kverbs_selftest.ko"
+default_mods="$top/kverbs.ko $top/kverbs_example.ko $top/kverbs_minimal.ko $top/kverbs_selftest.ko $top/kverbs_exerciser.ko"
 [ "$mode" = check ] && default_mods="$default_mods $ulp"
 read -r -a mods <<<"${KVERBS_MODULES:-$default_mods}"
 for m in "${mods[@]}"; do

@@ -3,9 +3,10 @@
 #
 # Helpers shared by the kverbs kselftests: KTAP through the kernel's
 # ktap_helpers.sh, soft-RoCE devices, the layer (kverbs.ko) and the example
-# module that uses it (and the minimal one, kverbs_minimal.sh's, and the
-# self-test, kverbs_soundness.sh's), and the checks run after every test
-# case (kernel log) and every test program (kmemleak).
+# module that uses it (and the minimal one, kverbs_minimal.sh's, the
+# self-test, kverbs_soundness.sh's, and the exerciser,
+# kverbs_exerciser.sh's), and the checks run after every test case (kernel
+# log) and every test program (kmemleak).
 
 KV_DIR="$(dirname "$(readlink -f "$0")")"
 # shellcheck source=/dev/null
@@ -16,6 +17,7 @@ KV_LAYER=kverbs
 KV_MOD=kverbs_example
 KV_MINIMAL=kverbs_minimal
 KV_SELFTEST=kverbs_selftest
+KV_EXERCISER=kverbs_exerciser
 # shellcheck disable=SC2034 # used by the test programs
 KV_SELFTEST_DEBUGFS=/sys/kernel/debug/kverbs_selftest
 # shellcheck disable=SC2034 # used by the test programs
@@ -92,14 +94,17 @@ kv_selftest_loaded() {
 	kv_mod_loaded "$KV_SELFTEST"
 }
 
-# kv_unload_layer: unloads the self-test module if it is loaded (it holds
-# the layer), then the layer. The layer's last reference from a closed
+# kv_unload_layer: unloads the self-test and exerciser modules if they are
+# loaded (they hold the layer), then the layer. The layer's last reference from a closed
 # file of the example is dropped just after the example's (debugfs' proxy
 # puts the fops' owner last): retry for a second.
 kv_unload_layer() {
 	local _
 	if kv_selftest_loaded; then
 		rmmod "$KV_SELFTEST" || return 1
+	fi
+	if kv_mod_loaded "$KV_EXERCISER"; then
+		rmmod "$KV_EXERCISER" || return 1
 	fi
 	for _ in $(seq 10); do
 		kv_layer_loaded || return 0
