@@ -108,6 +108,14 @@ struct Held<Q> {
     qp: Q,
 }
 
+impl<Q> Held<Q> {
+    /// The same QP after the transition `f`, if it succeeds.
+    fn then<R>(self, f: impl FnOnce(Q) -> Result<R>) -> Result<Held<R>> {
+        let (serial, dev) = (self.serial, self.dev);
+        f(self.qp).map(|qp| Held { serial, dev, qp })
+    }
+}
+
 /// The live objects of one worker, and its generator.
 pub(crate) struct Pool<'a> {
     devs: &'a [ARef<Device>],
@@ -205,6 +213,16 @@ impl<'a> Pool<'a> {
         }
     }
 
+    /// A new QP of device `d`, with the next serial.
+    fn held<Q>(&mut self, d: usize, qp: Q) -> Held<Q> {
+        self.serial += 1;
+        Held {
+            serial: self.serial,
+            dev: d,
+            qp,
+        }
+    }
+
     fn dev(&mut self) -> usize {
         self.rng.below(self.devs.len())
     }
@@ -270,15 +288,15 @@ impl<'a> Pool<'a> {
             1 | 2 => self.new_cq(),
             3 => self.new_buf(),
             4 | 5 => self.new_qp(),
-            6 => self.to_init(),
-            7 | 8 => self.to_rts(),
+            6 => self.init_one(),
+            7 | 8 => self.rts_one(),
             9 | 10 => self.post_recv(),
             11 | 12 => self.post_send(),
             13 | 14 => self.wait(),
             15 => self.srq(),
             16 => self.mr(),
             17 => self.ud(),
-            18 => self.to_error(),
+            18 => self.error_one(),
             19 => self.drop_one(),
             20 => self.query(),
             _ => self.forget_one(),
@@ -371,17 +389,13 @@ impl<'a> Pool<'a> {
             if mixed {
                 self.violation(format_args!("an RC QP with a CQ of another device"));
             }
-            self.serial += 1;
-            let h = Held {
-                serial: self.serial,
-                dev: d,
-                qp,
-            };
+            let h = self.held(d, qp);
             keep(&mut self.rng, &mut self.stats, &mut self.reset, h);
         }
     }
 
-    fn to_init(&mut self) {
+    /// A QP of the pool from RESET to INIT.
+    fn init_one(&mut self) {
         self.trace("init");
         let Some(h) = take(&mut self.rng, &mut self.reset) else {
             return;
@@ -390,21 +404,16 @@ impl<'a> Pool<'a> {
             pkey_index: if self.rng.one_in(8) { 1000 } else { 0 },
             access: self.access(),
         };
-        let r = h.qp.to_init(&attr);
+        let r = h.then(|q| q.to_init(&attr));
         self.stats.count(&r);
-        if let Ok(qp) = r {
-            let h = Held {
-                serial: h.serial,
-                dev: h.dev,
-                qp,
-            };
+        if let Ok(h) = r {
             keep(&mut self.rng, &mut self.stats, &mut self.init, h);
         }
     }
 
     /// An INIT QP to RTS, connected to itself or to another QP of the pool
     /// (of any device: a wrong destination is the peer's problem).
-    fn to_rts(&mut self) {
+    fn rts_one(&mut self) {
         self.trace("rts");
         let Some(h) = take(&mut self.rng, &mut self.init) else {
             return;
@@ -430,8 +439,8 @@ impl<'a> Pool<'a> {
         };
         let mtu = [Mtu::MTU_256, Mtu::MTU_1024, Mtu::MTU_4096][self.rng.below(3)];
         let rd = self.rng.below(3) as u8;
-        let r =
-            h.qp.to_rtr(&RtrAttr {
+        let r = h.then(|q| {
+            q.to_rtr(&RtrAttr {
                 path_mtu: mtu,
                 dest_qp_num: dest,
                 rq_psn: 0,
@@ -447,14 +456,10 @@ impl<'a> Pool<'a> {
                     sq_psn: 0,
                     max_rd_atomic: rd,
                 })
-            });
+            })
+        });
         self.stats.count(&r);
-        if let Ok(qp) = r {
-            let h = Held {
-                serial: h.serial,
-                dev: h.dev,
-                qp,
-            };
+        if let Ok(h) = r {
             keep(&mut self.rng, &mut self.stats, &mut self.rts, h);
         }
     }
@@ -466,7 +471,7 @@ impl<'a> Pool<'a> {
         let (bd, buf) = (self.bufs[b].0, self.bufs[b].1.clone());
         let off = self.rng.size(buf.len());
         let len = self.rng.size(buf.len());
-        let bad = bd != d || off.checked_add(len).is_none_or(|end| end > buf.len());
+        let bad = bd != d || off.checked_add(len).map_or(true, |end| end > buf.len());
         Some((buf, off, len, bad))
     }
 
@@ -712,12 +717,7 @@ impl<'a> Pool<'a> {
                     if self.cqs[c].0 != d {
                         self.violation(format_args!("a UD QP with a CQ of another device"));
                     }
-                    self.serial += 1;
-                    let h = Held {
-                        serial: self.serial,
-                        dev: d,
-                        qp,
-                    };
+                    let h = self.held(d, qp);
                     keep(&mut self.rng, &mut self.stats, &mut self.ud, h);
                 }
             }
@@ -772,26 +772,19 @@ impl<'a> Pool<'a> {
         }
     }
 
-    fn to_error(&mut self) {
+    /// A QP of the pool in INIT or RTS to ERROR.
+    fn error_one(&mut self) {
         self.trace("error");
         let r = if self.rng.one_in(2) {
             let Some(h) = take(&mut self.rng, &mut self.rts) else {
                 return;
             };
-            h.qp.to_error().map(|qp| Held {
-                serial: h.serial,
-                dev: h.dev,
-                qp,
-            })
+            h.then(|q| q.to_error())
         } else {
             let Some(h) = take(&mut self.rng, &mut self.init) else {
                 return;
             };
-            h.qp.to_error().map(|qp| Held {
-                serial: h.serial,
-                dev: h.dev,
-                qp,
-            })
+            h.then(|q| q.to_error())
         };
         self.stats.count(&r);
         if let Ok(h) = r {
