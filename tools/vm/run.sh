@@ -26,8 +26,9 @@ mkdir -p "$work"
 # KVERBS_MODULES: the modules to put in the guest (make bench builds its
 # own against the performance kernel); else the tree's: the layer and the
 # modules that use it (the example, the minimal module, the self-test, the
-# exerciser), and for check the ULP built outside the tree against them
-# (tools/ulp_template: make ulp).
+# exerciser), and
+# for check the ULP built outside the tree against them (tools/ulp_template:
+# make ulp).
 ulp=$top/tools/ulp_template/kverbs_ulp.ko
 default_mods="$top/kverbs.ko $top/kverbs_example.ko $top/kverbs_minimal.ko $top/kverbs_selftest.ko $top/kverbs_exerciser.ko"
 [ "$mode" = check ] && default_mods="$default_mods $ulp"
@@ -121,7 +122,7 @@ break_append() {
 	echo kverbs.break=init
 }
 
-# check: the programs are shared among KVERBS_GUESTS guests (default 3)
+# check: the programs are shared among KVERBS_GUESTS guests (default 2)
 # that run side by side (tools/vm/plan-guests.sh).  Under TCG a guest of
 # two vCPUs keeps 1.2-1.3 host CPUs busy (its vCPUs were busy 58-78 % of
 # every program's time): two equal guests saturate a 2-CPU host, and
@@ -129,13 +130,11 @@ break_append() {
 # kverbs.rst, "Guests side by side").  So the first guest is the
 # foreground one, with the programs that have such bounds and the peer VM,
 # at the host's normal priority, and the others run at nice 10: they take
-# the CPU the first leaves.  Two of them, not one: once the first is done
-# (its programs took half the time of the rest), one guest alone keeps
-# only 1.2-1.3 of the host's two CPUs busy.  Each guest's console goes to its own log, its
+# the CPU the first leaves.  Each guest's console goes to its own log, its
 # result lines are shown as they come ("gN| "); at the end their logs are
 # merged into one console log in one guest's format
 # (tools/vm/ktap-merge.sh), printed whole, and counted as one run below.
-guests=${KVERBS_GUESTS:-3}
+guests=${KVERBS_GUESTS:-2}
 [ "$guests" -ge 1 ] || guests=1
 h0=$(host_ticks) t0=$SECONDS c0=$(awk '{ print $16 + $17 }' /proc/$$/stat)
 mapfile -t plan < <(if [ "$mode" = check ]; then
