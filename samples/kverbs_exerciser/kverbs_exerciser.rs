@@ -53,7 +53,6 @@ use pool::{Pool, Stats};
 module! {
     type: KverbsExerciser,
     name: "kverbs_exerciser",
-    author: "kverbs developers",
     description: "kverbs exerciser: a seeded, randomized driver of the safe API",
     license: "GPL",
 }

@@ -471,7 +471,7 @@ impl<'a> Pool<'a> {
         let (bd, buf) = (self.bufs[b].0, self.bufs[b].1.clone());
         let off = self.rng.size(buf.len());
         let len = self.rng.size(buf.len());
-        let bad = bd != d || off.checked_add(len).map_or(true, |end| end > buf.len());
+        let bad = bd != d || off > buf.len() || len > buf.len() - off;
         Some((buf, off, len, bad))
     }
 
