@@ -9,7 +9,8 @@
 //! context, RC QPs in RESET, INIT, RTS and ERROR, UD QPs, SRQs, MRs and the
 //! keys they map, AHs, DMA buffers, request ids), objects of the other
 //! device and of other PDs included, with random sizes, offsets, keys and
-//! timeouts, and drops objects in random orders (`pool.rs`). Every call
+//! timeouts, and drops objects in random orders (`pool.rs`; its counts in
+//! `stats.rs`). Every call
 //! must succeed or return an errno; one that the layer must refuse and
 //! accepts is a violation; the kernel's checks (KASAN, lockdep, kmemleak,
 //! warnings) catch the rest. It is safe Rust, like any user of the layer.
@@ -37,6 +38,7 @@
 
 mod pool;
 mod rng;
+mod stats;
 
 use core::fmt::Write;
 use core::sync::atomic::{AtomicU32, Ordering};
@@ -48,7 +50,8 @@ use kverbs::{
     device::Device,
     Show, Store,
 };
-use pool::{Pool, Stats};
+use pool::Pool;
+use stats::Stats;
 
 module! {
     type: KverbsExerciser,
@@ -187,7 +190,7 @@ impl Store for Runner {
         }
         let st = shared.stats.lock();
         let mut rep = KVec::new();
-        let mut w = pool::Text(&mut rep);
+        let mut w = stats::Text(&mut rep);
         let _ = writeln!(
             w,
             "seed {} steps {} threads {} devices {}",
