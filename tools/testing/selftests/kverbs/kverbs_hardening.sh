@@ -499,13 +499,18 @@ removal_loop() {
 	(
 		(printf '%s' "$vrun" >"$vfile") 2>/tmp/rm_victim.err
 		st=$?
-		cut -d' ' -f1 /proc/uptime >/tmp/rm_victim.end
+		# Without a fork: under load, starting cut took a share of the
+		# bound that was not the run's.
+		read -r up _ </proc/uptime
+		echo "$up" >/tmp/rm_victim.end
+		echo "kverbs-selftest: loop $i: the victim's write returned" >/dev/kmsg
 		exit $st
 	) &
 	vpid=$!
 	kv_wait grep -q "^status: running" "$vfile" || { kv_msg "loop $i: the run on $vfile did not start"; r=1; }
 	sleep "0.$delay"
 	t0=$(cut -d' ' -f1 /proc/uptime)
+	echo "kverbs-selftest: loop $i: removal of victim $victim (how $how) begins" >/dev/kmsg
 	case "$victim.$how" in
 	0.*) kv_rxe_del rxe_lo || r=1 ;;
 	1.0) kv_rxe_del rxe_dummy || r=1 ;;
