@@ -375,50 +375,49 @@ all_progs() {
 	make -s --no-print-directory -C "$top/tools/testing/selftests/kverbs" print-progs
 }
 
-# plan_ok GUESTS OUT PROGS...: OUT (plan-guests.sh's) gives each program to
-# exactly one guest, in the order given, at most GUESTS lines, the peer
-# programs (if any) to the first and only "peer" guest, the timed ones to
-# the first, and no guest more than a fair share plus the longest program
-# (list scheduling's bound).
+# plan_ok GUESTS OUT PROGS...: OUT (plan-guests.sh's) gives each program
+# exactly once: to the first guest (its line "peer|solo PROG...", in the
+# order given), with the peer programs (if any, and then "peer") and the
+# timed ones, or to the queue the guests take from (its line "queue
+# PROG...", longest first by tools/vm/program-times, ties in the order
+# given), which one guest alone does not have.
 plan_ok() {
-	local guests=$1 out=$2 p line kind total=0 longest=0 t load max=0 want_peer=0
+	local guests=$1 out=$2 p kind line first queue want_peer=0 t prev=
 	shift 2
 	echo "$out" | diag
-	[ "$(echo "$out" | wc -l)" -le "$guests" ] || { msg "more than $guests guests"; return 1; }
-	[ "$(echo "$out" | cut -d' ' -f2- | tr ' ' '\n' | sort)" = "$(printf '%s\n' "$@" | sort)" ] ||
+	first=$(echo "$out" | sed -n 1p) queue=$(echo "$out" | sed -n 2p)
+	[ "$(echo "$out" | wc -l)" -le 2 ] || { msg "more than two lines"; return 1; }
+	[[ $first == peer* || $first == solo* ]] || { msg "the first line is not the first guest's"; return 1; }
+	[ -z "$queue" ] || [[ $queue == "queue "* ]] || { msg "the second line is not the queue"; return 1; }
+	[ "$guests" -gt 1 ] || [ -z "$queue" ] || { msg "a queue for one guest"; return 1; }
+	[ "$(echo "$out" | cut -s -d' ' -f2- | tr ' ' '\n' | sed '/^$/d' | sort)" = "$(printf '%s\n' "$@" | sort)" ] ||
 		{ msg "not every program exactly once"; return 1; }
+	read -r kind line <<<"$first"
+	[ "$(printf '%s\n' "$@" | grep -xF -f <(echo "$line" | tr ' ' '\n'))" = "$(echo "$line" | tr ' ' '\n' | sed '/^$/d')" ] ||
+		{ msg "the first guest's programs not in the order given"; return 1; }
 	for p in "$@"; do
-		t=$(awk -v p="$p" '$1 == p { print $2 }' "$top/tools/vm/program-times")
-		total=$((total + t))
-		[ "$t" -gt "$longest" ] && longest=$t
 		case $p in kverbs_two_hosts.sh | kverbs_srq_manual.sh) want_peer=1 ;; esac
 	done
 	[ "${KVERBS_TWO_HOSTS:-1}" = 1 ] || want_peer=0
-	while read -r kind line; do
-		# The programs of a guest in the order given.
-		[ "$(printf '%s\n' "$@" | grep -xF -f <(echo "$line" | tr ' ' '\n'))" = "$(echo "$line" | tr ' ' '\n')" ] ||
-			{ msg "guest '$line' not in the order given"; return 1; }
-		load=0
-		for p in $line; do
-			load=$((load + $(awk -v p="$p" '$1 == p { print $2 }' "$top/tools/vm/program-times")))
-		done
-		[ "$load" -gt "$max" ] && max=$load
-		if [ "$kind" = peer ]; then
-			[ "$want_peer" = 1 ] || { msg "a peer without peer programs"; return 1; }
-			want_peer=2
-			[[ " $line " == *" kverbs_two_hosts.sh "* ]] || { msg "two_hosts not with the peer"; return 1; }
-		fi
-	done <<<"$out"
-	[ "$want_peer" != 1 ] || { msg "no guest has the peer"; return 1; }
-	# The programs bound in time run in the first, foreground guest.
+	[ "$kind" = "$([ $want_peer = 1 ] && echo peer || echo solo)" ] || { msg "peer or not: wrong"; return 1; }
 	for p in "$@"; do
-		case $p in kverbs_apm.sh | kverbs_soundness.sh | kverbs_hardening.sh | kverbs_two_hosts.sh)
-			[[ " $(echo "$out" | head -n 1 | cut -d' ' -f2-) " == *" $p "* ]] ||
-				{ msg "$p is not in the first guest"; return 1; } ;;
+		case $p in
+		kverbs_apm.sh | kverbs_soundness.sh | kverbs_hardening.sh | kverbs_two_hosts.sh) ;;
+		kverbs_srq_manual.sh) [ $want_peer = 1 ] || continue ;;
+		*) continue ;;
 		esac
+		[[ " $line " == *" $p "* ]] || { msg "$p is not the first guest's"; return 1; }
 	done
-	msg "longest guest $max s of $total s in all"
-	[ "$max" -le $((total / guests + longest)) ] || { msg "unbalanced"; return 1; }
+	# The queue longest first; ties in the order given.
+	for p in ${queue#queue}; do
+		t=$(awk -v p="$p" '$1 == p { print $2 }' "$top/tools/vm/program-times")
+		if [ -n "$prev" ]; then
+			[ "$t" -lt "${prev% *}" ] || { [ "$t" = "${prev% *}" ] &&
+				[ "$(printf '%s\n' "$@" | grep -nxF -e "${prev#* }" -e "$p" | head -n 1 | cut -d: -f2)" = "${prev#* }" ]; } ||
+				{ msg "the queue is not longest first: $p after ${prev#* }"; return 1; }
+		fi
+		prev="$t $p"
+	done
 }
 
 guests_plan_shares_programs_peer_on_one() {
@@ -429,8 +428,8 @@ guests_plan_shares_programs_peer_on_one() {
 	done
 	KVERBS_TWO_HOSTS=0 plan_ok 2 "$(KVERBS_TWO_HOSTS=0 "$top/tools/vm/plan-guests.sh" 2 "${progs[@]}")" "${progs[@]}" ||
 		return 1
-	# Fewer programs than guests: a guest each, no empty guest.
-	plan_ok 3 "$("$top/tools/vm/plan-guests.sh" 3 kverbs_apm.sh kverbs_events.sh)" kverbs_apm.sh kverbs_events.sh
+	# No program of the first guest's own: it only takes from the queue.
+	plan_ok 3 "$("$top/tools/vm/plan-guests.sh" 3 kverbs_info.sh kverbs_events.sh)" kverbs_info.sh kverbs_events.sh
 }
 
 # split_log LOG N G: guest G's console log had the N guests of a run shared
@@ -685,17 +684,18 @@ if [ $vm = 1 ]; then
 	t vm_skipped_program_fails_make_check_under_ci vm_broken skip \
 		"kverbs_module.sh: skipped (broken on purpose (KVERBS_BREAK=skip)), but under CI every program must run" \
 		CI=true KVERBS_SKIP_ASKED=
-	# Two guests side by side: a program broken in each is reported, and
-	# a guest that dies fails the run, named, while the other's passes.
+	# Two guests side by side: a broken program is reported whichever
+	# guest ran it, and a guest that dies fails the run, named, while the
+	# other takes the queue's programs and they pass.
 	t vm_guests_broken_program_in_each_reported vm_guests fail "2 passed, 2 failed" \
 		"kverbs: kverbs_minimal.sh: case failed: broken_on_purpose" \
 		"kverbs: kverbs_info.sh: case failed: broken_on_purpose"
-	# (Guest 1 has the longer kverbs_info.sh, and runs it; guest 2 has
-	# kverbs_minimal.sh, and dies. Neither has a case bound in time: the
-	# harness runs beside make check.)
+	# (Both programs are in the queue; guest 2 dies before it asks, guest
+	# 1 runs both. Neither has a case bound in time: the harness runs
+	# beside make check.)
 	t vm_guests_one_dies_make_check_fails_with_reason vm_guests init "[1-9][0-9]* passed, 1 failed" \
-		"kverbs: guest 2 (kverbs_minimal.sh): the VM printed no test plan: it died before the tests started (console log: $tmp/vm-guests-init/check-2.log)" \
-		"kverbs: 1 of 2 test programs never ran" -- KVERBS_BREAK_GUEST=2
+		"kverbs: guest 2 (no program): the VM printed no test plan: it died before the tests started (console log: $tmp/vm-guests-init/check-2.log)" \
+		"kverbs: the VM did not finish (crash, panic or timeout)" -- KVERBS_BREAK_GUEST=2
 fi
 [ "$n" = "$nplan" ] || { echo "not ok $((n + 1)) harness_plan_matches"; fail=$((fail + 1)); }
 echo "# Totals: pass:$pass fail:$fail xfail:0 xpass:0 skip:$skip error:0"

@@ -32,6 +32,7 @@ for arg in $cmdline; do
 	kverbs.mode=*) mode=${arg#kverbs.mode=} ;;
 	kverbs.ip=*) ip=${arg#kverbs.ip=} ;;
 	kverbs.progs=*) progs_arg=${arg#kverbs.progs=} ;;
+	kverbs.queue=1) queue=1 ;;
 	kverbs.break=init) exit 1 ;; # the harness's tests: a guest that dies
 	esac
 done
@@ -55,7 +56,11 @@ cpu_ticks() {
 }
 
 # The test programs: kverbs.progs=a.sh,b.sh on the command line (one guest
-# of several, tools/vm/run.sh), else all of TEST_PROGS.  After each
+# of several, tools/vm/run.sh), else all of TEST_PROGS; with kverbs.queue=1
+# then the programs run.sh gives this guest one at a time on its second
+# serial port (ttyS1): it writes "next", and reads a program's name, or an
+# empty line when the programs of every guest are given out.  The KTAP plan
+# comes first when the programs are known, else last.  After each
 # program a line of where its time went: "# kverbs-time: PROG SECONDS
 # busy PCT slept SECONDS": the vCPUs' busy share of the time (the work;
 # the rest is waiting: sleeps, polls, timeouts, TCG wake-ups) and the
@@ -63,38 +68,58 @@ cpu_ticks() {
 run_check() {
 	cd /kselftest/kverbs || return 1
 	progs=$(cat TEST_PROGS)
-	[ -n "${progs_arg:-}" ] && progs=$(echo "$progs_arg" | tr , ' ')
+	[ -n "${progs_arg+set}" ] && progs=$(echo "$progs_arg" | tr , ' ')
 	timeout=$(sed -n 's/^timeout=//p' settings)
-	n=0
-	for p in $progs; do n=$((n + 1)); done
 	echo "kverbs-boot: $(cut -d' ' -f1 /proc/uptime) s"
 	echo "TAP version 13"
-	echo "1..$n"
+	if [ "${queue:-0}" = 1 ]; then
+		exec 3<>/dev/ttyS1 || return 1
+		stty -F /dev/ttyS1 raw -echo || return 1
+	else
+		n=0
+		for p in $progs; do n=$((n + 1)); done
+		echo "1..$n"
+	fi
 	i=0
 	for p in $progs; do
-		i=$((i + 1))
-		echo "# selftests: kverbs: $p"
-		t0=$(cut -d' ' -f1 /proc/uptime)
-		c0=$(cpu_ticks)
-		rm -f /tmp/kverbs-slept
-		{
-			timeout "${timeout:-300}" ./"$p" 2>&1
-			echo $? >/tmp/rc
-		} | sed 's/^/# /'
-		rc=$(cat /tmp/rc 2>/dev/null || echo 1)
-		rm -f /tmp/rc
-		slept=$(awk '{ s += $1 } END { printf "%.1f", s }' /tmp/kverbs-slept 2>/dev/null)
-		echo "# kverbs-time: $p $(awk -v t0="$t0" '{ printf "%.1f", $1 - t0 }' /proc/uptime)" \
-			"$(echo "$c0 $(cpu_ticks)" | awk '{ b = $3 - $1; t = b + $4 - $2
-				printf "busy %d", (t > 0 ? 100 * b / t + 0.5 : 0) }')" "slept ${slept:-0.0}"
-		if [ "$rc" = 0 ]; then
-			echo "ok $i selftests: kverbs: $p"
-		elif [ "$rc" = 4 ]; then
-			echo "ok $i selftests: kverbs: $p # SKIP"
-		else
-			echo "not ok $i selftests: kverbs: $p # exit=$rc"
-		fi
+		run_prog "$p"
 	done
+	while [ "${queue:-0}" = 1 ]; do
+		echo next >&3
+		read -r p <&3 || break
+		[ -n "$p" ] || break
+		run_prog "$p"
+	done
+	[ "${queue:-0}" = 1 ] && echo "1..$i"
+	return 0
+}
+
+# run_prog PROG: runs test program PROG, its output behind "# ", then its
+# time line and its result line (number $i).
+run_prog() {
+	p=$1
+	i=$((i + 1))
+	echo "# selftests: kverbs: $p"
+	t0=$(cut -d' ' -f1 /proc/uptime)
+	c0=$(cpu_ticks)
+	rm -f /tmp/kverbs-slept
+	{
+		timeout "${timeout:-300}" ./"$p" 2>&1
+		echo $? >/tmp/rc
+	} | sed 's/^/# /'
+	rc=$(cat /tmp/rc 2>/dev/null || echo 1)
+	rm -f /tmp/rc
+	slept=$(awk '{ s += $1 } END { printf "%.1f", s }' /tmp/kverbs-slept 2>/dev/null)
+	echo "# kverbs-time: $p $(awk -v t0="$t0" '{ printf "%.1f", $1 - t0 }' /proc/uptime)" \
+		"$(echo "$c0 $(cpu_ticks)" | awk '{ b = $3 - $1; t = b + $4 - $2
+			printf "busy %d", (t > 0 ? 100 * b / t + 0.5 : 0) }')" "slept ${slept:-0.0}"
+	if [ "$rc" = 0 ]; then
+		echo "ok $i selftests: kverbs: $p"
+	elif [ "$rc" = 4 ]; then
+		echo "ok $i selftests: kverbs: $p # SKIP"
+	else
+		echo "not ok $i selftests: kverbs: $p # exit=$rc"
+	fi
 }
 
 # The other VM of two-host tests: rxe on eth0, the modules loaded, and a

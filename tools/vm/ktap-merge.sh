@@ -14,8 +14,11 @@
 #   "# selftests: kverbs: PROG" line to its result line, renumbered
 #   kverbs-vm: done                       only if every guest finished
 #
-# Each LOG:PROGS argument is a guest's console log and the programs it was
-# given ("a.sh,b.sh").  A program that never started is missing from OUT,
+# Each LOG:PROGS argument is a guest's console log and what it was given
+# to run (named in its messages).  A guest's programs are found in its log,
+# whichever it ran (the queue's are given out as the guests ask: tools/vm/
+# plan-guests.sh); its KTAP header tells it got to its tests, its plan may
+# come first or last.  A program that never started is missing from OUT,
 # and one that a guest died inside ends OUT's block without a result line:
 # ktap-totals.sh counts both as failed.  Lines between the blocks (boot,
 # kernel messages) stay in the guests' logs only.  For each guest that did
@@ -39,7 +42,7 @@ for arg in "$@"; do
 	# Each program's block, to $tmp/PROG; the guest's boot time.
 	sed 's/\r$//' "$log" 2>/dev/null | awk -v dir="$tmp" -v g="$g" '
 	/^kverbs-boot: / { printf "%s (guest %d)\n", $0, g >> (dir "/boot") }
-	/^1\.\.[0-9]+$/ && !plan { plan = 1; next }
+	/^TAP version 13$/ && !plan { plan = 1; next }
 	/^# selftests: kverbs: [^ ]+$/ { if (f) close(f); f = dir "/" $4; print > f; next }
 	f != "" && /^(not )?ok [0-9]+ selftests: kverbs: / { print > f; close(f); f = ""; next }
 	f != "" { print > f }

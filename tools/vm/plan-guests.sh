@@ -3,20 +3,28 @@
 #
 # plan-guests.sh GUESTS PROG...
 #
-# Shares make check's test programs among GUESTS guests that run side by
-# side (tools/vm/run.sh), balanced by each program's measured time
-# (tools/vm/program-times: "PROG SECONDS" lines, measured on 2026-11-26
-# in two guests side by side; a program not listed there counts as the
-# longest listed).  Prints one line per guest that
-# gets a program: "peer|solo PROG...", the programs in the order given.
+# Plans how make check's test programs are shared among GUESTS guests that
+# run side by side (tools/vm/run.sh).  Prints:
 #
-# The first guest is the foreground one (tools/vm/run.sh runs the others
-# at a lower priority): it gets the programs that need the second VM
+#   peer|solo PROG...   the first guest's own programs, in the order given
+#   queue PROG...       the programs every guest takes from, one at a time,
+#                       as it becomes free (longest first)
+#
+# With one guest, or no program for the queue, only the first line.
+#
+# The first guest is the foreground one (tools/vm/run.sh runs the others at
+# a lower priority): it gets the programs that need the second VM
 # (PEER_PROGS: the two-host cases), and alone the peer ("peer"), and the
 # programs with cases bound in time (TIMED_PROGS: a removal within 5 s, a
 # refusal within 2 s, a dead peer noticed within 10 or 20 s), which then
-# run as fast as in a guest alone; the rest are placed longest first, each
-# on the guest with the least time so far (Graham's LPT rule).
+# run as fast as in a guest alone.  The rest go to the queue, longest
+# first by their measured times (tools/vm/program-times: "PROG SECONDS"
+# lines, measured on 2026-11-26 in two guests side by side; a program not
+# listed there counts as the longest listed): each guest, the first once
+# its own are done, takes the queue's next program when it has finished
+# one, so the guests end within about one program of each other whatever
+# the machine does to their speeds (Graham's list scheduling, longest
+# first, decided at run time instead of on the measured times).
 
 set -euo pipefail
 
@@ -44,18 +52,16 @@ END {
 	nt = split(timed, tp, " ")
 	for (i = 1; i <= nt; i++)
 		is_timed[tp[i]] = 1
-	# The peer programs and the timed ones first, together, on guest 1.
+	# One guest: every program, in the order given.
 	for (i = 1; i <= n; i++) {
-		if (need_peer[prog[i]] || is_timed[prog[i]]) {
-			guest[prog[i]] = 1
-			load[1] += secs(prog[i])
-			if (need_peer[prog[i]])
-				peer = 1
-		} else
+		if (need_peer[prog[i]])
+			peer = 1
+		if (guests == 1 || need_peer[prog[i]] || is_timed[prog[i]])
+			first = first " " prog[i]
+		else
 			rest[++m] = i
 	}
-	# The others longest first (ties in the given order), each to the
-	# least loaded guest (ties to the lower number).
+	# The queue longest first (ties in the given order).
 	for (i = 1; i <= m; i++)
 		for (j = i + 1; j <= m; j++) {
 			ta = secs(prog[rest[i]]); tb = secs(prog[rest[j]])
@@ -63,21 +69,11 @@ END {
 				x = rest[i]; rest[i] = rest[j]; rest[j] = x
 			}
 		}
-	for (i = 1; i <= m; i++) {
-		best = 1
-		for (g = 2; g <= guests; g++)
-			if (load[g] < load[best])
-				best = g
-		p = prog[rest[i]]
-		guest[p] = best
-		load[best] += secs(p)
-	}
-	for (g = 1; g <= guests; g++) {
-		line = ""
-		for (i = 1; i <= n; i++)
-			if (guest[prog[i]] == g)
-				line = line " " prog[i]
-		if (line != "")
-			print ((g == 1 && peer) ? "peer" : "solo") line
+	print (peer ? "peer" : "solo") first
+	if (m > 0) {
+		line = "queue"
+		for (i = 1; i <= m; i++)
+			line = line " " prog[rest[i]]
+		print line
 	}
 }' "$times" -

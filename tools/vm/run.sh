@@ -78,12 +78,14 @@ vm_timeout=${KVERBS_VM_TIMEOUT:-4500}
 # The guests' CPU model (KVERBS_VM_CPU, QEMU's -cpu).
 vm_cpu=${KVERBS_VM_CPU:-max}
 
-# guest LOG PEER_LOG APPEND [NICE]: boots a guest of the test kernel with
-# kernel command line $append APPEND, its console to stdout, at niceness
-# NICE (default 0); with a PEER_LOG, the peer VM beside it (its console
-# there), joined to it, and powered off when it ends.
+# guest LOG PEER_LOG APPEND [NICE [CTL]]: boots a guest of the test kernel
+# with kernel command line $append APPEND, its console to stdout, at
+# niceness NICE (default 0); with a PEER_LOG, the peer VM beside it (its
+# console there), joined to it, and powered off when it ends; with CTL, its
+# second serial port (ttyS1) on the pipes CTL.in and CTL.out (serve).
 guest() {
-	local glog=$1 plog=$2 gappend="$append $3" gnice=${4:-0} p1 p2 peer_pid='' net=(-nic none)
+	local glog=$1 plog=$2 gappend="$append $3" gnice=${4:-0} p1 p2 peer_pid='' net=(-nic none) ctl=()
+	[ -n "${5:-}" ] && ctl=(-serial "pipe:$5")
 	if [ -n "$plog" ]; then
 		p1=$((20000 + RANDOM % 20000))
 		p2=$((p1 + 1))
@@ -100,7 +102,7 @@ guest() {
 	fi
 	nice -n "$gnice" timeout "$vm_timeout" qemu-system-x86_64 -accel tcg -cpu "$vm_cpu" -smp 2 -m "${KVERBS_VM_MEM:-1024}" \
 		-kernel "$kdir/arch/x86/boot/bzImage" -initrd "$initrd" -append "$gappend" \
-		-display none -monitor none -serial stdio "${net[@]}" -no-reboot </dev/null 2>&1 |
+		-display none -monitor none -serial stdio "${ctl[@]}" "${net[@]}" -no-reboot </dev/null 2>&1 |
 		sed -u 's/\r$//' | tee "$glog"
 	if [ -n "$peer_pid" ]; then
 		kill "$peer_pid" 2>/dev/null
@@ -122,6 +124,21 @@ break_append() {
 	echo kverbs.break=init
 }
 
+# serve G: gives guest G the queue's programs (plan-guests.sh), one each
+# time it asks ("next" on its second serial port, the pipes ctl-G.out and
+# ctl-G.in), the queue's first line, taken under a lock; an empty line once
+# the queue is empty.  Runs until killed.
+serve() {
+	local g=$1 req p
+	exec 7<>"$work/ctl-$g.out" 8<>"$work/ctl-$g.in"
+	while IFS= read -r req <&7; do
+		[ "${req%$'\r'}" = next ] || continue
+		# shellcheck disable=SC2016 # the inner shell's own $1
+		p=$(flock "$work/queue.lock" sh -c 'sed -n 1p "$1" && sed -i 1d "$1"' sh "$work/queue")
+		printf '%s\n' "$p" >&8
+	done
+}
+
 # check: the programs are shared among KVERBS_GUESTS guests (default 2)
 # that run side by side (tools/vm/plan-guests.sh).  Under TCG a guest of
 # two vCPUs keeps 1.2-1.3 host CPUs busy (its vCPUs were busy 58-78 % of
@@ -130,7 +147,12 @@ break_append() {
 # kverbs.rst, "Guests side by side").  So the first guest is the
 # foreground one, with the programs that have such bounds and the peer VM,
 # at the host's normal priority, and the others run at nice 10: they take
-# the CPU the first leaves.  Each guest's console goes to its own log, its
+# the CPU the first leaves.  The other programs are a queue the guests take
+# from as they become free, the first once its own are done: the guests
+# end together however the host shares its CPUs among them (a plan made
+# on measured times left the second guest running alone for the last
+# 27 of CI's 57 minutes, the CPU the first had left idle; measured on
+# 2026-11-26).  Each guest's console goes to its own log, its
 # result lines are shown as they come ("gN| "); at the end their logs are
 # merged into one console log in one guest's format
 # (tools/vm/ktap-merge.sh), printed whole, and counted as one run below.
@@ -143,30 +165,49 @@ mapfile -t plan < <(if [ "$mode" = check ]; then
 else
 	echo solo
 fi)
-if [ "${#plan[@]}" -le 1 ]; then
+queue=()
+[[ ${plan[1]:-} == queue* ]] && read -r -a queue <<<"${plan[1]#queue}"
+if [ "${#queue[@]}" = 0 ]; then
 	peer_log=
 	[[ ${plan[0]:-} == peer* ]] && peer_log="$work/peer.log"
 	set +e
 	guest "$log" "$peer_log" "$(break_append 1)"
 	set -e
 else
-	echo "kverbs: ${#plan[@]} guests side by side (tools/vm/plan-guests.sh; logs: $work/check-N.log)"
-	g=0 pids=() merge=()
-	for line in "${plan[@]}"; do
-		g=$((g + 1))
-		gprogs=${line#* } glist=$(echo "${line#* }" | tr ' ' ,)
-		peer_log='' with=''
-		[[ $line == peer* ]] && peer_log="$work/peer.log" with=" (and the peer VM)"
-		echo "kverbs: guest $g$( ((g > 1)) && echo ' (nice 10)'): $gprogs$with"
-		rm -f "$work/check-$g.log"
+	# The first guest and as many more as the queue has programs.
+	((guests > ${#queue[@]} + 1)) && guests=$((${#queue[@]} + 1))
+	first=$(echo "${plan[0]}" | cut -s -d' ' -f2-)
+	echo "kverbs: $guests guests side by side (tools/vm/plan-guests.sh; logs: $work/check-N.log)"
+	echo "kverbs: guest 1: ${first:-no program of its own}$([[ ${plan[0]} == peer* ]] && echo ' (and the peer VM)'), then the queue"
+	echo "kverbs: the queue (longest first; nice 10 for guests 2-$guests): ${queue[*]}"
+	printf '%s\n' "${queue[@]}" >"$work/queue"
+	pids=() servers=() merge=()
+	for g in $(seq 1 "$guests"); do
+		peer_log='' glist=''
+		if ((g == 1)); then
+			glist=$(echo "$first" | tr ' ' ,)
+			[[ ${plan[0]} == peer* ]] && peer_log="$work/peer.log"
+		fi
+		rm -f "$work/check-$g.log" "$work/ctl-$g.in" "$work/ctl-$g.out"
+		mkfifo "$work/ctl-$g.in" "$work/ctl-$g.out"
+		serve "$g" &
+		servers+=($!)
 		guest "$work/check-$g.log" "$peer_log" \
-			"kverbs.progs=$glist $(break_append "$g")" $((g > 1 ? 10 : 0)) |
+			"kverbs.progs=$glist kverbs.queue=1 $(break_append "$g")" $((g > 1 ? 10 : 0)) "$work/ctl-$g" |
 			grep --line-buffered -E '^(# )?(not )?ok |^# selftests: |^kverbs-vm: |^# kverbs-time: ' |
 			sed -u "s/^/g$g| /" &
 		pids+=($!)
-		merge+=("$work/check-$g.log:$glist")
 	done
 	wait "${pids[@]}" 2>/dev/null || true
+	kill "${servers[@]}" 2>/dev/null
+	wait "${servers[@]}" 2>/dev/null || true
+	# Each guest named in the merge's messages by what it ran.
+	for g in $(seq 1 "$guests"); do
+		ran=$(sed -n 's/^# selftests: kverbs: //p' "$work/check-$g.log" | paste -sd, -)
+		merge+=("$work/check-$g.log:${ran:-no program}")
+	done
+	[ -s "$work/queue" ] && echo "kverbs: no guest took from the queue: $(paste -sd' ' "$work/queue")"
+	rm -f "$work"/ctl-*.in "$work"/ctl-*.out "$work/queue" "$work/queue.lock"
 	echo "### kverbs: the guests' console logs merged, in the programs' order"
 	"$top/tools/vm/ktap-merge.sh" "$log" "$progs" "${merge[@]}"
 	cat "$log"
