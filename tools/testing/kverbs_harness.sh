@@ -377,12 +377,13 @@ all_progs() {
 
 # plan_ok GUESTS OUT PROGS...: OUT (plan-guests.sh's) gives each program
 # exactly once: to the first guest (its line "peer|solo PROG...", in the
-# order given), with the peer programs (if any, and then "peer") and the
-# timed ones, or to the queue the guests take from (its line "queue
-# PROG...", longest first by tools/vm/program-times, ties in the order
-# given), which one guest alone does not have.
+# order given), with the peer programs (if any, and then "peer"), the
+# timed ones and the benchmark, or to the queue the guests take from (its line "queue
+# PROG...", the light programs, then those that move data, each part
+# longest first by tools/vm/program-times, ties in the order given), which
+# one guest alone does not have.
 plan_ok() {
-	local guests=$1 out=$2 p kind line first queue want_peer=0 t prev=
+	local guests=$1 out=$2 p kind line first queue want_peer=0 t prev='' data pd pt pp
 	shift 2
 	echo "$out" | diag
 	first=$(echo "$out" | sed -n 1p) queue=$(echo "$out" | sed -n 2p)
@@ -402,21 +403,28 @@ plan_ok() {
 	[ "$kind" = "$([ $want_peer = 1 ] && echo peer || echo solo)" ] || { msg "peer or not: wrong"; return 1; }
 	for p in "$@"; do
 		case $p in
-		kverbs_apm.sh | kverbs_soundness.sh | kverbs_hardening.sh | kverbs_two_hosts.sh) ;;
+		kverbs_apm.sh | kverbs_soundness.sh | kverbs_hardening.sh | kverbs_two_hosts.sh | kverbs_bench.sh) ;;
 		kverbs_srq_manual.sh) [ $want_peer = 1 ] || continue ;;
 		*) continue ;;
 		esac
 		[[ " $line " == *" $p "* ]] || { msg "$p is not the first guest's"; return 1; }
 	done
-	# The queue longest first; ties in the order given.
+	# The queue: the light programs, then those that move data, each
+	# longest first; ties in the order given.
 	for p in ${queue#queue}; do
 		t=$(awk -v p="$p" '$1 == p { print $2 }' "$top/tools/vm/program-times")
+		case $p in
+		kverbs_rc.sh | kverbs_rc_tcp.sh | kverbs_rping.sh | kverbs_mcast.sh | kverbs_srq.sh | \
+			kverbs_matrix.sh | kverbs_exerciser.sh) data=1 ;;
+		*) data=0 ;;
+		esac
 		if [ -n "$prev" ]; then
-			[ "$t" -lt "${prev% *}" ] || { [ "$t" = "${prev% *}" ] &&
-				[ "$(printf '%s\n' "$@" | grep -nxF -e "${prev#* }" -e "$p" | head -n 1 | cut -d: -f2)" = "${prev#* }" ]; } ||
-				{ msg "the queue is not longest first: $p after ${prev#* }"; return 1; }
+			read -r pd pt pp <<<"$prev"
+			[ "$data" -gt "$pd" ] || { [ "$data" = "$pd" ] && { [ "$t" -lt "$pt" ] || { [ "$t" = "$pt" ] &&
+				[ "$(printf '%s\n' "$@" | grep -nxF -e "$pp" -e "$p" | head -n 1 | cut -d: -f2)" = "$pp" ]; }; }; } ||
+				{ msg "the queue is not light first, each part longest first: $p after $pp"; return 1; }
 		fi
-		prev="$t $p"
+		prev="$data $t $p"
 	done
 }
 

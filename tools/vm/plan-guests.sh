@@ -17,14 +17,23 @@
 # (PEER_PROGS: the two-host cases), and alone the peer ("peer"), and the
 # programs with cases bound in time (TIMED_PROGS: a removal within 5 s, a
 # refusal within 2 s, a dead peer noticed within 10 or 20 s), which then
-# run as fast as in a guest alone.  The rest go to the queue, longest
-# first by their measured times (tools/vm/program-times: "PROG SECONDS"
-# lines, measured on 2026-11-26 in two guests side by side; a program not
-# listed there counts as the longest listed): each guest, the first once
-# its own are done, takes the queue's next program when it has finished
-# one, so the guests end within about one program of each other whatever
-# the machine does to their speeds (Graham's list scheduling, longest
-# first, decided at run time instead of on the measured times).
+# run as fast as in a guest alone, and the benchmark (RATE_PROGS): its
+# loopback runs at the highest rate rxe takes, and in a guest that got a
+# quarter of its speed beside the first rxe's RC retransmission gave up
+# (IB_WC_RETRY_EXC_ERR, "make_send_cqe: non-flush error status = 12" in
+# kverbs_bench.sh's write_bw_sizes_all; measured on 2026-11-26).  The
+# rest go to the queue, the light programs first (those that load and
+# unload modules, add and remove devices and read files), then those that
+# move data (DATA_PROGS), each part longest first by their measured times
+# (tools/vm/program-times: "PROG SECONDS" lines, measured on 2026-11-26 in
+# two guests side by side; a program not listed there counts as the
+# longest listed): the other guests, which get a quarter of their speed
+# while the first runs its own, spend that time on the light ones, and the
+# data moves once the guests share the CPUs evenly.  Each guest, the first
+# once its own are done, takes the queue's next program when it has
+# finished one, so the guests end within about one program of each other
+# whatever the machine does to their speeds (list scheduling, decided at
+# run time instead of on the measured times).
 
 set -euo pipefail
 
@@ -37,10 +46,13 @@ shift
 here=$(cd "$(dirname "$0")" && pwd)
 PEER_PROGS="kverbs_two_hosts.sh kverbs_srq_manual.sh"
 TIMED_PROGS="kverbs_apm.sh kverbs_soundness.sh kverbs_hardening.sh kverbs_two_hosts.sh"
+RATE_PROGS="kverbs_bench.sh"
+DATA_PROGS="kverbs_rc.sh kverbs_rc_tcp.sh kverbs_rping.sh kverbs_mcast.sh kverbs_srq.sh
+	kverbs_matrix.sh kverbs_exerciser.sh"
 
 [ "${KVERBS_TWO_HOSTS:-1}" = 1 ] || PEER_PROGS=
 times=$here/program-times
-printf '%s\n' "$@" | awk -v guests="$guests" -v peer_progs="$PEER_PROGS" -v timed="$TIMED_PROGS" -v times="$times" '
+printf '%s\n' "$@" | awk -v guests="$guests" -v peer_progs="$PEER_PROGS" -v timed="$TIMED_PROGS $RATE_PROGS" -v data="$DATA_PROGS" -v times="$times" '
 # secs(P): the time of program P.
 function secs(p) { return (p in t) ? t[p] : longest }
 FILENAME == times { t[$1] = $2; if ($2 > longest) longest = $2; next }
@@ -52,6 +64,9 @@ END {
 	nt = split(timed, tp, " ")
 	for (i = 1; i <= nt; i++)
 		is_timed[tp[i]] = 1
+	nd = split(data, dp, "[ \t\n]+")
+	for (i = 1; i <= nd; i++)
+		is_data[dp[i]] = 1
 	# One guest: every program, in the order given.
 	for (i = 1; i <= n; i++) {
 		if (need_peer[prog[i]])
@@ -61,11 +76,13 @@ END {
 		else
 			rest[++m] = i
 	}
-	# The queue longest first (ties in the given order).
+	# The queue: the light programs, then the data ones, each longest
+	# first (ties in the given order).
 	for (i = 1; i <= m; i++)
 		for (j = i + 1; j <= m; j++) {
+			da = is_data[prog[rest[i]]]; db = is_data[prog[rest[j]]]
 			ta = secs(prog[rest[i]]); tb = secs(prog[rest[j]])
-			if (tb > ta || (tb == ta && rest[j] < rest[i])) {
+			if (db < da || (db == da && (tb > ta || (tb == ta && rest[j] < rest[i])))) {
 				x = rest[i]; rest[i] = rest[j]; rest[j] = x
 			}
 		}

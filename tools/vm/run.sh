@@ -179,7 +179,7 @@ else
 	first=$(echo "${plan[0]}" | cut -s -d' ' -f2-)
 	echo "kverbs: $guests guests side by side (tools/vm/plan-guests.sh; logs: $work/check-N.log)"
 	echo "kverbs: guest 1: ${first:-no program of its own}$([[ ${plan[0]} == peer* ]] && echo ' (and the peer VM)'), then the queue"
-	echo "kverbs: the queue (longest first; nice 10 for guests 2-$guests): ${queue[*]}"
+	echo "kverbs: the queue (light programs first, each part longest first; nice 10 for guests 2-$guests): ${queue[*]}"
 	printf '%s\n' "${queue[@]}" >"$work/queue"
 	pids=() servers=() merge=()
 	for g in $(seq 1 "$guests"); do
