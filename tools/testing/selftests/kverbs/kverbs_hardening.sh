@@ -532,7 +532,8 @@ removal_loop() {
 	*) kv_msg "loop $i: the victim's run ended with: $verr"; r=1 ;;
 	esac
 	if awk -v t="$took" 'BEGIN { exit !(t >= 5) }'; then
-		kv_msg "loop $i: the victim's run took $took s to end"
+		kv_msg "loop $i: the victim's run took $took s to end; the kernel's log since the removal began:"
+		dmesg | sed -n "/kverbs-selftest: loop $i: removal/,\$p" | head -n 30 | kv_diag
 		r=1
 	fi
 	wait $opid || { kv_msg "loop $i: the other run failed: $(cat /tmp/rm_other.err)"; r=1; }

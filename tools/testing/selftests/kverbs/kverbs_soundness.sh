@@ -56,11 +56,15 @@ selftest_bad_input() {
 removed_within_5s() {
 	local t0 t1 r=0
 	t0=$(cut -d' ' -f1 /proc/uptime)
+	echo "kverbs-selftest: removal of $1 begins" >/dev/kmsg
 	kv_rxe_del "$1" || r=1
 	[ -n "${2:-}" ] && wait "$2"
 	t1=$(cut -d' ' -f1 /proc/uptime)
 	kv_msg "removal took $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }') s"
-	[ $r = 0 ] && awk -v a="$t0" -v b="$t1" 'BEGIN { exit !(b - a < 5) }'
+	[ $r = 0 ] && awk -v a="$t0" -v b="$t1" 'BEGIN { exit !(b - a < 5) }' && return 0
+	# Where the time went, for a removal that took too long.
+	dmesg | sed -n "/kverbs-selftest: removal of $1 begins/,\$p" | tail -n 30 | kv_diag
+	return 1
 }
 
 # A TCP connect to an address on dummy0 (which drops every packet) would
