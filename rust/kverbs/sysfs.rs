@@ -170,7 +170,10 @@ unsafe extern "C" fn show_callback<T: Show>(
 ///
 /// # Invariants
 ///
-/// `buf` is valid for writes of `PAGE_SIZE` bytes; `len <= PAGE_SIZE`.
+/// `buf` is valid for writes of `PAGE_SIZE` bytes; `len < PAGE_SIZE`: sysfs
+/// takes a `show` that returns `PAGE_SIZE` or more for a bug
+/// (`sysfs_kf_seq_show`: "fill_read_buffer: ... returned bad count") and
+/// cuts it to `PAGE_SIZE - 1`, the most `sysfs_emit` writes.
 struct PageWriter {
     buf: *mut c_char,
     len: usize,
@@ -178,7 +181,7 @@ struct PageWriter {
 
 impl fmt::Write for PageWriter {
     fn write_str(&mut self, s: &str) -> fmt::Result {
-        let n = s.len().min(PAGE_SIZE - self.len);
+        let n = s.len().min(PAGE_SIZE - 1 - self.len);
         // SAFETY: By the type invariant, `buf + len .. buf + len + n` lies
         // within the page; `s` is valid for `n` bytes and does not overlap.
         unsafe { ptr::copy_nonoverlapping(s.as_ptr(), self.buf.add(self.len), n) };

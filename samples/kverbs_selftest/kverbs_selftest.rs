@@ -48,6 +48,7 @@ use kverbs::{
     client::{Client, Registration},
     debugfs::{Dir, File},
     device::Device,
+    sysfs::{Attribute, KernelDir},
     tcp::Ipv4,
     Show, Store,
 };
@@ -335,11 +336,27 @@ impl Client for Selftest {
     }
 }
 
+/// `/sys/kernel/kverbs_selftest/page`: more text than a sysfs page holds,
+/// which the layer cuts to the most a `show` may return (`PAGE_SIZE - 1`).
+struct Page;
+
+impl Show for Page {
+    fn show(&self, out: &mut dyn Write) -> Result {
+        for _ in 0..80 {
+            out.write_str("0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcde\n")?;
+        }
+        Ok(())
+    }
+}
+
 struct KverbsSelftest {
     // Dropped first: every device leaves the list.
     _reg: Registration<Selftest>,
     // `kverbs_selftest/selftest`; its directory goes with it.
     _selftest: File<Runner>,
+    // `/sys/kernel/kverbs_selftest/page`, then its directory.
+    _page: Attribute<Page>,
+    _sysfs: KernelDir,
 }
 
 impl kernel::Module for KverbsSelftest {
@@ -347,10 +364,14 @@ impl kernel::Module for KverbsSelftest {
         let devices = Arc::pin_init(new_mutex!(KVec::new()), GFP_KERNEL)?;
         let root = Dir::new(c_str!("kverbs_selftest"), module)?;
         let selftest = root.control_file(c_str!("selftest"), Runner::new(devices.clone())?)?;
+        let sysfs = KernelDir::new(c_str!("kverbs_selftest"))?;
+        let page = sysfs.attribute(c_str!("page"), Page)?;
         let reg = Registration::new(c_str!("kverbs_selftest"), Selftest { devices })?;
         Ok(KverbsSelftest {
             _reg: reg,
             _selftest: selftest,
+            _page: page,
+            _sysfs: sysfs,
         })
     }
 }

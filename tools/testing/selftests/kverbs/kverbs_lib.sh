@@ -27,7 +27,7 @@ KV_SYSFS=/sys/kernel/kverbs_example
 KV_KMEMLEAK=/sys/kernel/debug/kmemleak
 
 # What a kernel report looks like in dmesg.
-KV_SPLAT='WARNING:|BUG:|Oops|KASAN|UBSAN|general protection|Call Trace|kernel BUG|lockdep|possible circular locking|possible recursive locking|inconsistent lock state|suspicious RCU usage|sleeping function called from invalid context|ODEBUG:|list_add corruption|list_del corruption|refcount_t:|INFO: task .* blocked|panic|rcu_sched self-detected stall'
+KV_SPLAT='WARNING:|BUG:|Oops|KASAN|UBSAN|general protection|Call Trace|kernel BUG|lockdep|possible circular locking|possible recursive locking|inconsistent lock state|suspicious RCU usage|sleeping function called from invalid context|ODEBUG:|list_add corruption|list_del corruption|refcount_t:|INFO: task .* blocked|panic|rcu_sched self-detected stall|returned bad count'
 
 # KV_ALLOC_WARNINGS_OK=1: a test injecting allocation failures allows
 # the warning the page and vmalloc allocators print for them (warn_alloc:
