@@ -235,4 +235,10 @@ struct workqueue_struct *kverbs_events_wq(void);
 /* flush_workqueue() of that workqueue. */
 void kverbs_flush_events(void);
 
+/* try_module_get() and module_put() of kverbs.ko itself. */
+bool kverbs_layer_get(void);
+void kverbs_layer_put(void);
+/* module_put() of kverbs.ko from its events workqueue. */
+void kverbs_layer_put_deferred(void);
+
 #endif

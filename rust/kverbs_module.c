@@ -18,6 +18,7 @@
  * below.
  */
 
+#include <linux/atomic.h>
 #include <linux/export.h>
 #include <linux/module.h>
 #include <linux/workqueue.h>
@@ -38,6 +39,49 @@ void kverbs_flush_events(void)
 	flush_workqueue(events_wq);
 }
 EXPORT_SYMBOL_GPL(kverbs_flush_events);
+
+/*
+ * A reference to kverbs.ko for each object that installs a callback into
+ * its code (rust/kverbs/layer_ref.rs): an object leaked by a module that
+ * uses the layer then keeps kverbs.ko loaded instead of leaving the core
+ * a pointer into its freed text.  It fails only while kverbs.ko is being
+ * unloaded, when no module that uses it is left to make objects.
+ */
+bool kverbs_layer_get(void)
+{
+	return try_module_get(THIS_MODULE);
+}
+EXPORT_SYMBOL_GPL(kverbs_layer_get);
+
+void kverbs_layer_put(void)
+{
+	module_put(THIS_MODULE);
+}
+EXPORT_SYMBOL_GPL(kverbs_layer_put);
+
+/*
+ * References given back from the events workqueue: by a drop in code that
+ * nothing else keeps kverbs.ko loaded for (the connection manager's
+ * handler), whose return would otherwise run in kverbs.ko's text after its
+ * last reference.  The work is kverbs code too, but the exit's
+ * destroy_workqueue() waits for it.
+ */
+static atomic_t deferred_puts = ATOMIC_INIT(0);
+
+static void deferred_put_work(struct work_struct *work)
+{
+	while (atomic_add_unless(&deferred_puts, -1, 0))
+		module_put(THIS_MODULE);
+}
+
+static DECLARE_WORK(deferred_put, deferred_put_work);
+
+void kverbs_layer_put_deferred(void)
+{
+	atomic_inc(&deferred_puts);
+	queue_work(events_wq, &deferred_put);
+}
+EXPORT_SYMBOL_GPL(kverbs_layer_put_deferred);
 
 static int __init kverbs_init(void)
 {

@@ -24,6 +24,7 @@
 
 use crate::bindings;
 use crate::device::Device;
+use crate::layer_ref::LayerRef;
 use crate::qp::{Cancel, Init, Qp, Rts};
 use crate::tcp::Ipv4;
 use crate::Deadline;
@@ -50,9 +51,12 @@ static NEXT_TOKEN: AtomicU64 = AtomicU64::new(1);
 /// `events` points to the queue the ID's events go to, which lives as long
 /// as the ID: held by its [`CmIdInner`], or, for a connection request not
 /// taken yet, by the queue itself (which destroys the ID when it goes).
+/// The context is freed only after its ID is destroyed: its reference to
+/// kverbs.ko covers every call of the ID's handler, kverbs code.
 struct IdCtx {
     events: *const EventsInner,
     token: u64,
+    _layer: LayerRef,
 }
 
 impl IdCtx {
@@ -61,6 +65,7 @@ impl IdCtx {
             IdCtx {
                 events,
                 token: NEXT_TOKEN.fetch_add(1, Ordering::Relaxed),
+                _layer: LayerRef::new()?,
             },
             GFP_KERNEL,
         )?;
@@ -77,6 +82,19 @@ impl IdCtx {
     unsafe fn free(ctx: NonNull<IdCtx>) {
         // SAFETY: By the caller's guarantee.
         drop(unsafe { KBox::from_raw(ctx.as_ptr()) });
+    }
+
+    /// As [`IdCtx::free`], its reference to kverbs.ko given back from
+    /// kverbs.ko's workqueue: in the handler, which the connection manager
+    /// calls with nothing else keeping kverbs.ko loaded.
+    ///
+    /// # Safety
+    ///
+    /// As for [`IdCtx::free`].
+    unsafe fn free_deferred(ctx: NonNull<IdCtx>) {
+        // SAFETY: By the caller's guarantee.
+        let ctx = KBox::into_inner(unsafe { KBox::from_raw(ctx.as_ptr()) });
+        ctx._layer.put_deferred();
     }
 }
 
@@ -323,8 +341,10 @@ unsafe extern "C" fn handler(
                 // SAFETY: The request's context, owned by the event just
                 // removed (so by nobody else); its ID is destroyed on our
                 // return, with no handler call any more. `ctx` is not used
-                // after this.
-                unsafe { IdCtx::free(c) };
+                // after this. Its reference to kverbs.ko may be the last:
+                // given back where kverbs.ko's exit waits for it, not
+                // before this handler has returned.
+                unsafe { IdCtx::free_deferred(c) };
             }
             return 1;
         }
@@ -341,7 +361,7 @@ unsafe extern "C" fn handler(
         }
         // The new ID came with its listener's context: it gets its own.
         let Ok(c) = IdCtx::new(ctx.events) else {
-            pr_err!("rdma_cm: connection request refused: out of memory\n");
+            pr_err!("rdma_cm: connection request refused: out of memory or kverbs.ko going\n");
             events.requests_left.fetch_add(1, Ordering::AcqRel);
             return 1;
         };

@@ -29,6 +29,7 @@
 
 use crate::bindings;
 use crate::device::Device;
+use crate::layer_ref::LayerRef;
 use crate::qp::Slot;
 use crate::srq::QpTable;
 use crate::ARef;
@@ -142,6 +143,8 @@ pub(crate) struct CqInner {
     /// with it.
     kept: Pin<KBox<Mutex<KVec<Kept>>>>,
     dev: ARef<Device>,
+    /// Given back once the CQ is freed; else leaked with it.
+    _layer: ManuallyDrop<LayerRef>,
 }
 
 // SAFETY: A CQ may be used and freed from any thread.
@@ -166,6 +169,9 @@ impl Cq {
             PollCtx::Softirq => bindings::IB_POLL_SOFTIRQ,
             PollCtx::Workqueue => bindings::IB_POLL_WORKQUEUE,
         };
+        // kverbs.ko's, held while the CQ may call its code (the requests'
+        // `done`, an adaptive CQ's handler): until `ib_free_cq` returned.
+        let layer = LayerRef::new()?;
         // SAFETY: `dev` is live; the context is the pinned wait queue, which
         // outlives the CQ (freed after `ib_free_cq` in `drop`).
         let cq = from_err_ptr(unsafe {
@@ -201,6 +207,7 @@ impl Cq {
                 gen: AtomicU32::new(0),
                 kept,
                 dev: dev.into(),
+                _layer: ManuallyDrop::new(layer),
             },
             GFP_KERNEL,
         )?))
@@ -520,11 +527,15 @@ impl Drop for CqInner {
             // SAFETY: The CQ is freed: nothing names the wait queue any
             // more, and it is not used after this.
             unsafe { ManuallyDrop::drop(&mut self.wq) };
+            // SAFETY: As above: the CQ calls no kverbs code any more; the
+            // reference is not used after this.
+            unsafe { ManuallyDrop::drop(&mut self._layer) };
         } else {
             // A CQ still used by a QP whose destruction failed: its driver
             // may still call its handler with the wait queue, and the core
             // (a softirq CQ) may still complete the kept slots: both are
-            // leaked with it (the helper warned).
+            // leaked with it (the helper warned), and so is the reference
+            // to kverbs.ko, whose code they call.
             for k in core::mem::take(&mut *self.kept.lock()) {
                 leak_kept(k);
             }

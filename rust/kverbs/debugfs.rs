@@ -26,6 +26,7 @@
 //! code and data. A module must drop its files before its exit returns.
 
 use crate::bindings;
+use crate::layer_ref::LayerRef;
 use crate::show::{Show, Store};
 use core::{fmt, ptr};
 use kernel::{
@@ -188,6 +189,8 @@ pub struct File<T> {
     dentry: *mut bindings::dentry,
     entry: KBox<Entry<T>>,
     _dir: Dir,
+    /// Dropped last: the file's operations are kverbs code.
+    _layer: LayerRef,
 }
 
 // SAFETY: The dentry is only used to remove the file, which any thread may
@@ -205,6 +208,7 @@ impl<T> File<T> {
         fops: &'static bindings::file_operations,
         vtable: &'static VTable,
     ) -> Result<Self> {
+        let layer = LayerRef::new()?;
         let entry = KBox::new(
             Entry {
                 header: Header {
@@ -233,6 +237,7 @@ impl<T> File<T> {
             dentry,
             entry,
             _dir: dir.clone(),
+            _layer: layer,
         })
     }
 

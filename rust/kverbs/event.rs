@@ -21,7 +21,9 @@
 //! the runs still finishing, so none is left in kverbs' code once the
 //! module is gone.
 
-use crate::{bindings, device::Device, device::PortNum, irq_lock::IrqLock, ARef};
+use crate::{
+    bindings, device::Device, device::PortNum, irq_lock::IrqLock, layer_ref::LayerRef, ARef,
+};
 use core::{
     ffi::c_void,
     ptr::NonNull,
@@ -324,13 +326,13 @@ impl EventQueue {
     fn push(this: ArcBorrow<'_, Self>, ev: Event) {
         this.ring.push(crate::now_ns(), ev);
         // SAFETY: `kverbs_events_wq` is the workqueue kverbs.ko allocates
-        // in its init (which fails without it) and destroys in its exit,
-        // which comes after the modules that use the layer, the one that
-        // made this queue's object among them, are gone (no object with a
-        // queue outlives the module that made it: leaking one is a bug of
-        // that module, as it would be for its `Registration`): it is valid
-        // for this call, and its destruction runs what is still queued
-        // first.
+        // in its init (which fails without it) and destroys in its exit.
+        // This is called from the handler of an object with a queue (a QP,
+        // an SRQ, a device registration), which holds a reference to
+        // kverbs.ko from before its handler can be called until after it
+        // is removed (`LayerRef`): the exit has not run, and the workqueue
+        // is valid for this call; its destruction runs what is still
+        // queued first.
         let wq = unsafe { workqueue::Queue::from_raw(bindings::kverbs_events_wq().cast()) };
         // A reference for the work item; given back (and not the last one:
         // the object holds its own) if it is queued already, in which case
@@ -434,6 +436,8 @@ struct Registration {
     handler: Opaque<bindings::ib_event_handler>,
     queue: NonNull<EventQueue>,
     dev: ARef<Device>,
+    /// Dropped last: the handler, kverbs code, is unregistered by then.
+    _layer: LayerRef,
 }
 
 /// The device events of one device, given to an [`EventSink`] while this
@@ -455,6 +459,7 @@ impl DeviceEvents {
     pub fn register(dev: &Device, sink: Arc<dyn EventSink>) -> Result<Self> {
         let dev: ARef<Device> = dev.into();
         let raw = dev.as_raw();
+        let layer = LayerRef::new()?;
         let queue = EventQueue::new_raw(sink)?;
         let reg = KBox::pin_init(
             pin_init!(Registration {
@@ -466,6 +471,7 @@ impl DeviceEvents {
                 }),
                 queue,
                 dev,
+                _layer: layer,
             }),
             GFP_KERNEL,
         );

@@ -74,6 +74,7 @@ pub mod device;
 pub mod dma;
 pub mod event;
 mod irq_lock;
+mod layer_ref;
 pub mod mcast;
 pub mod mr;
 pub mod pd;

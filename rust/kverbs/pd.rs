@@ -6,6 +6,7 @@
 
 use crate::bindings;
 use crate::device::Device;
+use crate::layer_ref::LayerRef;
 use crate::ARef;
 use core::ptr::NonNull;
 use kernel::{c_str, error::from_err_ptr, prelude::*, sync::Arc};
@@ -24,6 +25,9 @@ pub struct Pd(Arc<PdInner>);
 pub(crate) struct PdInner {
     pd: NonNull<bindings::ib_pd>,
     dev: ARef<Device>,
+    /// Dropped last: the PD's resource name, which its MRs and SRQs copy
+    /// and `rdma resource show` reads, is a string of kverbs.ko's.
+    _layer: LayerRef,
 }
 
 // SAFETY: A PD may be used and freed from any thread.
@@ -34,8 +38,9 @@ unsafe impl Sync for PdInner {}
 impl Pd {
     /// Allocates a protection domain on `dev`.
     pub fn new(dev: &Device) -> Result<Self> {
+        let layer = LayerRef::new()?;
         // SAFETY: `dev` is live; flags 0 asks for no global rkey; the caller
-        // name is a static string.
+        // name is a static string of kverbs.ko, which `layer` keeps loaded.
         let pd = from_err_ptr(unsafe {
             bindings::__ib_alloc_pd(dev.as_raw(), 0, c_str!("kverbs").as_char_ptr())
         })?;
@@ -46,6 +51,7 @@ impl Pd {
             PdInner {
                 pd,
                 dev: dev.into(),
+                _layer: layer,
             },
             GFP_KERNEL,
         )?))

@@ -100,6 +100,7 @@ use crate::cm::CmIdRef;
 use crate::cq::Cq;
 use crate::device::{Device, Gid, PortNum};
 use crate::event::EventQueue;
+use crate::layer_ref::LayerRef;
 use crate::pd::Pd;
 use crate::srq::Srq;
 use crate::stream;
@@ -152,6 +153,8 @@ struct QpInner {
     send_cq: CqRoom,
     recv_cq: CqRoom,
     pd: Pd,
+    /// Dropped last, once the QP is destroyed and its queue given back.
+    _layer: LayerRef,
 }
 
 /// A queue pair of transport `T` ([`Rc`] or [`Ud`]) in state `S`.

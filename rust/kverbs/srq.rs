@@ -18,6 +18,7 @@ use crate::{
     dma::DmaBuf,
     event::{EventQueue, EventSink},
     irq_lock::IrqLock,
+    layer_ref::LayerRef,
     pd::Pd,
     qp::{self, Cancel, Slot, SlotRes, SLOT_FREE},
     wc::Wc,
@@ -84,6 +85,8 @@ pub(crate) struct SrqInner {
     max_sge: u32,
     cq: Cq,
     pd: Pd,
+    /// Dropped last, once the SRQ is destroyed and its queue given back.
+    _layer: LayerRef,
 }
 
 /// A shared receive queue; clones are handles to the same SRQ, which is
@@ -154,6 +157,17 @@ impl Srq {
         };
         init.attr.max_wr = max_wr;
         init.attr.max_sge = max_sge.max(1);
+        // kverbs.ko's, held while the SRQ may call its code (the receives'
+        // `done`, the event handler): until `SrqInner` has destroyed it (on
+        // failure it is given back first, while the module calling this
+        // keeps kverbs.ko loaded anyway).
+        let layer = match LayerRef::new() {
+            Ok(l) => l,
+            Err(e) => {
+                give_back();
+                return Err(e);
+            }
+        };
         let events = match events.map(EventQueue::new_raw) {
             Some(Ok(q)) => {
                 init.event_handler = Some(crate::event::object_event);
@@ -198,6 +212,7 @@ impl Srq {
                 max_sge: max_sge_got,
                 cq: cq.clone(),
                 pd: pd.clone(),
+                _layer: layer,
             }),
             GFP_KERNEL,
         );

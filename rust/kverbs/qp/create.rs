@@ -10,6 +10,7 @@ use crate::cm::CmId;
 use crate::cq::Cq;
 use crate::device::{Device, PortNum};
 use crate::event::{EventQueue, EventSink};
+use crate::layer_ref::LayerRef;
 use crate::pd::Pd;
 use crate::srq::Srq;
 use core::{marker::PhantomData, ptr::NonNull};
@@ -173,6 +174,12 @@ impl<T: Transport> Qp<Reset, T> {
             init.srq = srq.as_raw();
         }
         init.cap.max_inline_data = caps.max_inline_data;
+        // kverbs.ko's, held from before the QP names its callbacks (the
+        // requests' `done`, the event handler) until after it is destroyed
+        // by `QpInner`. On failure it is given back before the QP is
+        // destroyed here, while the module calling this keeps kverbs.ko
+        // loaded anyway.
+        let layer = LayerRef::new()?;
         // The sink's queue is the QP's context: given back only after the
         // QP is destroyed (here on failure, else by `QpInner`).
         let events = match events {
@@ -256,6 +263,7 @@ impl<T: Transport> Qp<Reset, T> {
                 send_cq: send_room,
                 recv_cq: recv_room,
                 pd: pd.clone(),
+                _layer: layer,
             }),
             GFP_KERNEL,
         )?;

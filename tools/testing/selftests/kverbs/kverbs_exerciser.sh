@@ -45,11 +45,16 @@ report_field() {
 
 # exercise "SEED STEPS [THREADS]" MIN_CALLS: one run; it passes if the write
 # succeeds, on two devices, with at least MIN_CALLS calls, some accepted and
-# some refused (else the run proved little), and no violation.
+# some refused (else the run proved little), and no violation; and if every
+# object the run made gave back its reference to kverbs.ko (its refcount
+# after the run as before: rust/kverbs/layer_ref.rs).
 exercise() {
-	local calls ok
+	local calls ok refs
 	kv_msg "run: $1"
+	refs=$(cat /sys/module/kverbs/refcnt)
 	printf '%s' "$1" >"$RUN" || { kv_msg "the run of '$1' failed"; return 1; }
+	[ "$(cat /sys/module/kverbs/refcnt)" = "$refs" ] ||
+		{ kv_msg "kverbs.ko's refcount: $refs before the run, $(cat /sys/module/kverbs/refcnt) after"; return 1; }
 	kv_diag <"$RUN"
 	grep -q "^seed .* devices 2$" "$RUN" || { kv_msg "not run on two devices"; return 1; }
 	calls=$(report_field calls) ok=$(report_field ok)

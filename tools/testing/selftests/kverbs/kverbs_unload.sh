@@ -109,6 +109,37 @@ rmmod_under_readers() {
 	return $r
 }
 
+# Each object that installs a callback into kverbs.ko's code (a QP's
+# requests and events, a CQ's handler, a debugfs file's operations, ...)
+# holds a reference to kverbs.ko (rust/kverbs/layer_ref.rs), so that one a
+# module leaks keeps the layer loaded instead of leaving the core pointers
+# into its freed text: while a run holds its CQs and QPs the layer's
+# refcount is above what the loaded modules and their files hold, and back
+# to it once the run ended (interrupted by a signal).
+refcnt_at_least() {
+	[ "$(cat /sys/module/kverbs/refcnt)" -ge "$1" ]
+}
+layer_pinned_by_live_objects() {
+	local base during after pid r=0 bench=$KV_DEBUGFS/rxe_lo/bench
+	kv_loaded || kv_load || return 1
+	base=$(cat /sys/module/kverbs/refcnt) || return 1
+	(printf 'test=write_bw,size=65536,iters=131072,timeout_ms=20000' >"$bench") 2>/tmp/pin.err &
+	pid=$!
+	kv_wait grep -q "^status: running" "$bench" || { kv_msg "the run did not start"; r=1; }
+	# Until its QPs exist (the run is set running before it makes them).
+	kv_wait refcnt_at_least $((base + 2))
+	during=$(cat /sys/module/kverbs/refcnt)
+	kill "$pid"
+	wait "$pid" && { kv_msg "the run was not interrupted"; r=1; }
+	kv_msg "run: $(cat /tmp/pin.err)"
+	after=$(cat /sys/module/kverbs/refcnt)
+	kv_msg "kverbs.ko's refcount: $base with the modules loaded, $during during a run, $after after"
+	[ "$during" -ge $((base + 2)) ] || { kv_msg "the run's objects hold no reference to kverbs.ko"; r=1; }
+	[ "$after" = "$base" ] || { kv_msg "references left after the run"; r=1; }
+	kv_unload || r=1
+	return $r
+}
+
 rmmod_with_devices_present() {
 	kv_load || return 1
 	[ -d "$KV_DEBUGFS/rxe_lo" ] || return 1
@@ -117,11 +148,12 @@ rmmod_with_devices_present() {
 	[ ! -e "$KV_DEBUGFS" ]
 }
 
-kv_begin 7
+kv_begin 8
 kv_case setup_rxe_lo_rxe_dummy_and_load setup
 kv_case rmmod_refused_while_info_open_then_succeeds rmmod_refused_while_info_open
 kv_case read_of_removed_device_info_fails_with_eio read_after_device_removed_fails
 kv_case rdma_link_del_under_concurrent_readers link_del_under_readers
 kv_case rmmod_under_concurrent_readers rmmod_under_readers
+kv_case layer_pinned_by_each_live_object_until_dropped layer_pinned_by_live_objects
 kv_case rmmod_with_devices_present rmmod_with_devices_present
 kv_end
