@@ -124,12 +124,14 @@ break_append() {
 	echo kverbs.break=init
 }
 
-# even_priority: every guest's QEMU, each of its threads, at nice 0.
+# even_priority: every guest's QEMU, each of its threads, at this
+# script's own niceness (0, or the harness's 10 when it runs make check).
 even_priority() {
-	local p t
+	local p t base
+	base=$(nice)
 	for p in $(pgrep -f "serial pipe:$work/ctl-"); do
 		for t in /proc/"$p"/task/*; do
-			renice -n 0 -p "${t##*/}" >/dev/null 2>&1
+			renice -n "$base" -p "${t##*/}" >/dev/null 2>&1
 		done
 	done
 	return 0
@@ -163,7 +165,8 @@ serve() {
 # at the host's normal priority, and the others run at nice 19: they take
 # the CPU the first leaves (at nice 10, removals bound to 5 s took 5.3 and
 # 5.4 s in the first; measured on 2026-11-26), until the first asks for a
-# program of the queue: then every guest runs at nice 0.  The other
+# program of the queue: then every guest runs at the niceness of this
+# script (0 under make check).  The other
 # programs are a queue the guests take
 # from as they become free, the first once its own are done: the guests
 # end together however the host shares its CPUs among them (a plan made
