@@ -403,7 +403,8 @@ plan_ok() {
 	[ "$kind" = "$([ $want_peer = 1 ] && echo peer || echo solo)" ] || { msg "peer or not: wrong"; return 1; }
 	for p in "$@"; do
 		case $p in
-		kverbs_apm.sh | kverbs_soundness.sh | kverbs_hardening.sh | kverbs_two_hosts.sh | kverbs_bench.sh) ;;
+		kverbs_apm.sh | kverbs_soundness.sh | kverbs_hardening.sh | kverbs_two_hosts.sh | kverbs_bench.sh | \
+			kverbs_mcast.sh) ;;
 		kverbs_srq_manual.sh) [ $want_peer = 1 ] || continue ;;
 		*) continue ;;
 		esac
@@ -414,8 +415,8 @@ plan_ok() {
 	for p in ${queue#queue}; do
 		t=$(awk -v p="$p" '$1 == p { print $2 }' "$top/tools/vm/program-times")
 		case $p in
-		kverbs_rc.sh | kverbs_rc_tcp.sh | kverbs_rping.sh | kverbs_mcast.sh | kverbs_srq.sh | \
-			kverbs_matrix.sh | kverbs_exerciser.sh) data=1 ;;
+		kverbs_rc.sh | kverbs_rc_tcp.sh | kverbs_rping.sh | kverbs_srq.sh | kverbs_matrix.sh | \
+			kverbs_exerciser.sh) data=1 ;;
 		*) data=0 ;;
 		esac
 		if [ -n "$prev" ]; then
