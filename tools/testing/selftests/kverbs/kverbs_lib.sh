@@ -172,6 +172,21 @@ kv_wait() {
 	return 1
 }
 
+# kv_used_by MODULE...: lsmod's "Used by" of kverbs.ko (busybox: name,
+# size, count, users) names exactly the MODULEs, and its count is at least
+# theirs: besides the modules that use its symbols, each live object that
+# leaves the RDMA core a pointer into kverbs.ko holds a reference
+# (rust/kverbs/layer_ref.rs), a debugfs file of the example among them.
+kv_used_by() {
+	local used users want
+	used=$(lsmod | awk '$1 == "kverbs" { print $3, $4 }')
+	kv_msg "lsmod: kverbs used by $used"
+	users=$(printf '%s\n' "${used#* }" | tr , '\n' | sed '/^$/d' | sort | tr '\n' ' ')
+	want=$(printf '%s\n' "$@" | sort | tr '\n' ' ')
+	[ "$users" = "$want" ] || { kv_msg "want the users $want"; return 1; }
+	[ "${used%% *}" -ge $# ] || { kv_msg "want a count of at least $#"; return 1; }
+}
+
 kv_cleanup() {
 	! kv_minimal_loaded || rmmod "$KV_MINIMAL"
 	! kv_mod_loaded kverbs_ulp || rmmod kverbs_ulp

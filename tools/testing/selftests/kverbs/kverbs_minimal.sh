@@ -51,16 +51,11 @@ loads_and_writes_on_rxe_lo() {
 # /sys/module/kverbs/holders and lsmod's "Used by" (busybox: name, size,
 # count, users) name both modules.
 used_by_minimal_and_example() {
-	local holders used
+	local holders
 	kv_load || { kv_msg "insmod of the example failed"; return 1; }
 	holders=$(kverbs_holders)
 	[ "$holders" = "kverbs_example kverbs_minimal " ] || { kv_msg "holders: '$holders'"; return 1; }
-	used=$(lsmod | awk '$1 == "kverbs" { print $3, $4 }')
-	kv_msg "lsmod: kverbs used by $used"
-	case "$used" in
-	"2 kverbs_example,kverbs_minimal"* | "2 kverbs_minimal,kverbs_example"*) ;;
-	*) kv_msg "want 2 kverbs_example,kverbs_minimal"; return 1 ;;
-	esac
+	kv_used_by kverbs_example kverbs_minimal
 }
 
 device_added_after_load() {

@@ -64,15 +64,10 @@ selftest_load_unload() {
 # /sys/module/kverbs/holders name the self-test module beside the example;
 # unloading the layer takes the self-test first.
 used_by_selftest() {
-	local used r=0
+	local r=0
 	kv_load || { kv_msg "insmod of the example failed"; return 1; }
 	kv_load_selftest || { kv_msg "insmod of the self-test failed"; return 1; }
-	used=$(lsmod | awk '$1 == "kverbs" { print $3, $4 }')
-	kv_msg "lsmod: kverbs used by $used"
-	case "$used" in
-	"2 kverbs_example,kverbs_selftest"* | "2 kverbs_selftest,kverbs_example"*) ;;
-	*) kv_msg "want 2 kverbs_example,kverbs_selftest"; r=1 ;;
-	esac
+	kv_used_by kverbs_example kverbs_selftest || r=1
 	[ -e /sys/module/kverbs/holders/kverbs_selftest ] || { kv_msg "not a holder of kverbs"; r=1; }
 	kv_unload || { kv_msg "unloading failed"; return 1; }
 	! kv_selftest_loaded || { kv_msg "the self-test is still loaded"; return 1; }
@@ -84,17 +79,11 @@ used_by_selftest() {
 # names each of them, rmmod of the layer is refused while they hold it, and
 # it goes once they have.
 used_by_all_three() {
-	local used users r=0
+	local r=0
 	kv_load || { kv_msg "insmod of the example failed"; return 1; }
 	kv_load_selftest || { kv_msg "insmod of the self-test failed"; return 1; }
 	insmod "$KV_MODDIR/$KV_MINIMAL.ko" || { kv_msg "insmod of the minimal module failed"; return 1; }
-	used=$(lsmod | awk '$1 == "kverbs" { print $3, $4 }')
-	kv_msg "lsmod: kverbs used by $used"
-	users=$(printf '%s\n' "${used#* }" | tr , '\n' | sort | tr '\n' ' ')
-	if [ "${used%% *}" != 3 ] || [ "$users" != "kverbs_example kverbs_minimal kverbs_selftest " ]; then
-		kv_msg "want 3 users: kverbs_example, kverbs_minimal, kverbs_selftest"
-		r=1
-	fi
+	kv_used_by kverbs_example kverbs_minimal kverbs_selftest || r=1
 	if rmmod "$KV_LAYER" 2>/dev/null; then
 		kv_msg "rmmod $KV_LAYER succeeded while three modules use it"
 		return 1

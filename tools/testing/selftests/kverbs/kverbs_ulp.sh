@@ -74,15 +74,10 @@ loads_on_kverbs() {
 # /sys/module/kverbs/holders and lsmod's "Used by" (busybox: name, size,
 # count, users) name the module.
 lsmod_used_by_ulp() {
-	local holders used
+	local holders
 	holders=$(kverbs_holders)
 	[ "$holders" = "$ULP " ] || { kv_msg "holders: '$holders'"; return 1; }
-	used=$(lsmod | awk '$1 == "kverbs" { print $3, $4 }')
-	kv_msg "lsmod: kverbs used by $used"
-	case "$used" in
-	"1 $ULP"*) ;;
-	*) kv_msg "want 1 $ULP"; return 1 ;;
-	esac
+	kv_used_by "$ULP"
 }
 
 send_recv_on_rxe_lo() {
