@@ -41,10 +41,10 @@ void kverbs_flush_events(void)
 EXPORT_SYMBOL_GPL(kverbs_flush_events);
 
 /*
- * A reference to kverbs.ko for each object that installs a callback into
- * its code (rust/kverbs/layer_ref.rs): an object leaked by a module that
- * uses the layer then keeps kverbs.ko loaded instead of leaving the core
- * a pointer into its freed text.  It fails only while kverbs.ko is being
+ * A reference to kverbs.ko for each object that leaves the RDMA core a
+ * pointer into its code or data (rust/kverbs/layer_ref.rs): an object
+ * leaked by a module that uses the layer then keeps kverbs.ko loaded
+ * instead of leaving the core a pointer into its freed memory.  It fails only while kverbs.ko is being
  * unloaded, when no module that uses it is left to make objects.
  */
 bool kverbs_layer_get(void)

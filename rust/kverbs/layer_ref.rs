@@ -54,9 +54,7 @@ impl LayerRef {
             Err(ENODEV)
         }
     }
-}
 
-impl LayerRef {
     /// Gives the reference back from kverbs.ko's event workqueue, whose
     /// destruction in kverbs.ko's exit waits for it: for a drop in code
     /// that no user of the layer and no run of that workqueue called.

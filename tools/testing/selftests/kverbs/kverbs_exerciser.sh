@@ -51,10 +51,10 @@ report_field() {
 exercise() {
 	local calls ok refs
 	kv_msg "run: $1"
-	refs=$(cat /sys/module/kverbs/refcnt)
+	refs=$(kv_layer_refs)
 	printf '%s' "$1" >"$RUN" || { kv_msg "the run of '$1' failed"; return 1; }
-	[ "$(cat /sys/module/kverbs/refcnt)" = "$refs" ] ||
-		{ kv_msg "kverbs.ko's refcount: $refs before the run, $(cat /sys/module/kverbs/refcnt) after"; return 1; }
+	[ "$(kv_layer_refs)" = "$refs" ] ||
+		{ kv_msg "kverbs.ko's refcount: $refs before the run, $(kv_layer_refs) after"; return 1; }
 	kv_diag <"$RUN"
 	grep -q "^seed .* devices 2$" "$RUN" || { kv_msg "not run on two devices"; return 1; }
 	calls=$(report_field calls) ok=$(report_field ok)

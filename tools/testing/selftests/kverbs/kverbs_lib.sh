@@ -172,6 +172,12 @@ kv_wait() {
 	return 1
 }
 
+# kv_layer_refs: kverbs.ko's reference count (its users' and its live
+# objects': rust/kverbs/layer_ref.rs).
+kv_layer_refs() {
+	cat /sys/module/kverbs/refcnt
+}
+
 # kv_used_by MODULE...: lsmod's "Used by" of kverbs.ko (busybox: name,
 # size, count, users) names exactly the MODULEs, and its count is at least
 # theirs: besides the modules that use its symbols, each live object that

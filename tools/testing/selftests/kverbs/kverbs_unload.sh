@@ -117,22 +117,22 @@ rmmod_under_readers() {
 # refcount is above what the loaded modules and their files hold, and back
 # to it once the run ended (interrupted by a signal).
 refcnt_at_least() {
-	[ "$(cat /sys/module/kverbs/refcnt)" -ge "$1" ]
+	[ "$(kv_layer_refs)" -ge "$1" ]
 }
 layer_pinned_by_live_objects() {
 	local base during after pid r=0 bench=$KV_DEBUGFS/rxe_lo/bench
 	kv_loaded || kv_load || return 1
-	base=$(cat /sys/module/kverbs/refcnt) || return 1
+	base=$(kv_layer_refs) || return 1
 	(printf 'test=write_bw,size=65536,iters=131072,timeout_ms=20000' >"$bench") 2>/tmp/pin.err &
 	pid=$!
 	kv_wait grep -q "^status: running" "$bench" || { kv_msg "the run did not start"; r=1; }
 	# Until its QPs exist (the run is set running before it makes them).
 	kv_wait refcnt_at_least $((base + 2))
-	during=$(cat /sys/module/kverbs/refcnt)
+	during=$(kv_layer_refs)
 	kill "$pid"
 	wait "$pid" && { kv_msg "the run was not interrupted"; r=1; }
 	kv_msg "run: $(cat /tmp/pin.err)"
-	after=$(cat /sys/module/kverbs/refcnt)
+	after=$(kv_layer_refs)
 	kv_msg "kverbs.ko's refcount: $base with the modules loaded, $during during a run, $after after"
 	[ "$during" -ge $((base + 2)) ] || { kv_msg "the run's objects hold no reference to kverbs.ko"; r=1; }
 	[ "$after" = "$base" ] || { kv_msg "references left after the run"; r=1; }
