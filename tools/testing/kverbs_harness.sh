@@ -500,6 +500,27 @@ guests_merge_dead_guest_counted() {
 	echo "$out" | tail -n 1 | grep -qE '^[0-9]+ passed, [1-9][0-9]* failed' || return 1
 }
 
+# No guest got to its tests (each died at boot): the merge still writes a
+# log in which every program is counted as failed, each guest named.
+guests_merge_no_guest_booted() {
+	local out status
+	echo "[    0.000000] Linux version 6.12, then the guest died" >"$tmp/d1.log"
+	: >"$tmp/d2.log"
+	out=$("$top/tools/vm/ktap-merge.sh" "$tmp/dead.log" "a.sh b.sh" "$tmp/d1.log:no program" "$tmp/d2.log:no program")
+	status=$?
+	echo "$out" | diag
+	[ "$status" = 0 ] || { msg "the merge failed (status $status)"; return 1; }
+	for g in 1 2; do
+		echo "$out" | grep -qxF "kverbs: guest $g (no program): the VM printed no test plan: it died before the tests started (console log: $tmp/d$g.log)" ||
+			{ msg "guest $g not named"; return 1; }
+	done
+	out=$("$top/tools/vm/ktap-totals.sh" "$tmp/dead.log" 2)
+	status=$?
+	echo "$out" | diag
+	[ "$status" = 1 ] || { msg "status $status"; return 1; }
+	echo "$out" | tail -n 1 | grep -qxE '0 passed, [2-9][0-9]* failed' || { msg "not every program failed"; return 1; }
+}
+
 # vm_guests BREAK LAST WANT... [-- VAR=VALUE...]: make check of two
 # programs on two guests (KVERBS_GUESTS=2) with KVERBS_BREAK=BREAK fails,
 # its totals line matches LAST (an extended regular expression) and it
@@ -639,7 +660,7 @@ compile_fail_unlisted() {
 
 echo "TAP version 13"
 mapfile -t examples < <(extract_compile_fail)
-nplan=$((${#TOTALS_FIXTURES[@]} + 1 + 8 + 4 + 3 + 1 + ${#COMPILE_FAIL_EXAMPLES[@]} + (vm ? 5 : 0)))
+nplan=$((${#TOTALS_FIXTURES[@]} + 1 + 8 + 4 + 4 + 1 + ${#COMPILE_FAIL_EXAMPLES[@]} + (vm ? 5 : 0)))
 echo "1..$nplan"
 for name in "${TOTALS_FIXTURES[@]}"; do
 	t "totals_$name" totals_listed_case "$name"
@@ -660,6 +681,7 @@ t bench_report_counts_runs_without_result bench_report_counts_runs_without_resul
 t guests_plan_shares_programs_peer_on_one guests_plan_shares_programs_peer_on_one
 t guests_merge_split_run_same_totals guests_merge_split_run_same_totals
 t guests_merge_dead_guest_counted guests_merge_dead_guest_counted
+t guests_merge_no_guest_booted guests_merge_no_guest_booted
 t compile_fail_control_builds compile_fail_control_builds
 declare -A used
 for want in "${COMPILE_FAIL_EXAMPLES[@]}"; do
