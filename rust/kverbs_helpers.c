@@ -266,9 +266,13 @@ void kverbs_cond_resched(void)
  *
  * Take IRQ_POLL_F_SCHED first, so that no new poll starts; wait for an RCU
  * grace period, which a handler still in its tail (softirq context, a
- * read-side critical section) ends before; and give the bit back for
- * ib_free_cq(). Called when the CQ has no QP any more, so nothing schedules
- * a poll in between.
+ * read-side critical section: synchronize_rcu() waits for softirq handlers)
+ * ends before; and give the bit back for ib_free_cq(), whose own
+ * irq_poll_disable() would otherwise wait for ever. Nothing schedules a poll
+ * in between if the CQ has no QP any more: completions, and the driver's
+ * calls of the CQ's comp_handler (ib_cq_completion_softirq(), which is
+ * irq_poll_sched()), come from its QPs. A QP whose destruction failed still
+ * counts in cq->usecnt; kverbs_free_cq() then does not free the CQ at all.
  */
 void kverbs_cq_quiesce_softirq(struct ib_cq *cq)
 {
@@ -447,6 +451,14 @@ int kverbs_cm_resolve_addr_v4(struct rdma_cm_id *id, __be32 addr, u16 port,
 	return rdma_resolve_addr(id, NULL, (struct sockaddr *)&sin, timeout_ms);
 }
 
+/*
+ * On x86-64 mul_u64_u64_div_u64() is arch/x86/include/asm/div64.h's inline
+ * "mulq; divq", which raises a divide error (#DE, an oops) when @c is 0 or
+ * the quotient does not fit in 64 bits, i.e. when the high half of a * b is
+ * not below @c. (The generic lib/math/div64.c version also divides by zero
+ * for @c == 0, and returns U64_MAX on overflow.) The caller, mul_div() in
+ * rust/kverbs/kverbs.rs, rules out both before it calls this.
+ */
 u64 kverbs_mul_div(u64 a, u64 b, u64 c)
 {
 	return mul_u64_u64_div_u64(a, b, c);

@@ -212,9 +212,14 @@ impl<T: Client> Registration<T> {
 
 impl<T: Client> Drop for Registration<T> {
     fn drop(&mut self) {
-        // SAFETY: By the type invariant the client is registered. This
-        // calls `remove` for every device it was added to and returns when
-        // no callback runs any more.
+        // SAFETY: By the type invariant the client is registered.
+        // `ib_unregister_client` clears the client's registration mark (no
+        // new `add` after it), calls `remove` for each device it holds a
+        // context on, and then waits for `client->uses_zero`: every `add`
+        // in progress and every context's removal, including those a
+        // device's unregistration makes on another task, hold `uses`. So
+        // when it returns no callback of the client runs or is to come,
+        // and `inner` and the slot may go.
         unsafe { bindings::ib_unregister_client(self.inner.client.get()) };
         T::slot().0.store(ptr::null_mut(), Ordering::Release);
         // The objects dropped in `remove` (or before) are gone, but a sink

@@ -13,10 +13,17 @@
 //! that is still open fail with `-EIO`.
 //!
 //! The file operations are those of this crate, owned by the module it is
-//! built into (`.owner = THIS_MODULE`), but what a file shows and takes is
-//! the data and code of the module that created it, named when its root
-//! directory is ([`Dir::new`]): an open file holds a reference to that
-//! module too, taken in `open` and dropped in `release`, so its `rmmod` is
+//! built into, kverbs.ko (`.owner = THIS_MODULE`). What pins that module
+//! while a file is open is the proxy: `debugfs_create_file` gives the inode
+//! `debugfs_full_proxy_file_operations` (owner-less, built in) and keeps
+//! ours as the real ones; `full_proxy_open` takes `fops_get` of them, a
+//! reference to kverbs.ko (`-ENXIO` if it is going), before it calls our
+//! `open`, and `full_proxy_release` drops it (`fops_put`) after our
+//! `release` has returned. While the [`File`] exists its `LayerRef` holds
+//! kverbs.ko too. But what a file shows and takes is the data and code of
+//! the module that created it, named when its root directory is
+//! ([`Dir::new`]): an open file holds a reference to that module too, taken
+//! in our `open` and dropped at the end of our `release`, so its `rmmod` is
 //! refused ("in use", `-EAGAIN`) until the file is closed. An open while
 //! that module is still in its `init` or already going fails with `ENXIO`.
 //!

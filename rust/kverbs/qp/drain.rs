@@ -67,8 +67,9 @@ impl QpInner {
     ///
     /// The drivers' own drain functions (mlx4, mlx5: the only ones in 6.12)
     /// are for a device in internal error, whose hardware completes nothing:
-    /// they complete their markers themselves. They are used only there, as
-    /// a fallback: when a marker of ours is refused with `EIO` (what their
+    /// their CQ poll completes the markers in software, and they wait for
+    /// them without a time bound. They are used only there, as a fallback:
+    /// when a marker of ours is refused with `EIO` (what their
     /// `post_send`/`post_recv` say in internal error, and only then), on an
     /// RC QP. Never on a UD QP: their send marker is an `ib_rdma_wr`, which
     /// their `post_send` reads as an `ib_ud_wr` on a UD QP (`ud_wr(wr)->ah`:
@@ -175,10 +176,14 @@ impl QpInner {
         // functions (mlx4, mlx5) do so only in internal error
         // (`mlx5_ib_post_send`, `_mlx4_ib_post_send` and their receive
         // twins), where their drain ignores the result of its modify to ERR
-        // and its marker post is allowed and cannot find the queue full
-        // (the QP has room for one request more than the bookkeeping gives
-        // out): so it waits for its marker, which it completes itself, and
-        // processes a direct CQ only while this task holds it.
+        // and its marker post (`drain` set) is allowed and cannot find the
+        // queue full (the QP has room for one request more than the
+        // bookkeeping gives out). Its `handle_drain_completion` then waits,
+        // with no time bound, for that marker, whose completion the
+        // driver's poll makes in software in internal error
+        // (`mlx5_ib_poll_sw_comp`, `mlx4_ib_poll_sw_comp`): on a direct CQ
+        // its own `ib_process_cq_direct` loop, which runs only while this
+        // task holds the CQ; otherwise the CQ's handler, which it calls.
         unsafe {
             match queue {
                 Queue::Send => bindings::ib_drain_sq(self.qp.as_ptr()),
