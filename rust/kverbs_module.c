@@ -10,7 +10,10 @@
  * nothing else waits for it.  destroy_workqueue() in the exit drains the
  * queue, so no kverbs code runs from it once kverbs.ko is gone; a client's
  * Registration flushes it when dropped (kverbs_flush_events()), so that no
- * delivery to a sink of a module that uses the layer outlives its exit.
+ * delivery for an object dropped before it (in remove() or earlier)
+ * outlives the exit of the module that uses the layer.  An object that
+ * module never drops (leaked, or dropped only after) still calls its sink,
+ * that module's code: see rust/kverbs/layer_ref.rs.
  *
  * Not in kverbs_helpers.c: the symbols of that file are all exported (see
  * kverbs_exports.c), and module_init() and module_exit() define the global
@@ -44,8 +47,10 @@ EXPORT_SYMBOL_GPL(kverbs_flush_events);
  * A reference to kverbs.ko for each object that leaves the RDMA core a
  * pointer into its code or data (rust/kverbs/layer_ref.rs): an object
  * leaked by a module that uses the layer then keeps kverbs.ko loaded
- * instead of leaving the core a pointer into its freed memory.  It fails only while kverbs.ko is being
- * unloaded, when no module that uses it is left to make objects.
+ * instead of leaving the core a pointer into its freed memory (and so does
+ * a QP or SRQ whose destruction failed: it is leaked with its reference).
+ * It fails only while kverbs.ko is being unloaded,
+ * when no module that uses it is left to make objects.
  */
 bool kverbs_layer_get(void)
 {

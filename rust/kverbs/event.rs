@@ -326,13 +326,15 @@ impl EventQueue {
     fn push(this: ArcBorrow<'_, Self>, ev: Event) {
         this.ring.push(crate::now_ns(), ev);
         // SAFETY: `kverbs_events_wq` is the workqueue kverbs.ko allocates
-        // in its init (which fails without it) and destroys in its exit.
+        // in its init (which fails without it) and destroys in its exit
+        // (`destroy_workqueue`, which drains what is still queued first).
         // This is called from the handler of an object with a queue (a QP,
-        // an SRQ, a device registration), which holds a reference to
-        // kverbs.ko from before its handler can be called until after it
-        // is removed (`LayerRef`): the exit has not run, and the workqueue
-        // is valid for this call; its destruction runs what is still
-        // queued first.
+        // an SRQ, a device registration), which holds a `LayerRef` to
+        // kverbs.ko from before its handler is installed until after its
+        // drop has destroyed it (`ib_destroy_qp`, `ib_destroy_srq_user`,
+        // `ib_unregister_event_handler`), and for ever if that failed (the
+        // object is then leaked with its reference): so the exit has not
+        // run and the workqueue is valid for this call.
         let wq = unsafe { workqueue::Queue::from_raw(bindings::kverbs_events_wq().cast()) };
         // A reference for the work item; given back (and not the last one:
         // the object holds its own) if it is queued already, in which case
@@ -410,9 +412,12 @@ pub fn wait_for_deliveries() {
 /// event about the object and the object's context as `ctx`.
 pub(crate) unsafe extern "C" fn object_event(ev: *mut bindings::ib_event, ctx: *mut c_void) {
     // SAFETY: `ctx` is the queue of the QP or SRQ the event is about, whose
-    // reference the object holds until after it is destroyed (see `Qp`'s
-    // and `Srq`'s invariants); the core passes a valid event whose QP is
-    // live.
+    // reference the object holds until its drop has destroyed it (see
+    // `Qp`'s and `Srq`'s invariants), and for ever if that failed; a
+    // successful destruction returns only once the driver calls no handler
+    // of the object any more (mlx5's waits for its queued event works:
+    // `destroy_resource_common`). The core (`__ib_qp_event_handler`) passes
+    // a valid event whose QP is live.
     let (q, ev) = unsafe {
         (
             ArcBorrow::from_raw(ctx.cast::<EventQueue>()),

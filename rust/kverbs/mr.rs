@@ -22,7 +22,7 @@ use crate::bindings;
 use crate::dma::{self, DmaBuf};
 use crate::pd::Pd;
 use crate::qp::{Access, Cancel, Qp, RemoteBuf, Rts};
-use core::ptr::NonNull;
+use core::{mem::ManuallyDrop, ptr::NonNull};
 use kernel::{error::from_err_ptr, new_mutex, page::PAGE_SIZE, prelude::*, sync::Arc, sync::Mutex};
 
 /// What a memory region is registered on.
@@ -38,11 +38,12 @@ struct MrState {
 ///
 /// `mr` was allocated by `ib_alloc_mr` in `pd` and is not yet deregistered,
 /// with room for `max_len` bytes in pages of `page_size`; while it is
-/// registered, `state.buf` is the buffer it maps.
+/// registered, `state.buf` is the buffer it maps. `pd` is dropped by the
+/// drop once `mr` is deregistered, never if that failed.
 #[pin_data(PinnedDrop)]
 pub(crate) struct MrInner {
     mr: NonNull<bindings::ib_mr>,
-    pd: Pd,
+    pd: ManuallyDrop<Pd>,
     max_len: usize,
     page_size: usize,
     #[pin]
@@ -64,9 +65,27 @@ impl MrInner {
 impl PinnedDrop for MrInner {
     fn drop(self: Pin<&mut Self>) {
         // SAFETY: By the type invariant the MR is live; the last reference
-        // is gone, so no work request names it. The buffer is released
-        // after (fields drop after this).
-        unsafe { bindings::ib_dereg_mr(self.mr.as_ptr()) };
+        // is gone, so no work request names it.
+        let ret = unsafe { bindings::ib_dereg_mr(self.mr.as_ptr()) };
+        // SAFETY: Only `pd`, not structurally pinned, is dropped below.
+        let this = unsafe { self.get_unchecked_mut() };
+        if ret != 0 {
+            // The MR lives on (a driver's `dereg_mr` failed), with its
+            // key: the buffer it maps, if any, and its PD are leaked.
+            pr_err!(
+                "{}: MR could not be deregistered ({}): it and its buffer are leaked\n",
+                this.pd.device().name(),
+                ret
+            );
+            let buf = this.state.lock().buf.take();
+            core::mem::forget(buf);
+            return;
+        }
+        // The buffer (taken under the lock, dropped after it), then the PD.
+        let buf = this.state.lock().buf.take();
+        drop(buf);
+        // SAFETY: Dropped once, here; the MR that used it is deregistered.
+        unsafe { ManuallyDrop::drop(&mut this.pd) };
     }
 }
 
@@ -95,7 +114,7 @@ impl Mr {
         let inner = Arc::pin_init(
             try_pin_init!(MrInner {
                 mr,
-                pd: pd.clone(),
+                pd: ManuallyDrop::new(pd.clone()),
                 max_len,
                 page_size,
                 state <- new_mutex!(MrState {
@@ -112,7 +131,10 @@ impl Mr {
             Ok(inner) => Ok(Mr(inner)),
             Err(e) => {
                 // SAFETY: Allocated above, never used.
-                unsafe { bindings::ib_dereg_mr(mr.as_ptr()) };
+                if unsafe { bindings::ib_dereg_mr(mr.as_ptr()) } != 0 {
+                    // The MR lives on in the PD: the PD is leaked.
+                    core::mem::forget(pd.clone());
+                }
                 Err(e)
             }
         }

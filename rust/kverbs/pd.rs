@@ -81,8 +81,12 @@ impl Pd {
 
 impl Drop for PdInner {
     fn drop(&mut self) {
-        // SAFETY: By the type invariant the PD is live; it is the last
-        // reference, so no QP or MR uses it any more.
+        // SAFETY: By the type invariant the PD is live; this is the last
+        // reference, so every kverbs QP, SRQ and MR of the PD is destroyed
+        // (`ib_dealloc_pd_user` does not check `pd->usecnt`, but one whose
+        // destruction failed is leaked with its reference to the PD, which
+        // then never comes here). A driver's `dealloc_pd` error only WARNs
+        // in `ib_dealloc_pd`, which a test run fails on.
         unsafe { bindings::ib_dealloc_pd(self.pd.as_ptr()) };
     }
 }

@@ -104,7 +104,7 @@ use crate::layer_ref::LayerRef;
 use crate::pd::Pd;
 use crate::srq::Srq;
 use crate::stream;
-use core::{marker::PhantomData, ptr, ptr::NonNull};
+use core::{marker::PhantomData, mem::ManuallyDrop, ptr, ptr::NonNull};
 use kernel::{prelude::*, sync::Arc, sync::Mutex};
 
 /// Process-context bookkeeping of the slots.
@@ -128,7 +128,10 @@ struct Book {
 /// are never reallocated; their `ib_cqe`s are the `wr_cqe` of every request
 /// posted on `qp`. Each has one slot more than `book`'s: the last, the
 /// drain's marker. `events`, if any, is the `qp_context` of `qp`, a leaked
-/// [`EventQueue`] reference given back after `qp` is destroyed.
+/// [`EventQueue`] reference given back after `qp` is destroyed. `send_cq`,
+/// `recv_cq`, `pd` and `_layer` are dropped by the drop, last, once `qp`
+/// is destroyed, and never if its destruction failed: the QP, still live,
+/// names them, and its handlers are kverbs.ko's code.
 #[pin_data(PinnedDrop)]
 struct QpInner {
     qp: NonNull<bindings::ib_qp>,
@@ -150,11 +153,11 @@ struct QpInner {
     recv_slots: KVec<Slot>,
     #[pin]
     book: Mutex<Book>,
-    send_cq: CqRoom,
-    recv_cq: CqRoom,
-    pd: Pd,
+    send_cq: ManuallyDrop<CqRoom>,
+    recv_cq: ManuallyDrop<CqRoom>,
+    pd: ManuallyDrop<Pd>,
     /// Dropped last, once the QP is destroyed and its queue given back.
-    _layer: LayerRef,
+    _layer: ManuallyDrop<LayerRef>,
 }
 
 /// A queue pair of transport `T` ([`Rc`] or [`Ud`]) in state `S`.
@@ -287,7 +290,9 @@ impl PinnedDrop for QpInner {
         };
         for g in groups.iter() {
             let mut gid = bindings::ib_gid { raw: g.0 };
-            // SAFETY: The QP is live and attached to the group.
+            // SAFETY: The QP is live and attached to the group. A detach
+            // that fails leaves `qp->usecnt` raised: `ib_destroy_qp` below
+            // then fails with `EBUSY`, and the QP is leaked whole.
             unsafe { bindings::ib_detach_mcast(qp, &mut gid, 0) };
         }
         // `last_ah` lives until the QP is destroyed: a send marker that did
@@ -301,19 +306,56 @@ impl PinnedDrop for QpInner {
         // SAFETY: The QP is live; if it was drained, the device no longer
         // uses it or any memory its requests named. A QP of a connection
         // manager ID is destroyed through the ID, which `cm` keeps alive
-        // until after.
-        unsafe {
+        // until after. `rdma_destroy_qp` does not say whether it failed
+        // (it clears `id->qp` whatever `ib_destroy_qp` returned): it is
+        // taken as success. The core refuses only a QP with users
+        // (`qp->usecnt`: a multicast group, which an RC QP never joins) and
+        // rxe only one in a group (`rxe_qp_chk_destroy`); a driver whose
+        // `destroy_qp` can fail (bnxt_re's firmware errors) is not seen.
+        let ret = unsafe {
             match &self.cm {
                 Some(cm) => {
                     bindings::rdma_destroy_qp(cm.as_raw());
                     cm.release_qp();
+                    0
                 }
-                None => {
-                    bindings::ib_destroy_qp(qp);
-                }
+                None => bindings::ib_destroy_qp(qp),
             }
+        };
+        // SAFETY: Only fields that are not structurally pinned are moved out
+        // or dropped below (not `book`, only what its lock gives).
+        let this = unsafe { self.get_unchecked_mut() };
+        if ret != 0 {
+            // The QP lives on (`ib_destroy_qp_user` fails with `EBUSY` while
+            // it has users; a driver's `destroy_qp` may fail, bnxt_re's on
+            // a firmware error): its requests may still complete into the
+            // slots and buffers, its handler still gets the event queue,
+            // and it names its SRQ, CQs and PD. All of it is leaked, with
+            // the reference to kverbs.ko.
+            pr_err!(
+                "{}: QP {:#x} could not be destroyed ({}): it and what it uses are leaked\n",
+                this.pd.device().name(),
+                qpn,
+                ret
+            );
+            for slots in [&mut this.send_slots, &mut this.recv_slots] {
+                leak(core::mem::replace(slots, KVec::new()));
+            }
+            {
+                let mut book = this.book.lock();
+                let book = &mut *book;
+                for res in [&mut book.send, &mut book.recv] {
+                    leak(core::mem::replace(res, KVec::new()));
+                }
+                core::mem::forget(book.last_ah.take());
+            }
+            leak(streams);
+            core::mem::forget(last_ah);
+            core::mem::forget(this.srq.take());
+            core::mem::forget(this.cm.take());
+            return;
         }
-        if let Some(srq) = &self.srq {
+        if let Some(srq) = &this.srq {
             srq.remove_qp(qp);
         }
         if !drained {
@@ -325,13 +367,10 @@ impl PinnedDrop for QpInner {
             // `done` call (and marked for kmemleak as leaked on purpose).
             pr_err!(
                 "{}: QP {:#x} was not drained: its {} slots are leaked\n",
-                self.pd.device().name(),
+                this.pd.device().name(),
                 qpn,
-                self.send_slots.len() + self.recv_slots.len()
+                this.send_slots.len() + this.recv_slots.len()
             );
-            // SAFETY: Only fields that are not structurally pinned (the slot
-            // arrays) are moved out.
-            let this = unsafe { self.get_unchecked_mut() };
             for slots in [&mut this.send_slots, &mut this.recv_slots] {
                 leak(core::mem::replace(slots, KVec::new()));
             }
@@ -355,7 +394,30 @@ impl PinnedDrop for QpInner {
             // QP, which is destroyed: no event comes any more.
             unsafe { EventQueue::release(e) };
         }
-        // The slots' resources (buffers, MRs) and then the CQs and PD are
-        // released as the fields drop.
+        // Then what the QP used, in teardown order: its SRQ and ID, the
+        // slots' resources (buffers, MRs), the CQs, the PD, kverbs.ko.
+        drop(this.srq.take());
+        drop(this.cm.take());
+        drop(core::mem::replace(&mut this.send_slots, KVec::new()));
+        drop(core::mem::replace(&mut this.recv_slots, KVec::new()));
+        // (Taken under the lock, dropped after it: an MR's drop takes its
+        // own lock, which is taken before a QP's book when posting.)
+        let (send, recv, ah) = {
+            let mut book = this.book.lock();
+            (
+                core::mem::replace(&mut book.send, KVec::new()),
+                core::mem::replace(&mut book.recv, KVec::new()),
+                book.last_ah.take(),
+            )
+        };
+        drop((send, recv, ah));
+        // SAFETY: Each is dropped once, here; the QP that used them is
+        // destroyed and nothing of `this` uses them after.
+        unsafe {
+            ManuallyDrop::drop(&mut this.send_cq);
+            ManuallyDrop::drop(&mut this.recv_cq);
+            ManuallyDrop::drop(&mut this.pd);
+            ManuallyDrop::drop(&mut this._layer);
+        }
     }
 }

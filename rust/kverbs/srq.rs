@@ -23,6 +23,7 @@ use crate::{
     qp::{self, Cancel, Slot, SlotRes, SLOT_FREE},
     wc::Wc,
 };
+use core::mem::ManuallyDrop;
 use core::ptr::{self, NonNull};
 use core::sync::atomic::Ordering;
 use kernel::{new_mutex, prelude::*, sync::Arc, sync::Mutex};
@@ -71,7 +72,8 @@ impl QpTable {
 /// holds. `slots` are the `wr_cqe` of every receive posted; they are handed
 /// to `cq` on drop, so they live as long as completions may name them.
 /// `events`, if any, is the `srq_context`, an [`EventQueue`] given back after
-/// `srq` is destroyed.
+/// `srq` is destroyed. `cq`, `pd` and `_layer` are dropped by the drop once
+/// `srq` is destroyed, and never if its destruction failed.
 #[pin_data(PinnedDrop)]
 pub(crate) struct SrqInner {
     srq: NonNull<bindings::ib_srq>,
@@ -83,10 +85,10 @@ pub(crate) struct SrqInner {
     book: Mutex<Book>,
     max_wr: u32,
     max_sge: u32,
-    cq: Cq,
-    pd: Pd,
+    cq: ManuallyDrop<Cq>,
+    pd: ManuallyDrop<Pd>,
     /// Dropped last, once the SRQ is destroyed and its queue given back.
-    _layer: LayerRef,
+    _layer: ManuallyDrop<LayerRef>,
 }
 
 /// A shared receive queue; clones are handles to the same SRQ, which is
@@ -210,9 +212,9 @@ impl Srq {
                 book <- new_mutex!(book),
                 max_wr: max_wr_got,
                 max_sge: max_sge_got,
-                cq: cq.clone(),
-                pd: pd.clone(),
-                _layer: layer,
+                cq: ManuallyDrop::new(cq.clone()),
+                pd: ManuallyDrop::new(pd.clone()),
+                _layer: ManuallyDrop::new(layer),
             }),
             GFP_KERNEL,
         );
@@ -221,10 +223,21 @@ impl Srq {
             // room is held.
             Ok(inner) => Ok(Srq(inner)),
             Err(e) => {
-                // SAFETY: Created above; nothing was posted and no QP uses it.
-                unsafe { bindings::ib_destroy_srq(srq.as_ptr()) };
-                free_events(events);
-                give_back();
+                // SAFETY: Created above; nothing was posted and no QP uses it
+                // (`srq->usecnt` is 0, so the core does not refuse).
+                let ret = unsafe { bindings::ib_destroy_srq_user(srq.as_ptr(), ptr::null_mut()) };
+                // A driver's failure leaves the SRQ live, naming its event
+                // queue, its CQ's room, the PD and kverbs.ko's code: all
+                // leaked (a reference to kverbs.ko taken and never given
+                // back: the caller holds one, so this cannot fail).
+                if ret == 0 {
+                    free_events(events);
+                    give_back();
+                } else {
+                    core::mem::forget(LayerRef::new());
+                    core::mem::forget(pd.clone());
+                    core::mem::forget(cq.clone());
+                }
                 Err(e)
             }
         }
@@ -381,16 +394,37 @@ impl SrqInner {
 impl PinnedDrop for SrqInner {
     fn drop(self: Pin<&mut Self>) {
         // SAFETY: By the type invariant the SRQ is live; this is the last
-        // reference, so every QP that used it is destroyed: the device no
-        // longer writes into its receives' buffers.
-        unsafe { bindings::ib_destroy_srq(self.srq.as_ptr()) };
-        if let Some(e) = self.events {
+        // reference, so every kverbs QP that used it is destroyed (a QP whose
+        // destruction failed is leaked with its reference to this SRQ): the
+        // device no longer writes into its receives' buffers once this
+        // succeeds. `ib_destroy_srq_user`, not `ib_destroy_srq`, which
+        // hides a failure behind a warning.
+        let ret = unsafe { bindings::ib_destroy_srq_user(self.srq.as_ptr(), ptr::null_mut()) };
+        // SAFETY: Only fields that are not structurally pinned are moved out
+        // or dropped below (not `book`, only what its lock gives).
+        let this = unsafe { self.get_unchecked_mut() };
+        if ret != 0 {
+            // The SRQ lives on (a driver's `destroy_srq` failed, or a QP not
+            // made by kverbs uses it): its receives may still complete into
+            // the slots and buffers, its handler still gets the event
+            // queue, it names its CQ and PD. All of it is leaked, with the
+            // reference to kverbs.ko.
+            pr_err!(
+                "{}: SRQ could not be destroyed ({}): it and what it uses are leaked\n",
+                this.pd.device().name(),
+                ret
+            );
+            qp::leak(core::mem::replace(&mut this.slots, KVec::new()));
+            let res = core::mem::replace(&mut this.book.lock().res, KVec::new());
+            qp::leak(res);
+            // Named by the slots, which completions may still reach.
+            core::mem::forget(this.qps.clone());
+            return;
+        }
+        if let Some(e) = this.events {
             // SAFETY: The queue's reference of the SRQ, now destroyed.
             unsafe { EventQueue::release(e) };
         }
-        // SAFETY: Only fields that are not structurally pinned (the slots)
-        // are moved out.
-        let this = unsafe { self.get_unchecked_mut() };
         // Completions of its receives may still be in the CQ (of QPs
         // destroyed since): the slots, and the table they name, go with the
         // CQ.
@@ -399,6 +433,16 @@ impl PinnedDrop for SrqInner {
             Some(this.qps.clone()),
         );
         this.cq.give_room(this.max_wr);
-        // The receives' buffers are released as `book` drops.
+        // The receives' buffers (taken under the lock, dropped after it: an
+        // MR's drop takes its own lock), then the CQ, the PD and kverbs.ko.
+        let res = core::mem::replace(&mut this.book.lock().res, KVec::new());
+        drop(res);
+        // SAFETY: Each is dropped once, here; the SRQ that used them is
+        // destroyed and nothing of `this` uses them after.
+        unsafe {
+            ManuallyDrop::drop(&mut this.cq);
+            ManuallyDrop::drop(&mut this.pd);
+            ManuallyDrop::drop(&mut this._layer);
+        }
     }
 }

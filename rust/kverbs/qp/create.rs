@@ -13,7 +13,7 @@ use crate::event::{EventQueue, EventSink};
 use crate::layer_ref::LayerRef;
 use crate::pd::Pd;
 use crate::srq::Srq;
-use core::{marker::PhantomData, ptr::NonNull};
+use core::{cell::Cell, marker::PhantomData, mem::ManuallyDrop, ptr::NonNull};
 use kernel::{error::from_err_ptr, new_mutex, prelude::*, sync::Arc, types::ScopeGuard};
 
 /// Completion queue entries a QP takes of a CQ, given back on drop.
@@ -175,9 +175,10 @@ impl<T: Transport> Qp<Reset, T> {
         }
         init.cap.max_inline_data = caps.max_inline_data;
         // kverbs.ko's, held from before the QP names its callbacks (the
-        // requests' `done`, the event handler) until after it is destroyed
-        // by `QpInner`. On failure it is given back before the QP is
-        // destroyed here, while the module calling this keeps kverbs.ko
+        // requests' `done`, the event handler) until after `QpInner` has
+        // called its destruction. On failure it may be given back before
+        // the QP is destroyed here (when the `QpInner` initialiser, which
+        // took it, fails), while the module calling this keeps kverbs.ko
         // loaded anyway.
         let layer = LayerRef::new()?;
         // The sink's queue is the QP's context: given back only after the
@@ -191,13 +192,18 @@ impl<T: Transport> Qp<Reset, T> {
             }
             None => None,
         };
+        // Set if the QP cannot be destroyed on failure: it lives on, and
+        // names the queue, which is then leaked.
+        let qp_leaked = &Cell::new(false);
         // Dropped on failure after the QP's destruction (declared before
         // it), dismissed once `QpInner` holds the queue.
         let events = ScopeGuard::new_with_data(events, |events| {
             if let Some(e) = events {
-                // SAFETY: From `new_raw` above; the QP that used it is
-                // destroyed or was never created.
-                unsafe { EventQueue::release(e) };
+                if !qp_leaked.get() {
+                    // SAFETY: From `new_raw` above; the QP that used it is
+                    // destroyed or was never created.
+                    unsafe { EventQueue::release(e) };
+                }
             }
         });
         let qp = match cm {
@@ -222,14 +228,29 @@ impl<T: Transport> Qp<Reset, T> {
         // the SRQ it was added to, if any; dismissed once `QpInner` owns it.
         let mut destroy = ScopeGuard::new_with_data(None, move |added: Option<&Srq>| {
             // SAFETY: The QP was created above and nothing was posted; the
-            // ID, if any, is kept alive by the caller's `cm`.
-            unsafe {
+            // ID, if any, is kept alive by the caller's `cm`. Nothing raised
+            // `qp->usecnt` (no multicast group), so the core does not refuse
+            // with `EBUSY`; `rdma_destroy_qp` does not say if the driver
+            // failed, `ib_destroy_qp` does.
+            let ret = unsafe {
                 match cm.map(|c| c.as_raw()) {
-                    Some(id) => bindings::rdma_destroy_qp(id),
-                    None => {
-                        bindings::ib_destroy_qp(qp.as_ptr());
+                    Some(id) => {
+                        bindings::rdma_destroy_qp(id);
+                        0
                     }
+                    None => bindings::ib_destroy_qp(qp.as_ptr()),
                 }
+            };
+            if ret != 0 {
+                // The QP lives on and names what it was made with: those are
+                // leaked (the queue by the flag), and kverbs.ko stays loaded
+                // (a reference taken and never given back: the caller holds
+                // one, so this cannot fail).
+                qp_leaked.set(true);
+                core::mem::forget(LayerRef::new());
+                core::mem::forget(pd.clone());
+                core::mem::forget(send_cq.clone());
+                core::mem::forget(recv_cq.clone());
             }
             if let Some(srq) = added {
                 srq.remove_qp(qp.as_ptr());
@@ -260,10 +281,10 @@ impl<T: Transport> Qp<Reset, T> {
                 send_slots,
                 recv_slots,
                 book <- new_mutex!(book),
-                send_cq: send_room,
-                recv_cq: recv_room,
-                pd: pd.clone(),
-                _layer: layer,
+                send_cq: ManuallyDrop::new(send_room),
+                recv_cq: ManuallyDrop::new(recv_room),
+                pd: ManuallyDrop::new(pd.clone()),
+                _layer: ManuallyDrop::new(layer),
             }),
             GFP_KERNEL,
         )?;
