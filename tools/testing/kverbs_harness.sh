@@ -378,7 +378,7 @@ all_progs() {
 # plan_ok GUESTS OUT PROGS...: OUT (plan-guests.sh's) gives each program
 # exactly once: to the first guest (its line "peer|solo PROG...", in the
 # order given), with the peer programs (if any, and then "peer"), the
-# timed ones and the benchmark, or to the queue the guests take from (its line "queue
+# timed ones, the benchmark and the exerciser, or to the queue the guests take from (its line "queue
 # PROG...", the light programs, then those that move data, each part
 # longest first by tools/vm/program-times, ties in the order given), which
 # one guest alone does not have.
@@ -404,7 +404,7 @@ plan_ok() {
 	for p in "$@"; do
 		case $p in
 		kverbs_apm.sh | kverbs_soundness.sh | kverbs_hardening.sh | kverbs_two_hosts.sh | kverbs_bench.sh | \
-			kverbs_mcast.sh) ;;
+			kverbs_mcast.sh | kverbs_exerciser.sh) ;;
 		kverbs_srq_manual.sh) [ $want_peer = 1 ] || continue ;;
 		*) continue ;;
 		esac
@@ -415,8 +415,7 @@ plan_ok() {
 	for p in ${queue#queue}; do
 		t=$(awk -v p="$p" '$1 == p { print $2 }' "$top/tools/vm/program-times")
 		case $p in
-		kverbs_rc.sh | kverbs_rc_tcp.sh | kverbs_rping.sh | kverbs_srq.sh | kverbs_matrix.sh | \
-			kverbs_exerciser.sh) data=1 ;;
+		kverbs_rc.sh | kverbs_rc_tcp.sh | kverbs_rping.sh | kverbs_srq.sh | kverbs_matrix.sh) data=1 ;;
 		*) data=0 ;;
 		esac
 		if [ -n "$prev" ]; then

@@ -79,18 +79,27 @@ fi
 # programs; 4500 keeps .ci/run (harness, check, style) within CI's 90 min.
 vm_timeout=${KVERBS_VM_TIMEOUT:-4500}
 
-# The guests' CPU model (KVERBS_VM_CPU, QEMU's -cpu) and vCPUs
-# (KVERBS_VM_SMP, QEMU's -smp; the peer VM has one).
+# The guests' CPU model (KVERBS_VM_CPU, QEMU's -cpu) and vCPUs: the first
+# (or only) guest has KVERBS_VM_SMP (QEMU's -smp, default 2), the others,
+# which take only from the queue, KVERBS_VM_SMP_QUEUE (default 1), the peer
+# VM one.  Under TCG a guest of two vCPUs does far more host work for the
+# same programs: four queue programs (events, devices, rc, srq) in two
+# guests side by side took 378 s with two vCPUs each (their vCPUs busy
+# 72 %), 250 s with one (busy 99 %), measured back to back on 2026-11-26.
+# The programs whose cases race tasks on two CPUs are the first guest's
+# (tools/vm/plan-guests.sh).
 vm_cpu=${KVERBS_VM_CPU:-max}
 vm_smp=${KVERBS_VM_SMP:-2}
+vm_smp_queue=${KVERBS_VM_SMP_QUEUE:-1}
 
-# guest LOG PEER_LOG APPEND [NICE [CTL]]: boots a guest of the test kernel
-# with kernel command line $append APPEND, its console to stdout, at
-# niceness NICE (default 0); with a PEER_LOG, the peer VM beside it (its
-# console there), joined to it, and powered off when it ends; with CTL, its
-# second serial port (ttyS1) on the pipes CTL.in and CTL.out (serve).
+# guest LOG PEER_LOG APPEND [NICE [CTL [SMP]]]: boots a guest of the test
+# kernel with kernel command line $append APPEND, its console to stdout, at
+# niceness NICE (default 0), with SMP vCPUs (default $vm_smp); with a
+# PEER_LOG, the peer VM beside it (its console there), joined to it, and
+# powered off when it ends; with CTL, its second serial port (ttyS1) on the
+# pipes CTL.in and CTL.out (serve).
 guest() {
-	local glog=$1 plog=$2 gappend="$append $3" gnice=${4:-0} p1 p2 peer_pid='' net=(-nic none) ctl=()
+	local glog=$1 plog=$2 gappend="$append $3" gnice=${4:-0} gsmp=${6:-$vm_smp} p1 p2 peer_pid='' net=(-nic none) ctl=()
 	[ -n "${5:-}" ] && ctl=(-serial "pipe:$5")
 	if [ -n "$plog" ]; then
 		p1=$((20000 + RANDOM % 20000))
@@ -106,7 +115,7 @@ guest() {
 			-device "$vnic,netdev=n0,mac=52:54:00:10:00:01")
 		gappend="$gappend kverbs.ip=169.254.10.1$vnic_append"
 	fi
-	nice -n "$gnice" timeout "$vm_timeout" qemu-system-x86_64 -accel tcg -cpu "$vm_cpu" -smp "$vm_smp" -m "${KVERBS_VM_MEM:-1024}" \
+	nice -n "$gnice" timeout "$vm_timeout" qemu-system-x86_64 -accel tcg -cpu "$vm_cpu" -smp "$gsmp" -m "${KVERBS_VM_MEM:-1024}" \
 		-kernel "$kdir/arch/x86/boot/bzImage" -initrd "$initrd" -append "$gappend" \
 		-display none -monitor none -serial stdio "${ctl[@]}" "${net[@]}" -no-reboot </dev/null 2>&1 |
 		sed -u 's/\r$//' | tee "$glog"
@@ -221,7 +230,8 @@ else
 		serve "$g" &
 		servers+=($!)
 		guest "$work/check-$g.log" "$peer_log" \
-			"kverbs.progs=$glist kverbs.queue=1 $(break_append "$g")" $((g > 1 ? 10 : 0)) "$work/ctl-$g" |
+			"kverbs.progs=$glist kverbs.queue=1 $(break_append "$g")" $((g > 1 ? 10 : 0)) "$work/ctl-$g" \
+			$((g > 1 ? vm_smp_queue : vm_smp)) |
 			grep --line-buffered -E '^(# )?(not )?ok |^# selftests: |^kverbs-vm: |^# kverbs-time: ' |
 			sed -u "s/^/g$g| /" &
 		pids+=($!)
