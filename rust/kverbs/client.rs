@@ -27,7 +27,7 @@ use crate::bindings;
 use crate::device::Device;
 use core::{
     ptr,
-    sync::atomic::{AtomicPtr, Ordering},
+    sync::atomic::{AtomicPtr, AtomicUsize, Ordering},
 };
 use kernel::{
     ffi::{c_int, c_void},
@@ -141,9 +141,12 @@ struct Inner<T> {
 /// object dropped before (in [`Client::remove`], which it calls, or
 /// earlier) is still called, nor is a worker still in its code, so the
 /// module that held the registration may be unloaded. It is dropped in
-/// process context, as the module object is on unload, never from a sink
-/// (the delivery would wait for itself) nor with a lock held that a sink
-/// takes.
+/// process context, as the module object is on unload, never with a lock
+/// held that a sink takes, and never inside a client's `add` or `remove`
+/// (the core holds locks there that unregistering takes, and the client's
+/// own `remove` would wait for itself). Dropped from a sink, it cannot wait
+/// for the deliveries (its own is one): the module's exit then calls
+/// [`wait_for_deliveries`](crate::event::wait_for_deliveries).
 ///
 /// # Invariants
 ///
@@ -164,8 +167,13 @@ impl<T: Client> Registration<T> {
     /// messages). `add` is called for the devices already present before
     /// this returns.
     ///
-    /// Fails with `EBUSY` if a registration of `T` already exists.
+    /// Fails with `EBUSY` if a registration of `T` already exists, and with
+    /// `EDEADLK` inside a client's `add` or `remove` (of any client): the
+    /// core holds locks there that registering takes.
     pub fn new(name: &'static CStr, ctx: T) -> Result<Self> {
+        if in_callback() {
+            return Err(crate::errno::edeadlk());
+        }
         let client = bindings::ib_client {
             name: name.as_char_ptr(),
             add: Some(add_callback::<T>),
@@ -226,9 +234,46 @@ impl<T: Client> Drop for Registration<T> {
         // that dropped its own object may still be returning from that
         // call, and its run then drops its reference to the sink: wait for
         // the runs, so that the module can go once its exit has dropped
-        // this.
-        crate::event::wait_for_deliveries();
+        // this. Not from a sink (dropped in a delivery), which this would
+        // wait for: the module's exit must then wait itself.
+        let _ = crate::event::wait_for_deliveries();
     }
+}
+
+/// The tasks inside a client's `add` or `remove`, where the core holds
+/// `clients_rwsem` or `devices_rwsem` (device registration and removal,
+/// `ib_register_client`'s loop) and `ib_register_client` would take them
+/// again: [`Registration::new`] refuses there. As many tasks as there are
+/// entries are recorded at once (each device's registration or removal
+/// calls the clients on one task); beyond them a task goes unrecorded, and
+/// its registration is not refused.
+static IN_CALLBACK: [AtomicUsize; 8] = [const { AtomicUsize::new(0) }; 8];
+
+/// Records the current task in [`IN_CALLBACK`] while it lives.
+struct CallbackMark(Option<&'static AtomicUsize>);
+
+impl CallbackMark {
+    fn enter() -> Self {
+        let t = crate::current_task();
+        CallbackMark(IN_CALLBACK.iter().find(|m| {
+            m.compare_exchange(0, t, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        }))
+    }
+}
+
+impl Drop for CallbackMark {
+    fn drop(&mut self) {
+        if let Some(m) = self.0 {
+            m.store(0, Ordering::Release);
+        }
+    }
+}
+
+/// Whether the current task is inside a client's `add` or `remove`.
+fn in_callback() -> bool {
+    let t = crate::current_task();
+    IN_CALLBACK.iter().any(|m| m.load(Ordering::Acquire) == t)
 }
 
 /// Finds the registration of `T` from inside one of its callbacks.
@@ -255,7 +300,10 @@ unsafe extern "C" fn add_callback<T: Client>(dev: *mut bindings::ib_device) -> c
     // SAFETY: The core holds the device's registration count around `add`
     // and until `remove` has returned.
     let device = unsafe { Device::from_raw(dev) };
-    match inner.ctx.add(device) {
+    let mark = CallbackMark::enter();
+    let added = inner.ctx.add(device);
+    drop(mark);
+    match added {
         Ok(data) => {
             // SAFETY: `dev` is the device being added to our client, which
             // is registered. The data is given back in `remove_callback`.
@@ -303,5 +351,6 @@ unsafe extern "C" fn remove_callback<T: Client>(
     // SAFETY: `remove` is called only for devices whose `add` succeeded,
     // once, with the data `add_callback` stored from `into_foreign`.
     let data = unsafe { T::DeviceData::from_foreign(client_data) };
+    let _mark = CallbackMark::enter();
     inner.ctx.remove(device, data);
 }

@@ -196,8 +196,13 @@ pub trait EventSink: Send + Sync {
     /// then makes the calls for the events still queued itself, so every
     /// event raised before it is delivered and none after it returned: do
     /// not drop an object while holding a lock its sink takes. The drop
-    /// then gives back the object's reference to the sink (a sink that
-    /// drops its own object: when its delivery ends).
+    /// then gives back the object's reference to the sink. Dropped from a
+    /// sink (its own object, or another one), the object's drop waits for
+    /// no delivery -- two sinks that drop each other's objects would wait
+    /// for each other -- and its events still queued are dropped: a call of
+    /// its sink in progress on another task ends after the drop has
+    /// returned, and the reference to the sink goes when that delivery
+    /// ends.
     ///
     /// No call to a module's sink outlives the drop of the module's client
     /// [`Registration`](crate::client::Registration), for the objects
@@ -206,15 +211,31 @@ pub trait EventSink: Send + Sync {
     /// or earlier): it waits for the runs still ending -- a call that
     /// dropped its own object returns after that drop -- so that once the
     /// module's exit has returned, none of its code runs on the workqueue.
-    /// A module with no client registration (rdma_cm only), or one that
-    /// drops such objects after it, calls [`wait_for_deliveries`] in its
-    /// exit once they are dropped. That wait is for every delivery in
-    /// progress, of any module: a sink must not block without a bound.
+    /// A module with no client registration (rdma_cm only), one that
+    /// drops such objects after it, or one whose registration was dropped
+    /// by a sink (which cannot wait for its own delivery), calls
+    /// [`wait_for_deliveries`] in its exit once they are dropped. That
+    /// wait is for every delivery in progress, of any module: a sink must
+    /// not block without a bound.
     fn event(&self, ev: &Event);
 }
 
 /// Events of one object kept for its sink while it handles others.
 pub const QUEUED_EVENTS: usize = 32;
+
+/// The function of every event queue's work item (its `work_struct.func`),
+/// recorded when a queue is made: a task delivers events exactly when the
+/// work item it runs has it ([`in_delivery`]). (kverbs.ko's workqueue has
+/// one other work item, a deferred module put, with a function of its own.)
+static RUN_FN: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether the current task is delivering events: inside an
+/// [`EventSink::event`] call, or between two of them.
+pub fn in_delivery() -> bool {
+    let f = RUN_FN.load(Ordering::Relaxed);
+    // SAFETY: Reads `current`'s work item, if any; process context.
+    f != 0 && unsafe { bindings::kverbs_current_work_func() } as usize == f
+}
 
 /// The events of one object (QP, SRQ, device registration) on their way
 /// to its sink: filled by the object's handler in any context, emptied by
@@ -224,12 +245,12 @@ pub const QUEUED_EVENTS: usize = 32;
 ///
 /// `work` is queued (on kverbs.ko's workqueue, `kverbs_events_wq`) only
 /// with a reference to this `Arc` that its run (or [`EventQueue::release`],
-/// which cancels it) gives back. `running` is 1 while a run delivers, by
-/// the task `runner`; `idle` is woken when it goes back to 0. Once
-/// `closed`, nothing more is delivered. `sink` holds the sink until
-/// [`EventQueue::release`] takes it, when no run is to call it any more
-/// (if `release` is called from the sink's own delivery, until the queue
-/// goes).
+/// which cancels it) gives back. `running` is 1 while a run delivers;
+/// `idle` is woken when it goes back to 0. Once `closed`, no run starts
+/// delivering, and one in progress stops after the call it is in. `sink`
+/// holds the sink until [`EventQueue::release`] takes it, when no run is to
+/// call it any more (if `release` is called from a delivery, until the
+/// queue goes).
 #[pin_data]
 pub(crate) struct EventQueue {
     #[pin]
@@ -239,7 +260,6 @@ pub(crate) struct EventQueue {
     #[pin]
     idle: Opaque<bindings::wait_queue_head>,
     running: AtomicU32,
-    runner: AtomicUsize,
     closed: AtomicBool,
     #[pin]
     sink: IrqLock<Option<Arc<dyn EventSink>>>,
@@ -263,7 +283,6 @@ impl WorkItem for EventQueue {
         // `closed` are stored then loaded here and the other way round in
         // `release`: sequentially consistent, so that one of the two sees
         // the other's store.
-        this.runner.store(crate::current_task(), Ordering::Relaxed);
         this.running.store(1, Ordering::SeqCst);
         if !this.closed.load(Ordering::SeqCst) {
             this.deliver(true);
@@ -287,12 +306,15 @@ impl EventQueue {
                     unsafe { bindings::kverbs_init_waitqueue_head(slot) }
                 }),
                 running: AtomicU32::new(0),
-                runner: AtomicUsize::new(0),
                 closed: AtomicBool::new(false),
                 sink <- IrqLock::new(Some(sink)),
             }? Error),
             GFP_KERNEL,
         )?;
+        // SAFETY: `q.work` is a live, initialised work item; its function is
+        // the same for every queue.
+        let f = unsafe { bindings::kverbs_work_func(Work::raw_get(&q.work).cast()) };
+        RUN_FN.store(f as usize, Ordering::Relaxed);
         // `into_raw` never gives a null pointer.
         NonNull::new(Arc::into_raw(q).cast_mut()).ok_or(ENOMEM)
     }
@@ -343,9 +365,14 @@ impl EventQueue {
     }
 
     /// Gives back the reference of [`EventQueue::new_raw`] once the object
-    /// can raise no more events, and closes the queue: no run delivers
-    /// after this. Called from the sink's own delivery (a sink that dropped
-    /// its object), the rest is not delivered. Otherwise a pending run is
+    /// can raise no more events, and closes the queue: no run starts
+    /// delivering after this. Called from a delivery -- the sink's own (a
+    /// sink that dropped its object) or another queue's (a sink that
+    /// dropped another object) -- it waits for nothing, and the rest is not
+    /// delivered: a run of this queue in progress on another task stops
+    /// after the call it is in, and the sink goes with the last reference
+    /// to the queue. Two sinks that each drop the other's object would
+    /// otherwise wait for each other for ever. Otherwise a pending run is
     /// cancelled, one in progress waited for, what is left delivered here,
     /// and the queue's reference to the sink dropped. No `flush_work`: a
     /// sink that drops another object from its delivery would nest two runs
@@ -367,9 +394,7 @@ impl EventQueue {
             // (type invariant).
             drop(unsafe { Arc::from_raw(core::ptr::from_ref::<EventQueue>(&q)) });
         }
-        let own = q.running.load(Ordering::SeqCst) == 1
-            && q.runner.load(Ordering::Relaxed) == crate::current_task();
-        if own {
+        if in_delivery() {
             return;
         }
         // A run that starts now sees `closed` and delivers nothing; one in
@@ -393,14 +418,18 @@ impl EventQueue {
 /// object, or dropping their references. Called by a client's
 /// [`Registration`](crate::client::Registration) when dropped.
 ///
-/// Process context only, and never from a sink (the run would wait for
-/// itself: lockdep reports it), nor holding a lock a sink may take. A
-/// module's exit calls it if it has objects with sinks and no client
-/// registration (see [`EventSink::event`]).
-pub fn wait_for_deliveries() {
+/// Process context only, never holding a lock a sink may take. A module's
+/// exit calls it if it has objects with sinks and no client registration
+/// (see [`EventSink::event`]). `EDEADLK` from a delivery (a sink), which it
+/// would wait for.
+pub fn wait_for_deliveries() -> Result {
+    if in_delivery() {
+        return Err(crate::errno::edeadlk());
+    }
     // SAFETY: The workqueue is live while kverbs code runs (see `push`);
     // flushing it only waits.
     unsafe { bindings::kverbs_flush_events() };
+    Ok(())
 }
 
 /// The `event_handler` of QPs (and SRQs) created with a sink: `ctx` is the

@@ -165,5 +165,7 @@ pub mod errno {
         enetdown = ENETDOWN;
         /// `ECONNRESET`: the peer went away.
         econnreset = ECONNRESET;
+        /// `EDEADLK`: the call would wait for the task making it.
+        edeadlk = EDEADLK;
     }
 }

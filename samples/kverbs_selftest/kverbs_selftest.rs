@@ -200,6 +200,14 @@ const CASES: &[(&str, Case)] = &[
         races::event_sink_sleeps_and_drops_its_objects,
     ),
     (
+        "two_sinks_drop_each_others_objects",
+        races::two_sinks_drop_each_others_objects,
+    ),
+    (
+        "registration_refused_inside_client_add",
+        races::registration_refused_inside_client_add,
+    ),
+    (
         "cm_requests_while_accepted_ids_are_destroyed",
         races::cm_requests_while_accepted_ids_are_destroyed,
     ),

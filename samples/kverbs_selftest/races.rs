@@ -13,8 +13,9 @@ use core::{
     fmt::Write,
     sync::atomic::{AtomicBool, AtomicU32, Ordering},
 };
-use kernel::{new_mutex, prelude::*, sync::Arc, sync::Mutex, workqueue};
+use kernel::{c_str, new_mutex, prelude::*, sync::Arc, sync::Mutex, workqueue};
 use kverbs::{
+    client::{Client, Registration},
     cm::{CmEvents, CmId},
     cq::{Cq, PollCtx},
     device::Device,
@@ -288,6 +289,231 @@ pub(crate) fn event_sink_sleeps_and_drops_its_objects(env: &Env, out: &mut Text)
         return Err("the sink did not get to drop its objects");
     }
     drop(s1);
+    Ok(())
+}
+
+/// Where the two sinks of `two_sinks_drop_each_others_objects` meet.
+struct Meeting {
+    /// Sinks inside the delivery of their limit event.
+    arrived: AtomicU32,
+    /// Sinks that dropped the other's objects.
+    dropped: AtomicU32,
+    /// Sinks whose `wait_for_deliveries` was refused with `EDEADLK`.
+    refused: AtomicU32,
+}
+
+/// A sink of `two_sinks_drop_each_others_objects`: on its SRQ's limit
+/// event it waits until the other sink is inside its own delivery too,
+/// then drops what it holds -- the other SRQ's last handle and the QP that
+/// receives from it -- and asks to wait for every delivery.
+#[pin_data]
+struct CrossDropper {
+    #[pin]
+    held: Mutex<Option<(Qp<Rts>, Srq)>>,
+    meeting: Arc<Meeting>,
+}
+
+impl EventSink for CrossDropper {
+    fn event(&self, ev: &Event) {
+        if ev.kind() != EventKind::SrqLimitReached {
+            return;
+        }
+        let m = &self.meeting;
+        m.arrived.fetch_add(1, Ordering::AcqRel);
+        if !wait_until(3000, || m.arrived.load(Ordering::Acquire) >= 2) {
+            return;
+        }
+        let held = self.held.lock().take();
+        if held.is_some() {
+            drop(held);
+            m.dropped.fetch_add(1, Ordering::AcqRel);
+        }
+        if kverbs::event::wait_for_deliveries()
+            .is_err_and(|e| e.to_errno() == kverbs::errno::edeadlk().to_errno())
+        {
+            m.refused.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+}
+
+/// Two event sinks, each inside the delivery of its own SRQ's limit event
+/// at the same time, each drop the other's SRQ (and the QP receiving from
+/// it): neither drop may wait for the other's delivery in progress, which
+/// is waiting in the same way (before: both waited for ever, the hung-task
+/// detector reporting them); and `wait_for_deliveries` from a sink, which
+/// would wait for its own delivery, is refused with `EDEADLK` (before: a
+/// flush of the workqueue from its own work item, which lockdep reports
+/// and which never ends).
+pub(crate) fn two_sinks_drop_each_others_objects(env: &Env, out: &mut Text) -> Outcome {
+    let dev = &env.a;
+    let pd = ok(Pd::new(dev), "PD", out)?;
+    let scq = ok(cq(dev), "send CQ", out)?;
+    let meeting = ok(
+        Arc::new(
+            Meeting {
+                arrived: AtomicU32::new(0),
+                dropped: AtomicU32::new(0),
+                refused: AtomicU32::new(0),
+            },
+            GFP_KERNEL,
+        )
+        .map_err(Error::from),
+        "meeting",
+        out,
+    )?;
+    let mut sinks = KVec::new();
+    let mut sides = KVec::new();
+    for _ in 0..2 {
+        let rcq = ok(cq(dev), "SRQ CQ", out)?;
+        let m = meeting.clone();
+        let sink = Arc::pin_init(
+            pin_init!(CrossDropper {
+                held <- new_mutex!(None),
+                meeting: m,
+            }),
+            GFP_KERNEL,
+        );
+        let (sink, srq) = srq_with_sink(&pd, &rcq, sink, out)?;
+        let (s, r) = ok(
+            Qp::new_rc(&pd, port(dev), &scq, &scq, caps(8)).and_then(|a| {
+                let b = Qp::new_rc_srq(&pd, port(dev), &scq, &srq, caps(4), None)?;
+                connect_pair(dev, a, b, Access::LOCAL_WRITE)
+            }),
+            "pair",
+            out,
+        )?;
+        let rbuf = ok(buf(dev), "receive buffer", out)?;
+        for i in 0..8 {
+            ok(srq.post_recv(&rbuf, i * 64, 64), "SRQ receive", out)?;
+        }
+        ok(srq.arm_limit(4), "arm limit 4", out)?;
+        ok(
+            sinks.push(sink, GFP_KERNEL).map_err(Error::from),
+            "sinks",
+            out,
+        )?;
+        ok(
+            sides
+                .push((s, Some((r, srq)), rbuf, rcq), GFP_KERNEL)
+                .map_err(Error::from),
+            "sides",
+            out,
+        )?;
+    }
+    // Each sink holds the other side's SRQ and its QP.
+    for i in 0..2 {
+        *sinks[i].held.lock() = sides[1 - i].1.take();
+    }
+    let sbuf = ok(buf(dev), "send buffer", out)?;
+    let sent = sides.iter().try_for_each(|(s, ..)| {
+        (0..5).try_for_each(|i| {
+            s.post_send(SendOp::Send, &sbuf, i * 64, 64, true)
+                .map(|_| ())
+        })
+    });
+    let done = sent.is_ok() && wait_until(6000, || meeting.dropped.load(Ordering::Acquire) == 2);
+    let _ = write!(
+        out,
+        "sinks met {}, dropped the other's objects {}, wait_for_deliveries refused {}",
+        meeting.arrived.load(Ordering::Acquire),
+        meeting.dropped.load(Ordering::Acquire),
+        meeting.refused.load(Ordering::Acquire)
+    );
+    if !done {
+        // Break the cycles sink -> SRQ -> sink before failing.
+        for sink in sinks.iter() {
+            let held = sink.held.lock().take();
+            drop(held);
+        }
+        return Err("the two sinks did not both drop the other's objects");
+    }
+    // Both sinks' `wait_for_deliveries` have returned once their
+    // deliveries end: wait for that here, outside any delivery.
+    if kverbs::event::wait_for_deliveries().is_err() {
+        return Err("wait_for_deliveries refused outside a sink");
+    }
+    if meeting.refused.load(Ordering::Acquire) != 2 {
+        return Err("wait_for_deliveries from a sink not refused with EDEADLK");
+    }
+    Ok(())
+}
+
+/// The client of `registration_refused_inside_client_add`: its `add`
+/// tries to register another client, [`Nested`].
+struct Nester {
+    refused: AtomicU32,
+    other: AtomicU32,
+}
+
+/// The client [`Nester`] tries to register.
+struct Nested;
+
+impl Client for Nested {
+    type DeviceData = ();
+
+    fn add(&self, _dev: &Device) -> Result<()> {
+        Ok(())
+    }
+}
+
+kverbs::client_slot!(Nested);
+
+impl Client for Nester {
+    type DeviceData = ();
+
+    fn add(&self, _dev: &Device) -> Result<()> {
+        match Registration::new(c_str!("kverbs_selftest_nested"), Nested) {
+            Err(e) if e.to_errno() == kverbs::errno::edeadlk().to_errno() => {
+                self.refused.fetch_add(1, Ordering::AcqRel);
+            }
+            _ => {
+                self.other.fetch_add(1, Ordering::AcqRel);
+            }
+        }
+        Ok(())
+    }
+}
+
+kverbs::client_slot!(Nester);
+
+/// A client's `add` that registers another client is refused with
+/// `EDEADLK`: the core calls `add` holding `devices_rwsem` (from
+/// `ib_register_client`'s loop over the devices) or `clients_rwsem` (from
+/// a device's registration), which registering takes again (before: a
+/// recursive `down_read` of `devices_rwsem`, which lockdep reports and a
+/// waiting writer turns into a deadlock).
+pub(crate) fn registration_refused_inside_client_add(_env: &Env, out: &mut Text) -> Outcome {
+    let reg = ok(
+        Registration::new(
+            c_str!("kverbs_selftest_nester"),
+            Nester {
+                refused: AtomicU32::new(0),
+                other: AtomicU32::new(0),
+            },
+        ),
+        "registration",
+        out,
+    )?;
+    let (refused, other) = (
+        reg.client().refused.load(Ordering::Acquire),
+        reg.client().other.load(Ordering::Acquire),
+    );
+    drop(reg);
+    let _ = write!(
+        out,
+        "registrations inside add: refused {}, other {}",
+        refused, other
+    );
+    if refused == 0 || other != 0 {
+        return Err("a registration inside a client's add not refused with EDEADLK");
+    }
+    // Outside a callback the same registration is taken.
+    let nested = ok(
+        Registration::new(c_str!("kverbs_selftest_nested"), Nested),
+        "registration outside add",
+        out,
+    )?;
+    drop(nested);
     Ok(())
 }
 

@@ -243,6 +243,8 @@ CASES=(
 	adaptive_cq_shared_by_two_tasks_dropping_qps
 	event_ring_of_4096_snapshotted
 	event_sink_sleeps_and_drops_its_objects
+	two_sinks_drop_each_others_objects
+	registration_refused_inside_client_add
 	cm_requests_while_accepted_ids_are_destroyed
 	mul_div_saturates_past_u64
 )
