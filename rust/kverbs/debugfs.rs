@@ -185,7 +185,9 @@ impl<T: Show + Store> Entry<T> {
 }
 
 /// A debugfs file showing (and, for a control file, taking) text; removed on
-/// drop.
+/// drop. The drop waits for the calls of its `show` and `store` in progress
+/// (`__debugfs_file_removed`): it must not be made from one of them, which
+/// would wait for itself.
 ///
 /// # Invariants
 ///

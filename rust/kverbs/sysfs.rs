@@ -104,7 +104,9 @@ struct AttrInner<T> {
     data: T,
 }
 
-/// A read-only sysfs attribute, removed on drop.
+/// A read-only sysfs attribute, removed on drop. The drop waits for the
+/// calls of its `show` in progress (`kernfs_drain`): it must not be made
+/// from one of them, which would wait for itself.
 ///
 /// # Invariants
 ///
