@@ -19,6 +19,7 @@ use kverbs::{
     cm::{CmEvents, CmId},
     cq::{Cq, PollCtx},
     device::Device,
+    dma::DmaBuf,
     event::{Element, Event, EventKind, EventRing, EventSink},
     pd::Pd,
     qp::{Access, Cancel, Qp, Rts, SendOp},
@@ -198,6 +199,33 @@ pub(crate) fn event_ring_of_4096_snapshotted(_env: &Env, out: &mut Text) -> Outc
     Ok(())
 }
 
+/// A connected pair on `dev` whose receiving QP takes its receives from
+/// `srq`, and the buffer of the 8 receives of 64 bytes posted to `srq`,
+/// whose limit is armed at 4: 5 SENDs on the sending QP raise the SRQ's
+/// limit event (from the responder of the receiving QP).
+fn srq_limit_pair(
+    dev: &Device,
+    pd: &Pd,
+    scq: &Cq,
+    srq: &Srq,
+    out: &mut Text,
+) -> Outcome<(Qp<Rts>, Qp<Rts>, Arc<DmaBuf>)> {
+    let (s, r) = ok(
+        Qp::new_rc(pd, port(dev), scq, scq, caps(8)).and_then(|a| {
+            let b = Qp::new_rc_srq(pd, port(dev), scq, srq, caps(4), None)?;
+            connect_pair(dev, a, b, Access::LOCAL_WRITE)
+        }),
+        "pair",
+        out,
+    )?;
+    let rbuf = ok(buf(dev), "receive buffer", out)?;
+    for i in 0..8 {
+        ok(srq.post_recv(&rbuf, i * 64, 64), "SRQ receive", out)?;
+    }
+    ok(srq.arm_limit(4), "arm limit 4", out)?;
+    Ok((s, r, rbuf))
+}
+
 /// The sink of `event_sink_sleeps_and_drops_its_objects`: on the SRQ limit
 /// event it sleeps, takes a mutex and drops the QP the event came through
 /// (from its responder) and the last handle of the SRQ itself.
@@ -246,20 +274,8 @@ pub(crate) fn event_sink_sleeps_and_drops_its_objects(env: &Env, out: &mut Text)
         GFP_KERNEL,
     );
     let (sink, srq) = srq_with_sink(&pd, &rcq, sink, out)?;
-    let (s1, r1) = ok(
-        Qp::new_rc(&pd, port(dev), &scq, &scq, caps(8)).and_then(|a| {
-            let b = Qp::new_rc_srq(&pd, port(dev), &scq, &srq, caps(4), None)?;
-            connect_pair(dev, a, b, Access::LOCAL_WRITE)
-        }),
-        "pair",
-        out,
-    )?;
-    let rbuf = ok(buf(dev), "receive buffer", out)?;
+    let (s1, r1, _rbuf) = srq_limit_pair(dev, &pd, &scq, &srq, out)?;
     let sbuf = ok(buf(dev), "send buffer", out)?;
-    for i in 0..8 {
-        ok(srq.post_recv(&rbuf, i * 64, 64), "SRQ receive", out)?;
-    }
-    ok(srq.arm_limit(4), "arm limit 4", out)?;
     // The QP of the SRQ and the SRQ's last handle go to the sink; this
     // task keeps only the sending QP.
     *sink.held.lock() = Some((r1, srq));
@@ -374,19 +390,7 @@ pub(crate) fn two_sinks_drop_each_others_objects(env: &Env, out: &mut Text) -> O
             GFP_KERNEL,
         );
         let (sink, srq) = srq_with_sink(&pd, &rcq, sink, out)?;
-        let (s, r) = ok(
-            Qp::new_rc(&pd, port(dev), &scq, &scq, caps(8)).and_then(|a| {
-                let b = Qp::new_rc_srq(&pd, port(dev), &scq, &srq, caps(4), None)?;
-                connect_pair(dev, a, b, Access::LOCAL_WRITE)
-            }),
-            "pair",
-            out,
-        )?;
-        let rbuf = ok(buf(dev), "receive buffer", out)?;
-        for i in 0..8 {
-            ok(srq.post_recv(&rbuf, i * 64, 64), "SRQ receive", out)?;
-        }
-        ok(srq.arm_limit(4), "arm limit 4", out)?;
+        let (s, r, rbuf) = srq_limit_pair(dev, &pd, &scq, &srq, out)?;
         ok(
             sinks.push(sink, GFP_KERNEL).map_err(Error::from),
             "sinks",
