@@ -275,6 +275,31 @@ impl QpInner {
     }
 }
 
+/// Destroys `qp`: through `cm`, the connection manager ID it was created
+/// on, if any (`rdma_destroy_qp`), else with `ib_destroy_qp`. Returns the
+/// destruction's error, 0 through the ID: `rdma_destroy_qp` clears
+/// `id->qp` whatever `ib_destroy_qp` returned and says nothing, so it is
+/// taken as success. The core refuses only a QP with users (`qp->usecnt`:
+/// a multicast group, which an RC QP never joins) and rxe only one in a
+/// group (`rxe_qp_chk_destroy`); a driver whose `destroy_qp` can fail
+/// (bnxt_re's firmware errors) is not seen there.
+///
+/// # Safety
+///
+/// `qp` is live and not used by the caller after this (unless it failed);
+/// `cm`, if any, is the live ID `qp` was created on.
+unsafe fn destroy_qp(qp: *mut bindings::ib_qp, cm: Option<*mut bindings::rdma_cm_id>) -> i32 {
+    match cm {
+        Some(id) => {
+            // SAFETY: By the caller's guarantee.
+            unsafe { bindings::rdma_destroy_qp(id) };
+            0
+        }
+        // SAFETY: By the caller's guarantee.
+        None => unsafe { bindings::ib_destroy_qp(qp) },
+    }
+}
+
 #[pinned_drop]
 impl PinnedDrop for QpInner {
     fn drop(self: Pin<&mut Self>) {
@@ -304,24 +329,12 @@ impl PinnedDrop for QpInner {
         let qpn = self.qp_num();
         let events = self.events;
         // SAFETY: The QP is live; if it was drained, the device no longer
-        // uses it or any memory its requests named. A QP of a connection
-        // manager ID is destroyed through the ID, which `cm` keeps alive
-        // until after. `rdma_destroy_qp` does not say whether it failed
-        // (it clears `id->qp` whatever `ib_destroy_qp` returned): it is
-        // taken as success. The core refuses only a QP with users
-        // (`qp->usecnt`: a multicast group, which an RC QP never joins) and
-        // rxe only one in a group (`rxe_qp_chk_destroy`); a driver whose
-        // `destroy_qp` can fail (bnxt_re's firmware errors) is not seen.
-        let ret = unsafe {
-            match &self.cm {
-                Some(cm) => {
-                    bindings::rdma_destroy_qp(cm.as_raw());
-                    cm.release_qp();
-                    0
-                }
-                None => bindings::ib_destroy_qp(qp),
-            }
-        };
+        // uses it or any memory its requests named. The ID of a QP of a
+        // connection manager ID is kept alive by `cm` until after.
+        let ret = unsafe { destroy_qp(qp, self.cm.as_ref().map(|c| c.as_raw())) };
+        if let Some(cm) = &self.cm {
+            cm.release_qp();
+        }
         // SAFETY: Only fields that are not structurally pinned are moved out
         // or dropped below (not `book`, only what its lock gives).
         let this = unsafe { self.get_unchecked_mut() };

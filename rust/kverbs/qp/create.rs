@@ -227,20 +227,10 @@ impl<T: Transport> Qp<Reset, T> {
         // On failure: destroys the QP, then takes it out of the table of
         // the SRQ it was added to, if any; dismissed once `QpInner` owns it.
         let mut destroy = ScopeGuard::new_with_data(None, move |added: Option<&Srq>| {
-            // SAFETY: The QP was created above and nothing was posted; the
-            // ID, if any, is kept alive by the caller's `cm`. Nothing raised
-            // `qp->usecnt` (no multicast group), so the core does not refuse
-            // with `EBUSY`; `rdma_destroy_qp` does not say if the driver
-            // failed, `ib_destroy_qp` does.
-            let ret = unsafe {
-                match cm.map(|c| c.as_raw()) {
-                    Some(id) => {
-                        bindings::rdma_destroy_qp(id);
-                        0
-                    }
-                    None => bindings::ib_destroy_qp(qp.as_ptr()),
-                }
-            };
+            // SAFETY: The QP was created above (on the ID, if any, which
+            // the caller's `cm` keeps alive) and nothing was posted; nothing
+            // raised `qp->usecnt` (no multicast group).
+            let ret = unsafe { super::destroy_qp(qp.as_ptr(), cm.map(|c| c.as_raw())) };
             if ret != 0 {
                 // The QP lives on and names what it was made with: those are
                 // leaked (the queue by the flag), and kverbs.ko stays loaded
