@@ -232,22 +232,6 @@ void *kverbs_current(void)
 	return current;
 }
 
-/*
- * The function of the work item the current task runs, if it is a
- * workqueue worker inside one (current_work()), else NULL.
- */
-void *kverbs_current_work_func(void)
-{
-	struct work_struct *w = current_work();
-
-	return w ? (void *)w->func : NULL;
-}
-
-void *kverbs_work_func(struct work_struct *work)
-{
-	return (void *)work->func;
-}
-
 bool kverbs_module_get_live(struct module *mod)
 {
 	/* As full_proxy_open() reads its owner's state: unlocked. */

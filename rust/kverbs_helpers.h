@@ -187,8 +187,6 @@ bool kverbs_cancel_work(struct work_struct *work);
 
 /* current, as an identity. */
 void *kverbs_current(void);
-void *kverbs_current_work_func(void);
-void *kverbs_work_func(struct work_struct *work);
 
 /*
  * A reference to a module that has finished its init and is not going

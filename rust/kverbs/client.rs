@@ -25,9 +25,10 @@
 
 use crate::bindings;
 use crate::device::Device;
+use crate::task_mark::TaskMarks;
 use core::{
     ptr,
-    sync::atomic::{AtomicPtr, AtomicUsize, Ordering},
+    sync::atomic::{AtomicPtr, Ordering},
 };
 use kernel::{
     ffi::{c_int, c_void},
@@ -168,10 +169,10 @@ impl<T: Client> Registration<T> {
     /// this returns.
     ///
     /// Fails with `EBUSY` if a registration of `T` already exists, and with
-    /// `EDEADLK` inside a client's `add` or `remove` (of any client): the
-    /// core holds locks there that registering takes.
+    /// `EDEADLK` inside a client's `add` (of any client): the core holds
+    /// locks there that registering takes.
     pub fn new(name: &'static CStr, ctx: T) -> Result<Self> {
-        if in_callback() {
+        if IN_ADD.has_current() {
             return Err(crate::errno::edeadlk());
         }
         let client = bindings::ib_client {
@@ -240,41 +241,13 @@ impl<T: Client> Drop for Registration<T> {
     }
 }
 
-/// The tasks inside a client's `add` or `remove`, where the core holds
-/// `clients_rwsem` or `devices_rwsem` (device registration and removal,
-/// `ib_register_client`'s loop) and `ib_register_client` would take them
-/// again: [`Registration::new`] refuses there. As many tasks as there are
-/// entries are recorded at once (each device's registration or removal
-/// calls the clients on one task); beyond them a task goes unrecorded, and
-/// its registration is not refused.
-static IN_CALLBACK: [AtomicUsize; 8] = [const { AtomicUsize::new(0) }; 8];
-
-/// Records the current task in [`IN_CALLBACK`] while it lives.
-struct CallbackMark(Option<&'static AtomicUsize>);
-
-impl CallbackMark {
-    fn enter() -> Self {
-        let t = crate::current_task();
-        CallbackMark(IN_CALLBACK.iter().find(|m| {
-            m.compare_exchange(0, t, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
-        }))
-    }
-}
-
-impl Drop for CallbackMark {
-    fn drop(&mut self) {
-        if let Some(m) = self.0 {
-            m.store(0, Ordering::Release);
-        }
-    }
-}
-
-/// Whether the current task is inside a client's `add` or `remove`.
-fn in_callback() -> bool {
-    let t = crate::current_task();
-    IN_CALLBACK.iter().any(|m| m.load(Ordering::Acquire) == t)
-}
+/// The tasks inside a client's `add`, which the core calls holding
+/// `devices_rwsem` (`ib_register_client`'s loop) or `clients_rwsem` (a
+/// device's registration), and `ib_register_client` would take them again:
+/// [`Registration::new`] refuses there. Each device's registration calls
+/// the clients on one task: beyond 8 at once a task goes unmarked, and its
+/// registration is not refused.
+static IN_ADD: TaskMarks<8> = TaskMarks::new();
 
 /// Finds the registration of `T` from inside one of its callbacks.
 ///
@@ -300,7 +273,7 @@ unsafe extern "C" fn add_callback<T: Client>(dev: *mut bindings::ib_device) -> c
     // SAFETY: The core holds the device's registration count around `add`
     // and until `remove` has returned.
     let device = unsafe { Device::from_raw(dev) };
-    let mark = CallbackMark::enter();
+    let mark = IN_ADD.enter();
     let added = inner.ctx.add(device);
     drop(mark);
     match added {
@@ -351,6 +324,5 @@ unsafe extern "C" fn remove_callback<T: Client>(
     // SAFETY: `remove` is called only for devices whose `add` succeeded,
     // once, with the data `add_callback` stored from `into_foreign`.
     let data = unsafe { T::DeviceData::from_foreign(client_data) };
-    let _mark = CallbackMark::enter();
     inner.ctx.remove(device, data);
 }

@@ -22,12 +22,13 @@
 //! module is gone.
 
 use crate::{
-    bindings, device::Device, device::PortNum, irq_lock::IrqLock, layer_ref::LayerRef, ARef,
+    bindings, device::Device, device::PortNum, irq_lock::IrqLock, layer_ref::LayerRef,
+    task_mark::TaskMarks, ARef,
 };
 use core::{
     ffi::c_void,
     ptr::NonNull,
-    sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering},
+    sync::atomic::{AtomicBool, AtomicU32, Ordering},
 };
 use kernel::{
     impl_has_work, new_work,
@@ -223,18 +224,16 @@ pub trait EventSink: Send + Sync {
 /// Events of one object kept for its sink while it handles others.
 pub const QUEUED_EVENTS: usize = 32;
 
-/// The function of every event queue's work item (its `work_struct.func`),
-/// recorded when a queue is made: a task delivers events exactly when the
-/// work item it runs has it ([`in_delivery`]). (kverbs.ko's workqueue has
-/// one other work item, a deferred module put, with a function of its own.)
-static RUN_FN: AtomicUsize = AtomicUsize::new(0);
+/// The tasks delivering events (`EventQueue::deliver`: a run on the
+/// workqueue, or an object's drop delivering what is left). Beyond 64 at
+/// once a task goes unmarked: its drops then wait, and its
+/// `wait_for_deliveries` flushes, as before this was known.
+static DELIVERING: TaskMarks<64> = TaskMarks::new();
 
 /// Whether the current task is delivering events: inside an
 /// [`EventSink::event`] call, or between two of them.
 pub fn in_delivery() -> bool {
-    let f = RUN_FN.load(Ordering::Relaxed);
-    // SAFETY: Reads `current`'s work item, if any; process context.
-    f != 0 && unsafe { bindings::kverbs_current_work_func() } as usize == f
+    DELIVERING.has_current()
 }
 
 /// The events of one object (QP, SRQ, device registration) on their way
@@ -311,10 +310,6 @@ impl EventQueue {
             }? Error),
             GFP_KERNEL,
         )?;
-        // SAFETY: `q.work` is a live, initialised work item; its function is
-        // the same for every queue.
-        let f = unsafe { bindings::kverbs_work_func(Work::raw_get(&q.work).cast()) };
-        RUN_FN.store(f as usize, Ordering::Relaxed);
         // `into_raw` never gives a null pointer.
         NonNull::new(Arc::into_raw(q).cast_mut()).ok_or(ENOMEM)
     }
@@ -328,6 +323,7 @@ impl EventQueue {
         let Some(sink) = self.sink.with(|s| s.clone()) else {
             return;
         };
+        let _mark = DELIVERING.enter();
         let mut events = KVec::new();
         let lost = self.ring.take_new(&mut events);
         if lost > 0 {

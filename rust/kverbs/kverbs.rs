@@ -83,6 +83,7 @@ mod show;
 pub mod srq;
 pub mod stream;
 pub mod sysfs;
+mod task_mark;
 pub mod tcp;
 mod wait;
 pub mod wc;
