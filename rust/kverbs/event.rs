@@ -224,11 +224,37 @@ pub trait EventSink: Send + Sync {
 /// Events of one object kept for its sink while it handles others.
 pub const QUEUED_EVENTS: usize = 32;
 
+/// What an [`EventQueue`] hands its events to: a sink trait object and
+/// the events it takes ([`EventSink`] and [`Event`]; the connection
+/// manager's have their own).
+pub(crate) trait Sink: Send + Sync {
+    /// The events.
+    type Ev: Copy + Send;
+    /// Hands `ev` to the sink.
+    fn deliver(&self, ev: &Self::Ev);
+    /// Tells the sink that `n` events were lost: they came faster than it
+    /// took them, beyond [`QUEUED_EVENTS`] (or could not be copied out).
+    fn lost(&self, n: u64);
+}
+
+impl Sink for dyn EventSink {
+    type Ev = Event;
+    fn deliver(&self, ev: &Event) {
+        self.event(ev);
+    }
+    fn lost(&self, n: u64) {
+        pr_warn!("{} asynchronous events lost: their sink was too slow\n", n);
+    }
+}
+
 /// The tasks delivering events (`EventQueue::deliver`: a run on the
-/// workqueue, or an object's drop delivering what is left). Beyond 64 at
-/// once a task goes unmarked: its drops then wait, and its
-/// `wait_for_deliveries` flushes, as before this was known.
-static DELIVERING: TaskMarks<64> = TaskMarks::new();
+/// workqueue, or an object's drop delivering what is left). A run on the
+/// workqueue delivers only once marked (with all 128 marks taken, it waits
+/// for one), so that a sink's drops and waits always know they are in
+/// one; an object's drop beyond 128 goes unmarked (its sink's drops
+/// then wait for other tasks' runs, and its `wait_for_deliveries` flushes,
+/// neither of which waits for itself).
+static DELIVERING: TaskMarks<128> = TaskMarks::new();
 
 /// Whether the current task is delivering events: inside an
 /// [`EventSink::event`] call, or between two of them.
@@ -236,9 +262,10 @@ pub fn in_delivery() -> bool {
     DELIVERING.has_current()
 }
 
-/// The events of one object (QP, SRQ, device registration) on their way
-/// to its sink: filled by the object's handler in any context, emptied by
-/// a work item that calls the sink in process context.
+/// The events of one object (QP, SRQ, device registration, the IDs of a
+/// connection manager queue) on their way to its sink: filled by the
+/// object's handler in any context, emptied by a work item that calls the
+/// sink in process context.
 ///
 /// # Invariants
 ///
@@ -251,33 +278,50 @@ pub fn in_delivery() -> bool {
 /// call it any more (if `release` is called from a delivery, until the
 /// queue goes).
 #[pin_data]
-pub(crate) struct EventQueue {
+pub(crate) struct EventQueue<S: ?Sized + Sink + 'static = dyn EventSink> {
     #[pin]
-    work: Work<EventQueue>,
+    work: Work<EventQueue<S>>,
     #[pin]
-    ring: EventRing<QUEUED_EVENTS>,
+    ring: EventRing<QUEUED_EVENTS, S::Ev>,
     #[pin]
     idle: Opaque<bindings::wait_queue_head>,
     running: AtomicU32,
     closed: AtomicBool,
     #[pin]
-    sink: IrqLock<Option<Arc<dyn EventSink>>>,
+    sink: IrqLock<Option<Arc<S>>>,
 }
 
 // SAFETY: The wait queue is a kernel object made for use from any thread;
-// the rest is `Send + Sync` (atomics, the ring's and the sink's locks).
-unsafe impl Send for EventQueue {}
+// the rest is `Send + Sync` (atomics, the ring's and the sink's locks; the
+// sink and its events are `Send`, and the sink `Sync`).
+unsafe impl<S: ?Sized + Sink> Send for EventQueue<S> {}
 // SAFETY: As above.
-unsafe impl Sync for EventQueue {}
+unsafe impl<S: ?Sized + Sink> Sync for EventQueue<S> {}
 
 impl_has_work! {
-    impl HasWork<Self> for EventQueue { self.work }
+    impl{S: ?Sized + Sink + 'static} HasWork<Self> for EventQueue<S> { self.work }
 }
 
-impl WorkItem for EventQueue {
-    type Pointer = Arc<EventQueue>;
+impl<S: ?Sized + Sink + 'static> WorkItem for EventQueue<S> {
+    type Pointer = Arc<EventQueue<S>>;
 
-    fn run(this: Arc<EventQueue>) {
+    fn run(this: Arc<EventQueue<S>>) {
+        // No delivery unmarked: a sink called unmarked that dropped its own
+        // object would wait in `release` for this very run. With every mark
+        // taken, the run waits for one -- in this run, not queued again: a
+        // flush (`wait_for_deliveries`) waits for this run, not for one
+        // queued after it began.
+        let _mark = loop {
+            let mark = DELIVERING.enter();
+            if mark.held() {
+                break mark;
+            }
+            drop(mark);
+            if this.closed.load(Ordering::SeqCst) {
+                return;
+            }
+            crate::msleep(1);
+        };
         // A work item never runs twice at once: one runner. `running` and
         // `closed` are stored then loaded here and the other way round in
         // `release`: sequentially consistent, so that one of the two sees
@@ -292,10 +336,10 @@ impl WorkItem for EventQueue {
     }
 }
 
-impl EventQueue {
+impl<S: ?Sized + Sink + 'static> EventQueue<S> {
     /// A queue for `sink`, as a raw pointer to be an object's context:
     /// [`EventQueue::release`] takes it back.
-    pub(crate) fn new_raw(sink: Arc<dyn EventSink>) -> Result<NonNull<EventQueue>> {
+    pub(crate) fn new_raw(sink: Arc<S>) -> Result<NonNull<EventQueue<S>>> {
         let q = Arc::pin_init(
             try_pin_init!(EventQueue {
                 work <- new_work!("kverbs::EventQueue::work"),
@@ -316,43 +360,47 @@ impl EventQueue {
 
     /// Hands the events queued so far to the sink, one at a time; if
     /// `until_closed`, stops when the queue is closed (by a sink that
-    /// dropped the object).
+    /// dropped the object). The caller has marked its task as delivering
+    /// if it could.
     fn deliver(&self, until_closed: bool) {
         // The calls may sleep: they are made with a reference of their own,
         // not under the lock.
         let Some(sink) = self.sink.with(|s| s.clone()) else {
             return;
         };
-        let _mark = DELIVERING.enter();
         let mut events = KVec::new();
         let lost = self.ring.take_new(&mut events);
         if lost > 0 {
-            pr_warn!(
-                "{} asynchronous events lost: their sink was too slow\n",
-                lost
-            );
+            sink.lost(lost);
         }
         for (_, ev) in events.iter() {
             if until_closed && self.closed.load(Ordering::SeqCst) {
                 break;
             }
-            sink.event(ev);
+            sink.deliver(ev);
         }
     }
 
     /// Records `ev` and schedules its delivery: from any context.
-    fn push(this: ArcBorrow<'_, Self>, ev: Event) {
+    ///
+    /// # Safety
+    ///
+    /// kverbs.ko's exit must not have run: the caller is the handler of an
+    /// object that holds a [`LayerRef`] until its drop has destroyed it.
+    pub(crate) unsafe fn push(this: ArcBorrow<'_, Self>, ev: S::Ev) {
         this.ring.push(crate::now_ns(), ev);
         // SAFETY: `kverbs_events_wq` is the workqueue kverbs.ko allocates
         // in its init (which fails without it) and destroys in its exit
         // (`destroy_workqueue`, which drains what is still queued first).
-        // This is called from the handler of an object with a queue (a QP,
-        // an SRQ, a device registration), which holds a `LayerRef` to
-        // kverbs.ko from before its handler is installed until after its
-        // drop has destroyed it (`ib_destroy_qp`, `ib_destroy_srq_user`,
-        // `ib_unregister_event_handler`), and for ever if that failed (the
-        // object is then leaked with its reference): so the exit has not
-        // run and the workqueue is valid for this call.
+        // By the caller's guarantee, this is called from the handler of an
+        // object with a queue (a QP,
+        // an SRQ, a device registration, a connection manager ID), which
+        // holds a `LayerRef` to kverbs.ko from before its handler is
+        // installed until after its drop has destroyed it (`ib_destroy_qp`,
+        // `ib_destroy_srq_user`, `ib_unregister_event_handler`,
+        // `rdma_destroy_id`), and for ever if that failed (the object is
+        // then leaked with its reference): so the exit has not run and the
+        // workqueue is valid for this call.
         let wq = unsafe { workqueue::Queue::from_raw(bindings::kverbs_events_wq().cast()) };
         // A reference for the work item; given back (and not the last one:
         // the object holds its own) if it is queued already, in which case
@@ -378,7 +426,7 @@ impl EventQueue {
     ///
     /// `q` must come from [`EventQueue::new_raw`], be given back once, and
     /// no handler may use it any more.
-    pub(crate) unsafe fn release(q: NonNull<EventQueue>) {
+    pub(crate) unsafe fn release(q: NonNull<EventQueue<S>>) {
         // SAFETY: By the caller's guarantee, this is `new_raw`'s reference.
         let q = unsafe { Arc::from_raw(q.as_ptr()) };
         q.closed.store(true, Ordering::SeqCst);
@@ -388,7 +436,7 @@ impl EventQueue {
         if unsafe { bindings::kverbs_cancel_work(work.cast()) } {
             // SAFETY: The reference the cancelled run would have given back
             // (type invariant).
-            drop(unsafe { Arc::from_raw(core::ptr::from_ref::<EventQueue>(&q)) });
+            drop(unsafe { Arc::from_raw(core::ptr::from_ref::<EventQueue<S>>(&q)) });
         }
         if in_delivery() {
             return;
@@ -400,6 +448,7 @@ impl EventQueue {
             // `READ_ONCE`. Not interruptible: the drop must wait.
             unsafe { bindings::kverbs_wait_u32(q.idle.get(), q.running.as_ptr(), 0, 100, false) };
         }
+        let _mark = DELIVERING.enter();
         q.deliver(false);
         // No run calls the sink any more: its reference is dropped here, by
         // the object's drop, not with the queue by a run that may still
@@ -445,11 +494,13 @@ pub(crate) unsafe extern "C" fn object_event(ev: *mut bindings::ib_event, ctx: *
     // a valid event whose QP is live.
     let (q, ev) = unsafe {
         (
-            ArcBorrow::from_raw(ctx.cast::<EventQueue>()),
+            ArcBorrow::from_raw(ctx.cast::<EventQueue<dyn EventSink>>()),
             Event::from_raw(ev, true),
         )
     };
-    EventQueue::push(q, ev);
+    // SAFETY: The QP or SRQ holds a `LayerRef` until destroyed (see
+    // `Qp`'s and `Srq`'s invariants), and its handler runs only before.
+    unsafe { EventQueue::push(q, ev) };
 }
 
 /// A registration of an event handler on a device: `sink` gets the
@@ -540,8 +591,9 @@ unsafe extern "C" fn device_event(h: *mut bindings::ib_event_handler, ev: *mut b
     // gone, its number is not read.
     let ev = unsafe { Event::from_raw(ev, false) };
     // SAFETY: The registration holds this reference until after it is
-    // unregistered, which waits for this call to return.
-    EventQueue::push(unsafe { ArcBorrow::from_raw(reg.queue.as_ptr()) }, ev);
+    // unregistered, which waits for this call to return; it holds a
+    // `LayerRef` until then too.
+    unsafe { EventQueue::push(ArcBorrow::from_raw(reg.queue.as_ptr()), ev) };
 }
 
 #[pinned_drop]
@@ -567,20 +619,20 @@ impl PinnedDrop for Registration {
 ///
 /// The `entries` of `ring` has `N` elements.
 #[pin_data]
-pub struct EventRing<const N: usize> {
+pub struct EventRing<const N: usize, T: Copy = Event> {
     #[pin]
-    ring: IrqLock<Ring>,
+    ring: IrqLock<Ring<T>>,
 }
 
-struct Ring {
-    entries: KVec<Option<(u64, Event)>>,
+struct Ring<T> {
+    entries: KVec<Option<(u64, T)>>,
     /// Events pushed in all.
     total: u64,
     /// Events taken by [`EventRing::take_new`] (or lost before it ran).
     taken: u64,
 }
 
-impl<const N: usize> EventRing<N> {
+impl<const N: usize, T: Copy> EventRing<N, T> {
     /// An empty ring (its `N` entries are allocated here).
     pub fn new() -> impl PinInit<Self, Error> {
         try_pin_init!(EventRing {
@@ -592,12 +644,12 @@ impl<const N: usize> EventRing<N> {
         }? Error)
     }
 
-    fn with<R>(&self, f: impl FnOnce(&mut Ring) -> R) -> R {
+    fn with<R>(&self, f: impl FnOnce(&mut Ring<T>) -> R) -> R {
         self.ring.with(f)
     }
 
     /// Adds `ev`, at time `t`; the oldest goes if the ring is full.
-    pub fn push(&self, t: u64, ev: Event) {
+    pub fn push(&self, t: u64, ev: T) {
         if N == 0 {
             return;
         }
@@ -609,7 +661,7 @@ impl<const N: usize> EventRing<N> {
 
     /// Copies the events from number `from` on (oldest first) into `out`,
     /// whose room for `N` more was reserved: no allocation under the lock.
-    fn copy_from(r: &Ring, from: u64, out: &mut KVec<(u64, Event)>) {
+    fn copy_from(r: &Ring<T>, from: u64, out: &mut KVec<(u64, T)>) {
         for i in from..r.total {
             if let Some(e) = r.entries[(i % N as u64) as usize] {
                 // Within the reserved capacity: does not allocate.
@@ -619,7 +671,7 @@ impl<const N: usize> EventRing<N> {
     }
 
     /// The events kept, oldest first, and how many came in all.
-    pub fn snapshot(&self) -> (KVec<(u64, Event)>, u64) {
+    pub fn snapshot(&self) -> (KVec<(u64, T)>, u64) {
         let mut v = KVec::new();
         // Best effort: on allocation failure no event is shown.
         let room = v.reserve(N, GFP_KERNEL).is_ok();
@@ -635,7 +687,7 @@ impl<const N: usize> EventRing<N> {
     /// Moves the events pushed since the last call into `out` (oldest
     /// first) and returns how many of them were lost, overwritten before
     /// they were taken (or because `out` could not be allocated).
-    pub(crate) fn take_new(&self, out: &mut KVec<(u64, Event)>) -> u64 {
+    pub(crate) fn take_new(&self, out: &mut KVec<(u64, T)>) -> u64 {
         let room = out.reserve(N, GFP_KERNEL).is_ok();
         self.with(|r| {
             let kept = r.total - r.total.min(N as u64);

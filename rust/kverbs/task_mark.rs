@@ -39,6 +39,13 @@ impl<const N: usize> TaskMarks<N> {
 /// A task's mark, cleared on drop.
 pub(crate) struct Mark(Option<&'static AtomicUsize>);
 
+impl Mark {
+    /// Whether the task got a mark.
+    pub(crate) fn held(&self) -> bool {
+        self.0.is_some()
+    }
+}
+
 impl Drop for Mark {
     fn drop(&mut self) {
         if let Some(m) = self.0 {
