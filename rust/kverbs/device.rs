@@ -724,9 +724,11 @@ impl GidType {
 /// device is unregistered (`ib_cache_cleanup_one`, after `disable_device`
 /// waited for every registration count), which cannot happen while the
 /// `&'a Device` the entry borrows is valid. If the guard is forgotten
-/// (`mem::forget`), the entry's reference leaks: the core warns of a GID
-/// entry reference leak when the device is released, and nothing is freed
-/// early.
+/// (`mem::forget`), the entry's reference leaks, and nothing is freed
+/// early; but the entry holds its netdev (`dev_hold` in
+/// `alloc_gid_entry`): the netdev's removal (`ip link del`, the driver's
+/// unload) then waits for ever in `netdev_wait_allrefs`, and the core
+/// warns of a GID entry reference leak when the device is released.
 ///
 /// # Invariants
 ///
