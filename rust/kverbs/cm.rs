@@ -16,6 +16,23 @@
 //! after its QP (`rdma_destroy_qp`). Every ID holds its queue, so no event
 //! can reach a freed queue.
 //!
+//! An ID nobody waits on learns of nothing by itself: a listener kept for
+//! the next connection, or a connection kept idle. A queue made with a
+//! [`CmSink`] ([`CmEvents::with_sink`]) also tells the sink of each event,
+//! in process context, from kverbs.ko's event workqueue (as
+//! [`EventSink`](crate::event::EventSink)s are told), the event itself
+//! staying queued for the waits. The one a holder must act on is
+//! [`CmEventKind::DeviceRemoval`]: the device's removal (`rdma link del`,
+//! the driver's unload) waits until every ID on it is destroyed, so the
+//! IDs it names must be dropped, with the QPs made on them (a QP holds its
+//! ID) -- from the sink, or by whoever the sink tells. Events the sink
+//! could not keep up with are lost to it (not to the waits): it is told
+//! [`CmEventKind::EventsLost`] instead, and then asks each of its IDs
+//! ([`CmId::device_removed`]). An ID kept idle with no sink (and not
+//! dropped in the holder's
+//! [`Client::remove`](crate::client::Client::remove)) keeps its device's
+//! removal waiting for as long as it is kept.
+//!
 //! Events name their ID by a token of its own, never by its address: the
 //! connection manager frees a destroyed ID, and the next connection
 //! request's new ID may be allocated at the same address. Each ID's context
@@ -24,6 +41,7 @@
 
 use crate::bindings;
 use crate::device::Device;
+use crate::event::{EventQueue, Sink};
 use crate::layer_ref::LayerRef;
 use crate::qp::{Cancel, Init, Qp, Rts};
 use crate::tcp::Ipv4;
@@ -37,7 +55,7 @@ use kernel::{
     ffi::{c_int, c_ulong, c_void},
     new_mutex,
     prelude::*,
-    sync::{Arc, Mutex},
+    sync::{Arc, ArcBorrow, Mutex},
     types::Opaque,
 };
 
@@ -51,11 +69,18 @@ static NEXT_TOKEN: AtomicU64 = AtomicU64::new(1);
 /// `events` points to the queue the ID's events go to, which lives as long
 /// as the ID: held by its [`CmIdInner`], or, for a connection request not
 /// taken yet, by the queue itself (which destroys the ID when it goes).
-/// The context is freed only after its ID is destroyed: its reference to
-/// kverbs.ko covers every call of the ID's handler, kverbs code.
+/// The context is freed only after its ID is destroyed -- or, for a
+/// connection request given up on its device's removal, by its handler
+/// right before the connection manager destroys the ID, which calls no
+/// handler after that: its reference to kverbs.ko covers every call of
+/// the ID's handler, kverbs code (but for the last instructions of that
+/// one, see the handler).
 struct IdCtx {
     events: *const EventsInner,
     token: u64,
+    /// The ID's device is being removed: set by the handler on
+    /// `DEVICE_REMOVAL`, whether or not the event could be queued.
+    removed: AtomicBool,
     _layer: LayerRef,
 }
 
@@ -65,6 +90,7 @@ impl IdCtx {
             IdCtx {
                 events,
                 token: NEXT_TOKEN.fetch_add(1, Ordering::Relaxed),
+                removed: AtomicBool::new(false),
                 _layer: LayerRef::new()?,
             },
             GFP_KERNEL,
@@ -111,8 +137,147 @@ struct Event {
     child: Option<NonNull<IdCtx>>,
 }
 
-/// The events of the IDs of one connection, oldest first; taken events are
-/// `None`.
+/// What an event is (`enum rdma_cm_event_type`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum CmEventKind {
+    /// `RDMA_CM_EVENT_ADDR_RESOLVED`.
+    AddrResolved,
+    /// `RDMA_CM_EVENT_ADDR_ERROR`.
+    AddrError,
+    /// `RDMA_CM_EVENT_ROUTE_RESOLVED`.
+    RouteResolved,
+    /// `RDMA_CM_EVENT_ROUTE_ERROR`.
+    RouteError,
+    /// `RDMA_CM_EVENT_CONNECT_REQUEST`: [`CmId::get_request`] takes it.
+    ConnectRequest,
+    /// `RDMA_CM_EVENT_CONNECT_ERROR`.
+    ConnectError,
+    /// `RDMA_CM_EVENT_UNREACHABLE`.
+    Unreachable,
+    /// `RDMA_CM_EVENT_REJECTED`.
+    Rejected,
+    /// `RDMA_CM_EVENT_ESTABLISHED`.
+    Established,
+    /// `RDMA_CM_EVENT_DISCONNECTED`: the peer disconnected.
+    Disconnected,
+    /// `RDMA_CM_EVENT_DEVICE_REMOVAL`: the ID's device is going, and its
+    /// removal waits for the ID's drop.
+    DeviceRemoval,
+    /// `RDMA_CM_EVENT_ADDR_CHANGE`.
+    AddrChange,
+    /// `RDMA_CM_EVENT_TIMEWAIT_EXIT`.
+    TimewaitExit,
+    /// Not an event of the connection manager: events came faster than
+    /// the sink took them, and [`CmEvent::status`] of them were lost to it
+    /// (a device removal among them, maybe: ask [`CmId::device_removed`]).
+    EventsLost,
+    /// Another event (multicast join or error, ...).
+    Other(u32),
+}
+
+/// The kind of the notice of lost events (no `rdma_cm_event_type`).
+const EVENTS_LOST: u32 = u32::MAX;
+
+/// An event of an ID of a queue with a [`CmSink`], as the sink is told.
+#[derive(Clone, Copy, Debug)]
+pub struct CmEvent {
+    token: u64,
+    kind: u32,
+    status: i32,
+}
+
+impl CmEvent {
+    /// What the event is.
+    pub fn kind(&self) -> CmEventKind {
+        match self.kind {
+            bindings::RDMA_CM_EVENT_ADDR_RESOLVED => CmEventKind::AddrResolved,
+            bindings::RDMA_CM_EVENT_ADDR_ERROR => CmEventKind::AddrError,
+            bindings::RDMA_CM_EVENT_ROUTE_RESOLVED => CmEventKind::RouteResolved,
+            bindings::RDMA_CM_EVENT_ROUTE_ERROR => CmEventKind::RouteError,
+            bindings::RDMA_CM_EVENT_CONNECT_REQUEST => CmEventKind::ConnectRequest,
+            bindings::RDMA_CM_EVENT_CONNECT_ERROR => CmEventKind::ConnectError,
+            bindings::RDMA_CM_EVENT_UNREACHABLE => CmEventKind::Unreachable,
+            bindings::RDMA_CM_EVENT_REJECTED => CmEventKind::Rejected,
+            bindings::RDMA_CM_EVENT_ESTABLISHED => CmEventKind::Established,
+            bindings::RDMA_CM_EVENT_DISCONNECTED => CmEventKind::Disconnected,
+            bindings::RDMA_CM_EVENT_DEVICE_REMOVAL => CmEventKind::DeviceRemoval,
+            bindings::RDMA_CM_EVENT_ADDR_CHANGE => CmEventKind::AddrChange,
+            bindings::RDMA_CM_EVENT_TIMEWAIT_EXIT => CmEventKind::TimewaitExit,
+            EVENTS_LOST => CmEventKind::EventsLost,
+            other => CmEventKind::Other(other),
+        }
+    }
+
+    /// The event's status (an errno, or a reject reason, or 0; for
+    /// [`CmEventKind::EventsLost`], how many).
+    pub fn status(&self) -> i32 {
+        self.status
+    }
+
+    /// Whether the event is of `id`. A connection request is of the new ID
+    /// [`CmId::get_request`] returns, never of its listener.
+    pub fn is_of(&self, id: &CmId) -> bool {
+        self.token == id.0.token()
+    }
+
+    /// The event's name, as the connection manager spells it
+    /// (`rdma_event_msg`: "device removal", ...).
+    pub fn name(&self) -> &'static str {
+        if self.kind == EVENTS_LOST {
+            return "events lost";
+        }
+        // SAFETY: `rdma_event_msg` returns a static, NUL-terminated string
+        // for any value.
+        let s = unsafe { kernel::str::CStr::from_char_ptr(bindings::rdma_event_msg(self.kind)) };
+        s.to_str().unwrap_or("unrecognized event")
+    }
+}
+
+/// Where the events of a queue's IDs are told (see [`CmEvents::with_sink`]).
+pub trait CmSink: Send + Sync {
+    /// Called for each event of an ID of the queue, in process context (a
+    /// worker of kverbs.ko's workqueue `kverbs_events`), one at a time and
+    /// in the order they came, after the event was queued for the waits.
+    /// It may sleep and drop IDs of the queue (the removal of a device
+    /// waits for the drop of its IDs), with the rules of
+    /// [`EventSink::event`](crate::event::EventSink::event): no call of
+    /// the sink outlives the drop of the queue's last ID and handle made
+    /// outside it, or, for one made inside it,
+    /// [`wait_for_deliveries`](crate::event::wait_for_deliveries). Events
+    /// that come faster than they are handled are dropped beyond
+    /// [`QUEUED_EVENTS`](crate::event::QUEUED_EVENTS) (their queued copies
+    /// are not): the sink is then told [`CmEventKind::EventsLost`].
+    ///
+    /// A sink that can reach the IDs it is to drop holds them, and they
+    /// hold their queue, which holds the sink: a cycle (the kernel's `Arc`
+    /// has no weak reference). It is broken when the IDs are dropped -- on
+    /// removal, or by the holder's exit, which must take them out of the
+    /// sink's reach and drop them.
+    fn event(&self, ev: &CmEvent);
+}
+
+impl Sink for dyn CmSink {
+    type Ev = CmEvent;
+    fn deliver(&self, ev: &CmEvent) {
+        self.event(ev);
+    }
+    fn lost(&self, n: u64) {
+        self.event(&CmEvent {
+            token: 0,
+            kind: EVENTS_LOST,
+            status: i32::try_from(n).unwrap_or(i32::MAX),
+        });
+    }
+}
+
+/// The events of the IDs of one connection, oldest first.
+///
+/// # Invariants
+///
+/// `sink`, if any, is a reference from [`EventQueue::new_raw`], given back
+/// only by the drop. `giving_up` counts the handlers between removing an
+/// untaken connection request from `list` (under its lock) and their last
+/// access to `self`.
 #[pin_data(PinnedDrop)]
 pub(crate) struct EventsInner {
     #[pin]
@@ -121,12 +286,20 @@ pub(crate) struct EventsInner {
     /// Connection requests still taken: once none is left, further ones
     /// are refused.
     requests_left: AtomicU32,
+    /// Handlers giving up an untaken connection request on its device's
+    /// removal, still using this queue: its drop waits for them, since it
+    /// no longer destroys (and so waits for) their IDs.
+    giving_up: AtomicU32,
     #[pin]
     list: Mutex<KVec<Event>>,
+    /// The queue of the sink told of each event, if any: a reference from
+    /// [`EventQueue::new_raw`], given back on drop.
+    sink: Option<NonNull<EventQueue<dyn CmSink>>>,
 }
 
 // SAFETY: The raw ID pointers are only used to destroy untaken connection
-// requests (and their contexts); the rest is atomics and a mutex.
+// requests (and their contexts); the sink's queue is `Send + Sync`; the
+// rest is atomics and a mutex.
 unsafe impl Send for EventsInner {}
 // SAFETY: As above.
 unsafe impl Sync for EventsInner {}
@@ -137,7 +310,9 @@ impl PinnedDrop for EventsInner {
         // Connection requests nobody took: their IDs are ours to destroy.
         // No handler runs any more for the listener (destroyed before its
         // last reference to this queue went); a child's handler may, and
-        // `rdma_destroy_id` waits for it.
+        // `rdma_destroy_id` waits for it. A child's handler that removed
+        // its request before this took the list (giving it up on its
+        // device's removal) is waited for below.
         let list = core::mem::take(&mut *self.list.lock());
         for e in list.iter() {
             if e.kind == bindings::RDMA_CM_EVENT_CONNECT_REQUEST {
@@ -150,6 +325,19 @@ impl PinnedDrop for EventsInner {
                     unsafe { IdCtx::free(ctx) };
                 }
             }
+        }
+        // Its increment was made under the list's lock, before the list was
+        // taken above; its decrement is the handler's last access to this.
+        while self.giving_up.load(Ordering::Acquire) != 0 {
+            crate::msleep(1);
+        }
+        if let Some(q) = self.sink {
+            // SAFETY: The queue's reference, given back once, here (type
+            // invariant). No handler pushes to it any more: every ID whose
+            // context names this queue held it (its drop destroyed the ID
+            // first), the untaken requests' IDs were destroyed above, and
+            // those given up on removal push nothing.
+            unsafe { EventQueue::release(q) };
         }
     }
 }
@@ -169,6 +357,19 @@ impl CmEvents {
     /// a time (a server of `n` connections) and refuses those after them;
     /// a request taken and then dropped makes room for another.
     pub fn with_requests(n: u32) -> Result<Self> {
+        Self::make(n, None)
+    }
+
+    /// As [`CmEvents::with_requests`], and `sink` is told of each event of
+    /// the queue's IDs (see [`CmSink`]): so the holder of an ID nobody
+    /// waits on learns of its device's removal, and of its peer's
+    /// disconnect.
+    pub fn with_sink(n: u32, sink: Arc<dyn CmSink>) -> Result<Self> {
+        Self::make(n, Some(sink))
+    }
+
+    fn make(n: u32, sink: Option<Arc<dyn CmSink>>) -> Result<Self> {
+        let sink = sink.map(EventQueue::new_raw).transpose()?;
         let inner = Arc::pin_init(
             pin_init!(EventsInner {
                 wq <- Opaque::ffi_init(|slot: *mut bindings::wait_queue_head| {
@@ -177,11 +378,22 @@ impl CmEvents {
                 }),
                 count: AtomicU32::new(0),
                 requests_left: AtomicU32::new(n),
+                giving_up: AtomicU32::new(0),
                 list <- new_mutex!(KVec::new()),
+                sink,
             }),
             GFP_KERNEL,
-        )?;
-        Ok(CmEvents(inner))
+        );
+        match inner {
+            Ok(inner) => Ok(CmEvents(inner)),
+            Err(e) => {
+                if let Some(q) = sink {
+                    // SAFETY: From `new_raw` above; no handler has it.
+                    unsafe { EventQueue::release(q) };
+                }
+                Err(e)
+            }
+        }
     }
 
     /// Events received and not taken yet. Taken events leave the queue,
@@ -326,6 +538,7 @@ unsafe extern "C" fn handler(
     let mut child = None;
     let mut token = ctx.token;
     if kind == bindings::RDMA_CM_EVENT_DEVICE_REMOVAL {
+        ctx.removed.store(true, Ordering::Release);
         // A connection request nobody took yet: its ID is given up now (a
         // non-zero return makes the connection manager destroy it), not
         // when the queue goes -- the device's removal waits for it.
@@ -335,17 +548,29 @@ unsafe extern "C" fn handler(
             .position(|e| e.token == token && e.kind == bindings::RDMA_CM_EVENT_CONNECT_REQUEST);
         if let Some(i) = untaken {
             let e = remove(&mut list, i);
-            drop(list);
             events.requests_left.fetch_add(1, Ordering::AcqRel);
+            // The queue's drop no longer sees this request: it waits for
+            // this handler by this count instead.
+            events.giving_up.fetch_add(1, Ordering::AcqRel);
+            drop(list);
             if let Some(c) = e.child {
                 // SAFETY: The request's context, owned by the event just
                 // removed (so by nobody else); its ID is destroyed on our
                 // return, with no handler call any more. `ctx` is not used
                 // after this. Its reference to kverbs.ko may be the last:
-                // given back where kverbs.ko's exit waits for it, not
-                // before this handler has returned.
+                // given back from kverbs.ko's workqueue, which the exit
+                // destroys first. That work can run before this handler's
+                // last instructions (the decrement and return below) have:
+                // an unload in that window -- the last other reference
+                // gone in it too -- would run them in freed text, as any
+                // callback that gives back its own module's last reference
+                // can (kthreads have `module_put_and_kthread_exit`,
+                // callbacks nothing). Accepted: the window is a few
+                // instructions, never a sleep.
                 unsafe { IdCtx::free_deferred(c) };
             }
+            // The last access to `events`: it may be freed once this is 0.
+            events.giving_up.fetch_sub(1, Ordering::Release);
             return 1;
         }
     }
@@ -400,6 +625,22 @@ unsafe extern "C" fn handler(
     events.count.fetch_add(1, Ordering::AcqRel);
     // SAFETY: The wait queue is initialised and lives as long as `events`.
     unsafe { bindings::kverbs_wake_up(events.wq.get()) };
+    if let Some(q) = events.sink {
+        // SAFETY: `events` holds this reference until it is dropped (type
+        // invariant of `EventsInner`), after the IDs whose context names it
+        // (type invariant of `IdCtx`); the context's `LayerRef` keeps
+        // kverbs.ko's exit from running while the ID's handler may.
+        unsafe {
+            EventQueue::push(
+                ArcBorrow::from_raw(q.as_ptr()),
+                CmEvent {
+                    token,
+                    kind,
+                    status,
+                },
+            )
+        };
+    }
     0
 }
 
@@ -683,6 +924,17 @@ impl CmId {
             .events
             .take_where(|e| e.token == token && e.kind == bindings::RDMA_CM_EVENT_DISCONNECTED)
             .is_some()
+    }
+
+    /// Whether the ID's device is being removed: the ID, and a QP made on
+    /// it, must then be dropped for the removal to go on. Does not wait;
+    /// true even if the event could not be queued (out of memory).
+    pub fn device_removed(&self) -> bool {
+        // SAFETY: The context is live while `self` is (type invariant of
+        // `CmIdInner`).
+        unsafe { self.0.ctx.as_ref() }
+            .removed
+            .load(Ordering::Acquire)
     }
 
     /// Waits up to `timeout_ms` for the peer's disconnect and tells whether

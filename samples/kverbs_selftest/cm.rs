@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! Cases of the connection manager: one QP per ID, a QP of another ID,
-//! the events of destroyed IDs.
+//! the events of destroyed IDs, a listener held until its device goes.
 
-use crate::common::{caps, ok, pd_cq, refused, Env, Outcome, Text, TIMEOUT_MS};
+use crate::common::{caps, ok, pd_cq, refused, Env, Held, Outcome, Text, TIMEOUT_MS};
 use core::fmt::Write;
-use kernel::prelude::*;
+use kernel::{prelude::*, sync::Arc};
 use kverbs::{
-    cm::{CmEvents, CmId},
+    cm::{CmEvent, CmEventKind, CmEvents, CmId, CmSink},
     cq::Cq,
     pd::Pd,
     qp::{Access, Cancel, InitAttr, Qp},
@@ -111,5 +111,67 @@ pub(crate) fn cm_events_of_destroyed_id_dropped(env: &Env, out: &mut Text) -> Ou
         let _ = write!(out, "{} events of a destroyed ID left", events.queued());
         return Err("events of a destroyed ID left");
     }
+    Ok(())
+}
+
+/// The sink of the held listener: on its device's removal, it drops it.
+struct DropOnRemoval {
+    held: Arc<Held>,
+}
+
+impl CmSink for DropOnRemoval {
+    fn event(&self, ev: &CmEvent) {
+        let id = {
+            let mut held = self.held.listener.lock();
+            let removed = match (ev.kind(), &*held) {
+                (CmEventKind::DeviceRemoval, Some(id)) => ev.is_of(id),
+                // The removal may be among the events lost: ask the ID.
+                (CmEventKind::EventsLost, Some(id)) => id.device_removed(),
+                _ => false,
+            };
+            if removed {
+                held.take()
+            } else {
+                None
+            }
+        };
+        if let Some(id) = id {
+            // The last handle of the ID and of its queue: the ID is
+            // destroyed here, and the removal, waiting for it, goes on.
+            drop(id);
+            pr_info!("selftest: device removal: the held listener was dropped\n");
+        }
+    }
+}
+
+/// An rdma_cm listener on `B`, held after the case returns with nobody
+/// waiting on it, like a ULP's listener between connections. The removal
+/// of its device waits until it is destroyed (`cma_process_remove`): its
+/// sink, told of the removal, drops it. kverbs_soundness.sh then removes
+/// `B`, which must end.
+pub(crate) fn cm_listener_dropped_by_its_removal_sink(env: &Env, out: &mut Text) -> Outcome {
+    let sink = ok(
+        Arc::new(
+            DropOnRemoval {
+                held: env.held.clone(),
+            },
+            GFP_KERNEL,
+        )
+        .map_err(Error::from),
+        "sink",
+        out,
+    )?;
+    let events = ok(CmEvents::with_sink(1, sink), "events", out)?;
+    let id = ok(CmId::new(&events), "CM ID", out)?;
+    ok(id.listen(env.ip, 7998), "listen", out)?;
+    let dev = id.device().ok_or("no device after listen")?;
+    if !dev.same_as(&env.b) {
+        let _ = write!(out, "listening on {}", dev.name());
+        return Err("the listener is not on B");
+    }
+    let _ = write!(out, "held: a listener on {}", dev.name());
+    // A listener held before (by an earlier run of this case) goes.
+    let old = env.held.listener.lock().replace(id);
+    drop(old);
     Ok(())
 }

@@ -6,9 +6,10 @@
 //! buffers).
 
 use core::fmt::Write;
-use kernel::{prelude::*, sync::Arc};
+use kernel::{new_mutex, prelude::*, sync::Arc, sync::Mutex};
 use kverbs::ARef;
 use kverbs::{
+    cm::CmId,
     cq::{Cq, PollCtx},
     device::{Device, Gid, Mtu},
     dma::DmaBuf,
@@ -36,6 +37,27 @@ pub(crate) struct Env {
     pub(crate) a: ARef<Device>,
     pub(crate) b: ARef<Device>,
     pub(crate) ip: Ipv4,
+    /// Where a case leaves what it holds after it returns.
+    pub(crate) held: Arc<Held>,
+}
+
+/// What a case leaves held after it returns: an rdma_cm listener, until
+/// its device goes (its sink drops it then) or the module does.
+#[pin_data]
+pub(crate) struct Held {
+    #[pin]
+    pub(crate) listener: Mutex<Option<CmId>>,
+}
+
+impl Held {
+    pub(crate) fn new() -> Result<Arc<Self>> {
+        Arc::pin_init(
+            pin_init!(Held {
+                listener <- new_mutex!(None),
+            }),
+            GFP_KERNEL,
+        )
+    }
 }
 
 /// What a case, or a step of one, gives: `T`, or what failed (the case's

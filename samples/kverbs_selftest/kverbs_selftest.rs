@@ -40,7 +40,7 @@ mod srq;
 mod stream;
 mod util;
 
-use common::{Case, Env, Text};
+use common::{Case, Env, Held, Text};
 use core::fmt::Write;
 use kernel::{c_str, new_mutex, prelude::*, sync::Arc, sync::Mutex};
 use kverbs::ARef;
@@ -215,19 +215,25 @@ const CASES: &[(&str, Case)] = &[
         "mul_div_saturates_past_u64",
         util::mul_div_saturates_past_u64,
     ),
+    (
+        "cm_listener_dropped_by_its_removal_sink",
+        cm::cm_listener_dropped_by_its_removal_sink,
+    ),
 ];
 
 /// `selftest`: the control file.
 struct Runner {
     devices: Arc<Devices>,
     report: Pin<KBox<Mutex<KVec<u8>>>>,
+    held: Arc<Held>,
 }
 
 impl Runner {
-    fn new(devices: Arc<Devices>) -> Result<Self> {
+    fn new(devices: Arc<Devices>, held: Arc<Held>) -> Result<Self> {
         Ok(Runner {
             devices,
             report: KBox::pin_init(new_mutex!(KVec::new()), GFP_KERNEL)?,
+            held,
         })
     }
 
@@ -281,7 +287,12 @@ impl Store for Runner {
             pr_err!("selftest: the two devices must differ\n");
             return Err(EINVAL);
         }
-        let env = Env { a, b, ip };
+        let env = Env {
+            a,
+            b,
+            ip,
+            held: self.held.clone(),
+        };
         let mut rep = Text(KVec::new());
         let cases = CASES.iter().filter(|(name, _)| match only {
             None => true,
@@ -358,7 +369,10 @@ impl Show for Page {
 }
 
 struct KverbsSelftest {
-    // Dropped first: every device leaves the list.
+    // What the cases left held: dropped by `drop`, before the rest.
+    held: Arc<Held>,
+    // Then every device leaves the list; it waits for the deliveries of
+    // the held listener's sink still ending.
     _reg: Registration<Selftest>,
     // `kverbs_selftest/selftest`; its directory goes with it.
     _selftest: File<Runner>,
@@ -370,16 +384,31 @@ struct KverbsSelftest {
 impl kernel::Module for KverbsSelftest {
     fn init(module: &'static ThisModule) -> Result<Self> {
         let devices = Arc::pin_init(new_mutex!(KVec::new()), GFP_KERNEL)?;
+        let held = Held::new()?;
         let root = Dir::new(c_str!("kverbs_selftest"), module)?;
-        let selftest = root.control_file(c_str!("selftest"), Runner::new(devices.clone())?)?;
+        let selftest = root.control_file(
+            c_str!("selftest"),
+            Runner::new(devices.clone(), held.clone())?,
+        )?;
         let sysfs = KernelDir::new(c_str!("kverbs_selftest"))?;
         let page = sysfs.attribute(c_str!("page"), Page)?;
         let reg = Registration::new(c_str!("kverbs_selftest"), Selftest { devices })?;
         Ok(KverbsSelftest {
+            held,
             _reg: reg,
             _selftest: selftest,
             _page: page,
             _sysfs: sysfs,
         })
+    }
+}
+
+impl Drop for KverbsSelftest {
+    fn drop(&mut self) {
+        // The held listener, its queue and its sink, which holds `held`
+        // (a cycle this breaks). A delivery of the sink still ending is
+        // waited for by the registration's drop.
+        let listener = self.held.listener.lock().take();
+        drop(listener);
     }
 }

@@ -34,6 +34,21 @@ selftest() {
 	echo "$out" | grep -qx "ok 1 $1"
 }
 
+# The self-test leaves an rdma_cm listener on rxe_dummy held, nobody
+# waiting on it, with a sink that drops it when its device goes. Removing
+# rxe_dummy waits for the listener's destruction (cma_process_remove): it
+# must end, the sink having said so; then rxe_dummy is back.
+selftest_cm_removal() {
+	local r=0
+	selftest cm_listener_dropped_by_its_removal_sink || return 1
+	grep -q "^# held: a listener on rxe_dummy$" "$ST" || { kv_msg "no listener held"; return 1; }
+	removal_bounded rxe_dummy 10 || r=1
+	kv_logged "selftest: device removal: the held listener was dropped" || r=1
+	kv_rxe_add rxe_dummy dummy0 || return 1
+	kv_wait test -d "$KV_DEBUGFS/rxe_dummy" || return 1
+	return $r
+}
+
 # The MAC the self-test resolved for rxe_dummy's own address is dummy0's.
 selftest_dmac() {
 	local want
@@ -247,6 +262,7 @@ CASES=(
 	registration_refused_inside_client_add
 	cm_requests_while_accepted_ids_are_destroyed
 	mul_div_saturates_past_u64
+	cm_listener_dropped_by_its_removal_sink
 )
 n=${#CASES[@]}
 
@@ -277,6 +293,7 @@ kv_case selftest_lists_the_expected_cases selftest_lists_the_expected_cases
 for c in "${CASES[@]}"; do
 	case $c in
 	ah_resolves_roce_dmac) kv_case "selftest_$c" selftest_dmac ;;
+	cm_listener_dropped_by_its_removal_sink) kv_case "selftest_$c" selftest_cm_removal ;;
 	*) kv_case "selftest_$c" selftest "$c" ;;
 	esac
 done
