@@ -7,7 +7,8 @@
 //! step makes one call of the safe API with arguments drawn from a pool of
 //! live objects of every kind the pool keeps (PDs, CQs of each poll
 //! context, RC QPs in RESET, INIT, RTS and ERROR, UD QPs, SRQs, MRs and the
-//! keys they map, AHs, DMA buffers, request ids), objects of the other
+//! keys they map, AHs, DMA buffers, request ids, rdma_cm event queues and
+//! IDs; QPs and queues some with an event sink), objects of the other
 //! device and of other PDs included, with random sizes, offsets, keys and
 //! timeouts, and drops objects in random orders (`pool.rs`; its counts in
 //! `stats.rs`). Every call
@@ -25,7 +26,7 @@
 //!
 //! ```text
 //! seed 1 steps 2000 threads 2 devices 2
-//! calls 2811 ok 1630 made 1702 dropped 1690 forgotten 0 violations 0
+//! calls 2811 ok 1630 made 1702 dropped 1690 forgotten 0 violations 0 told 12
 //! errno 22 1001
 //! ...
 //! ```
@@ -201,8 +202,8 @@ impl Store for Runner {
         );
         let _ = writeln!(
             w,
-            "calls {} ok {} made {} dropped {} forgotten {} violations {}",
-            st.calls, st.ok, st.made, st.dropped, st.forgotten, st.violations
+            "calls {} ok {} made {} dropped {} forgotten {} violations {} told {}",
+            st.calls, st.ok, st.made, st.dropped, st.forgotten, st.violations, st.told
         );
         for (n, c) in st.errnos.iter() {
             let _ = writeln!(w, "errno {} {}", n, c);

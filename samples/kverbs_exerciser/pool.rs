@@ -13,8 +13,11 @@
 //! errno, which is counted. The kernel's own checks (KASAN, lockdep,
 //! kmemleak, the drain's and the core's warnings) do the rest.
 
+mod cm;
+
 use crate::rng::Rng;
 use crate::stats::{Stats, Text};
+use cm::{CmPool, Told};
 use core::fmt::Write;
 use kernel::{prelude::*, sync::Arc};
 use kverbs::{
@@ -76,6 +79,9 @@ pub(crate) struct Pool<'a> {
     ahs: KVec<(usize, Ah)>,
     ids: KVec<(u64, WrId)>,
     srq_ids: KVec<SrqWrId>,
+    cm: CmPool,
+    /// The sink of the worker's event queues and QPs, once made.
+    told: Option<Arc<Told>>,
 }
 
 /// Takes entry `i` out of `list` (the 6.12 `KVec` has no `remove`); on an
@@ -147,6 +153,8 @@ impl<'a> Pool<'a> {
             ahs: KVec::new(),
             ids: KVec::new(),
             srq_ids: KVec::new(),
+            cm: CmPool::default(),
+            told: None,
         }
     }
 
@@ -220,7 +228,7 @@ impl<'a> Pool<'a> {
     /// One random call.
     pub(crate) fn step(&mut self) {
         self.step += 1;
-        match self.rng.below(22) {
+        match self.rng.below(24) {
             0 => self.new_pd(),
             1 | 2 => self.new_cq(),
             3 => self.new_buf(),
@@ -236,6 +244,7 @@ impl<'a> Pool<'a> {
             18 => self.error_one(),
             19 => self.drop_one(),
             20 => self.query(),
+            21 | 22 => self.cm(),
             _ => self.forget_one(),
         }
     }
@@ -320,7 +329,16 @@ impl<'a> Pool<'a> {
         } else {
             self.port(d)
         };
-        let r = Qp::new_rc(&self.pds[p].1, port, &self.cqs[s].1, &self.cqs[c].1, caps);
+        let sink = if self.rng.one_in(4) {
+            self.told()
+        } else {
+            None
+        };
+        let (pd, scq, rcq) = (&self.pds[p].1, &self.cqs[s].1, &self.cqs[c].1);
+        let r = match sink {
+            Some(k) => Qp::new_rc_with_events(pd, port, scq, rcq, caps, k),
+            None => Qp::new_rc(pd, port, scq, rcq, caps),
+        };
         self.stats.count(&r);
         if let Ok(qp) = r {
             if mixed {
@@ -734,7 +752,7 @@ impl<'a> Pool<'a> {
     fn drop_one(&mut self) {
         self.trace("drop");
         let rng = &mut self.rng;
-        let gone = match rng.below(15) {
+        let gone = match rng.below(16) {
             0 => take(rng, &mut self.pds).is_some(),
             1 => take(rng, &mut self.cqs).is_some(),
             2 => take(rng, &mut self.bufs).is_some(),
@@ -749,6 +767,7 @@ impl<'a> Pool<'a> {
             11 => take(rng, &mut self.ahs).is_some(),
             12 => take(rng, &mut self.ids).is_some(),
             13 => take(rng, &mut self.srq_ids).is_some(),
+            14 => self.cm.drop_one(rng),
             _ => {
                 self.clear();
                 false
@@ -767,7 +786,7 @@ impl<'a> Pool<'a> {
         }
         self.trace("forget");
         let rng = &mut self.rng;
-        let gone = match rng.below(8) {
+        let gone = match rng.below(9) {
             0 => take(rng, &mut self.pds).map(core::mem::forget).is_some(),
             1 => take(rng, &mut self.cqs).map(core::mem::forget).is_some(),
             2 => take(rng, &mut self.bufs).map(core::mem::forget).is_some(),
@@ -775,6 +794,7 @@ impl<'a> Pool<'a> {
             4 => take(rng, &mut self.srqs).map(core::mem::forget).is_some(),
             5 => take(rng, &mut self.mrs).map(core::mem::forget).is_some(),
             6 => take(rng, &mut self.ud).map(core::mem::forget).is_some(),
+            7 => self.cm.forget_one(rng),
             _ => take(rng, &mut self.ids).map(core::mem::forget).is_some(),
         };
         if gone {
@@ -784,7 +804,7 @@ impl<'a> Pool<'a> {
 
     /// Drops everything, one kind at a time in a random order.
     pub(crate) fn clear(&mut self) {
-        let mut order = [0usize, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12];
+        let mut order = [0usize, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13];
         for i in (1..order.len()).rev() {
             let j = self.rng.below(i + 1);
             order.swap(i, j);
@@ -803,10 +823,17 @@ impl<'a> Pool<'a> {
                 9 => core::mem::replace(&mut self.mrs, KVec::new()).len(),
                 10 => core::mem::replace(&mut self.ahs, KVec::new()).len(),
                 11 => core::mem::replace(&mut self.ids, KVec::new()).len(),
-                _ => core::mem::replace(&mut self.srq_ids, KVec::new()).len(),
+                12 => core::mem::replace(&mut self.srq_ids, KVec::new()).len(),
+                _ => {
+                    let ids_first = self.rng.one_in(2);
+                    self.cm.clear(ids_first)
+                }
             };
             self.stats.dropped += n as u64;
         }
         self.remotes = KVec::new();
+        if let Some(t) = &self.told {
+            self.stats.told = t.0.load(core::sync::atomic::Ordering::Relaxed);
+        }
     }
 }

@@ -17,6 +17,8 @@ pub(crate) struct Stats {
     pub(crate) dropped: u64,
     pub(crate) forgotten: u64,
     pub(crate) violations: u64,
+    /// Events told to the worker's sink (of its QPs and rdma_cm queues).
+    pub(crate) told: u64,
     /// The first violation, or the call of each step when `trace` is set.
     pub(crate) text: KVec<u8>,
 }
@@ -66,6 +68,7 @@ impl Stats {
         self.dropped += other.dropped;
         self.forgotten += other.forgotten;
         self.violations += other.violations;
+        self.told += other.told;
         let _ = self.text.extend_from_slice(&other.text, GFP_KERNEL);
     }
 }
