@@ -31,6 +31,10 @@
 //! or directory that outlives its module (`mem::forget`, a reference cycle,
 //! a handle moved into another module) leaves debugfs pointing at freed
 //! code and data. A module must drop its files before its exit returns.
+//! And a file pins the module its root directory was made for: a [`Dir`]
+//! handed to another module, which adds files of its own data and code
+//! under it, leaves those files pinning the first module, not their own
+//! (keep a module's files under a root of its own).
 
 use crate::bindings;
 use crate::layer_ref::LayerRef;

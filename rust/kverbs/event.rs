@@ -217,7 +217,9 @@ pub trait EventSink: Send + Sync {
     /// by a sink (which cannot wait for its own delivery), calls
     /// [`wait_for_deliveries`] in its exit once they are dropped. That
     /// wait is for every delivery in progress, of any module: a sink must
-    /// not block without a bound.
+    /// not block without a bound. Nor panic: a Rust panic in the kernel is
+    /// a `BUG()`, which ends the worker in the middle of its run, and the
+    /// object's drop then waits for that run for ever.
     fn event(&self, ev: &Event);
 }
 
