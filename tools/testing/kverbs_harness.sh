@@ -92,7 +92,7 @@ totals_case() {
 	[ "$status" = "$want_status" ] || { msg "exit status $status, want $want_status"; return 1; }
 	[ "$(echo "$out" | tail -n 1)" = "$want_last" ] || { msg "last line, want '$want_last'"; return 1; }
 	while IFS= read -r line; do
-		echo "$out" | grep -qxF -- "$line" || { msg "missing line '$line'"; return 1; }
+		grep -qxF -- "$line" <<<"$out" || { msg "missing line '$line'"; return 1; }
 	done < <(sed -n 's/^says //p' "$expect")
 }
 
@@ -106,7 +106,7 @@ build_kernel_no_source_says_setup() {
 	out=$(XDG_CACHE_HOME=$tmp/nosrc KVERBS_KERNEL_TARBALL=$tmp/none.tar.xz \
 		"$top/tools/build-kernel.sh" 2>&1) && { msg "succeeded"; return 1; }
 	echo "$out" | diag
-	[ "$(echo "$out" | wc -l)" = 1 ] && echo "$out" | grep -q "run tools/setup.sh"
+	[ "$(echo "$out" | wc -l)" = 1 ] && grep -q "run tools/setup.sh" <<<"$out"
 }
 
 # The first run on a machine, after an interrupted one: a half-unpacked
@@ -138,7 +138,7 @@ build_kernel_lost_option_fails() {
 	out=$(XDG_CACHE_HOME=$cache KVERBS_CONFIG=$tmp/frag \
 		"$top/tools/build-kernel.sh" --configure-only 2>&1) && { msg "succeeded"; return 1; }
 	echo "$out" | diag
-	echo "$out" | grep -qxF "kverbs: config lost: CONFIG_KVERBS_NO_SUCH_OPTION=y" &&
+	grep -qxF "kverbs: config lost: CONFIG_KVERBS_NO_SUCH_OPTION=y" <<<"$out" &&
 		echo "$out" | tail -n 1 | grep -q "does not match"
 }
 
@@ -151,7 +151,7 @@ build_kernel_waits_for_held_lock() {
 		{ echo "$out" | tail -n 30 | diag; return 1; }
 	wait
 	echo "$out" | diag
-	echo "$out" | grep -q "another build holds .*waiting" || return 1
+	grep -q "another build holds .*waiting" <<<"$out" || return 1
 	[ $((SECONDS - start)) -ge 4 ] || { msg "did not wait"; return 1; }
 }
 
@@ -181,7 +181,7 @@ build_kernel_other_kernels_build_not_waited_for() {
 	echo "$out" | diag
 	grep -q unpacking "$tmp/k73.out" || { msg "the 7.3 build did not reach its unpack"; return 1; }
 	[ $rc -eq 0 ] || { msg "configuring 6.12 failed or timed out (status $rc)"; return 1; }
-	! echo "$out" | grep -q "another build holds"
+	! grep -q "another build holds" <<<"$out"
 }
 
 # configure_flavor FLAVOR: configures that flavor in the test cache and
@@ -370,7 +370,7 @@ vm_broken() {
 	[ $status -ne 0 ] || { msg "make check succeeded"; return 1; }
 	echo "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed' | tail -n 1 |
 		grep -qE '^[0-9]+ passed, [1-9][0-9]* failed' || { msg "no failure counted"; return 1; }
-	echo "$out" | grep -q -- "$want" || { msg "does not say '$want'"; return 1; }
+	grep -q -- "$want" <<<"$out" || { msg "does not say '$want'"; return 1; }
 }
 
 # --- make check's guests side by side --------------------------------------
@@ -491,15 +491,15 @@ guests_merge_dead_guest_counted() {
 	split_log "$log" 2 2 | awk '/^# selftests: kverbs: / { k++ } k == 2 && /^# ok / { c++ } { print } k == 2 && c == 3 { exit }' >"$tmp/g2.log"
 	out=$("$top/tools/vm/ktap-merge.sh" "$tmp/merged.log" "$order" "$tmp/g1.log:a.sh" "$tmp/g2.log:b.sh,c.sh")
 	echo "$out" | diag
-	echo "$out" | grep -qxF "kverbs: guest 2 (b.sh,c.sh): the VM did not finish (crash, panic or timeout; console log: $tmp/g2.log)" ||
+	grep -qxF "kverbs: guest 2 (b.sh,c.sh): the VM did not finish (crash, panic or timeout; console log: $tmp/g2.log)" <<<"$out" ||
 		{ msg "guest 2 not named"; return 1; }
 	out=$("$top/tools/vm/ktap-totals.sh" "$tmp/merged.log" 9)
 	status=$?
 	echo "$out" | diag
 	[ "$status" = 1 ] || { msg "status $status"; return 1; }
-	echo "$out" | grep -q ': the VM stopped inside it after 3 of ' || return 1
-	echo "$out" | grep -qxF 'kverbs: 2 of 9 test programs never ran' || return 1
-	echo "$out" | grep -qxF 'kverbs: the VM did not finish (crash, panic or timeout)' || return 1
+	grep -q ': the VM stopped inside it after 3 of ' <<<"$out" || return 1
+	grep -qxF 'kverbs: 2 of 9 test programs never ran' <<<"$out" || return 1
+	grep -qxF 'kverbs: the VM did not finish (crash, panic or timeout)' <<<"$out" || return 1
 	echo "$out" | tail -n 1 | grep -qE '^[0-9]+ passed, [1-9][0-9]* failed' || return 1
 }
 
@@ -514,7 +514,7 @@ guests_merge_no_guest_booted() {
 	echo "$out" | diag
 	[ "$status" = 0 ] || { msg "the merge failed (status $status)"; return 1; }
 	for g in 1 2; do
-		echo "$out" | grep -qxF "kverbs: guest $g (no program): the VM printed no test plan: it died before the tests started (console log: $tmp/d$g.log)" ||
+		grep -qxF "kverbs: guest $g (no program): the VM printed no test plan: it died before the tests started (console log: $tmp/d$g.log)" <<<"$out" ||
 			{ msg "guest $g not named"; return 1; }
 	done
 	out=$("$top/tools/vm/ktap-totals.sh" "$tmp/dead.log" 2)
@@ -542,7 +542,7 @@ vm_guests() {
 	echo "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed' | tail -n 1 | grep -qxE -- "$last" ||
 		{ msg "totals line, want /$last/"; return 1; }
 	for w in "${want[@]}"; do
-		echo "$out" | grep -qxF -- "$w" || { msg "does not say '$w'"; return 1; }
+		grep -qxF -- "$w" <<<"$out" || { msg "does not say '$w'"; return 1; }
 	done
 }
 
@@ -593,12 +593,12 @@ bench_report_figures_above_the_limit_listed() {
 	sed -E 's/tx_ns [0-9]+ rx_ns [0-9]+/tx_ns 100000 rx_ns 90000/' "$here/bench/bench.log" >"$d/bench.log"
 	out=$(python3 "$top/tools/bench/report.py" "$d") || { echo "$out" | diag; msg "report.py failed"; return 1; }
 	# 64 B / 100 us = 0.61 MB/s: perftest, C and kverbs (both modes) are all above it.
-	echo "$out" | grep -qx 'figures above the limit (the model misses something): 4' ||
+	grep -qx 'figures above the limit (the model misses something): 4' <<<"$out" ||
 		{ echo "$out" | diag; return 1; }
-	echo "$out" | grep -qx '  write_bw 1 64 kverbs: 5.50 > 0.61' || { msg "kverbs not named"; return 1; }
+	grep -qx '  write_bw 1 64 kverbs: 5.50 > 0.61' <<<"$out" || { msg "kverbs not named"; return 1; }
 	echo "kverbs-bench: limit write_bw 1 64 4 size 64 mtu 4096" >>"$d/bench.log"
 	out=$(python3 "$top/tools/bench/report.py" "$d") && { msg "report.py succeeded"; return 1; }
-	echo "$out" | grep -q "write_bw 1 64 4: a limit line not understood" ||
+	grep -q "write_bw 1 64 4: a limit line not understood" <<<"$out" ||
 		{ echo "$out" | diag; return 1; }
 }
 
@@ -611,8 +611,8 @@ bench_report_inv_req_loops_counted() {
 	printf 'kverbs-bench: invreq %s\n' 'perftest 1 failed statuses=9' 'perftest 2 ok statuses=none' \
 		'kverbs 1 ok statuses=none' 'kverbs 2 failed statuses=9,12' >>"$d/bench.log"
 	out=$(python3 "$top/tools/bench/report.py" "$d") || { echo "$out" | diag; msg "report.py failed"; return 1; }
-	echo "$out" | grep -qx '  perftest        1 of 2 failed; statuses: 9' || { echo "$out" | diag; return 1; }
-	echo "$out" | grep -qx '  kverbs          1 of 2 failed; statuses: 9,12' || { echo "$out" | diag; return 1; }
+	grep -qx '  perftest        1 of 2 failed; statuses: 9' <<<"$out" || { echo "$out" | diag; return 1; }
+	grep -qx '  kverbs          1 of 2 failed; statuses: 9,12' <<<"$out" || { echo "$out" | diag; return 1; }
 }
 
 # A run that gave no row makes the report fail, and it is named.
@@ -621,8 +621,8 @@ bench_report_counts_runs_without_result() {
 	mkdir -p "$d" && cp "$here/bench/bench.log" "$d/" || return 1
 	echo "kverbs-bench: fail send_bw kverbs 1 64 2 (no result row)" >>"$d/bench.log"
 	out=$(python3 "$top/tools/bench/report.py" "$d") && { msg "report.py succeeded"; return 1; }
-	echo "$out" | grep -q "runs without a result: 1" || { echo "$out" | diag; return 1; }
-	echo "$out" | grep -q "send_bw kverbs 1 64 2" || { msg "the run is not named"; return 1; }
+	grep -q "runs without a result: 1" <<<"$out" || { echo "$out" | diag; return 1; }
+	grep -q "send_bw kverbs 1 64 2" <<<"$out" || { msg "the run is not named"; return 1; }
 }
 
 # The recorded console logs' cases (kverbs_harness/logs/NAME.expect): the
