@@ -30,7 +30,9 @@ struct MrState {
     buf: Option<Arc<DmaBuf>>,
     rkey: u32,
     registered: bool,
-    /// A REG_MR or LOCAL_INV is being waited for (without the lock).
+    /// A REG_MR or LOCAL_INV is being waited for (without the lock), or
+    /// a REG_MR was given up before it completed and may still execute:
+    /// then for good (see [`Mr::post_registration`]).
     busy: bool,
 }
 
@@ -203,6 +205,14 @@ impl Mr {
     ///
     /// As the verbs require, remote write and atomic access need local
     /// write access too (`EINVAL` otherwise).
+    ///
+    /// A registration given up before it completed (the wait timed out,
+    /// was cancelled or interrupted) may still execute, on its QP's
+    /// schedule: a LOCAL_INV through another QP could run before it and
+    /// the buffer be let go while the key it makes valid maps it. So the
+    /// MR then refuses every call (`EBUSY`) until it is dropped; the drop
+    /// deregisters it once the request has completed or its QP is gone
+    /// (the request holds the MR), and only then lets the buffer go.
     pub fn post_registration(
         &self,
         qp: &Qp<Rts>,
@@ -232,10 +242,10 @@ impl Mr {
             state.busy = true;
             id
         };
-        // Not under the lock: the wait may take `timeout_ms`.
-        let wc = qp.wait(id, timeout_ms, cancel);
+        // Not under the lock: the wait may take `timeout_ms`. Given up, the
+        // request may still execute: the MR stays busy for good.
+        let wc = qp.wait(id, timeout_ms, cancel)?;
         inner.state.lock().busy = false;
-        let wc = wc?;
         if wc.result().is_err() {
             pr_err!("REG_MR failed: {}\n", wc.status);
             return Err(EIO);

@@ -219,6 +219,10 @@ const CASES: &[(&str, Case)] = &[
         "cm_listener_dropped_by_its_removal_sink",
         cm::cm_listener_dropped_by_its_removal_sink,
     ),
+    (
+        "mr_given_up_registration_refuses_every_call",
+        mr::mr_given_up_registration_refuses_every_call,
+    ),
 ];
 
 /// `selftest`: the control file.

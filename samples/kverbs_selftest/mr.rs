@@ -3,7 +3,7 @@
 //! Cases of memory regions: buffers of another device, QPs of another
 //! PD, the access a registration gives and what a peer can do with it
 //! (stale rkeys, atomics, on their own and on a stream), no lock held
-//! across a registration's wait.
+//! across a registration's wait, an MR whose registration was given up.
 
 use crate::common::{
     av, buf, caps, cq, first_gid, ok, pd_cq, port, rc_pair, rc_pair_access, rc_self, refused, Env,
@@ -15,7 +15,8 @@ use core::{
 };
 use kernel::{prelude::*, sync::Arc, workqueue};
 use kverbs::{
-    device::Mtu,
+    cq::Cq,
+    device::{Device, Mtu},
     dma::DmaBuf,
     mr::Mr,
     pd::Pd,
@@ -104,15 +105,16 @@ struct Registering {
 /// READ has failed; meanwhile `map` from another thread is refused at once
 /// with EBUSY instead of waiting for the lock. The registration must last
 /// long after `map` returned, or the case cannot tell the two apart.
-pub(crate) fn mr_not_locked_across_registration_wait(env: &Env, out: &mut Text) -> Outcome {
-    let dev = &env.a;
-    let (pd, cq) = pd_cq(dev, out)?;
+/// An RC QP of `pd` in RTS whose send queue is held up by a READ (of 64
+/// bytes into the buffer returned) that no QP answers: what is posted
+/// after it waits for the READ's retries (2.1 s each, 7 tries).
+fn blocked_qp(dev: &Device, pd: &Pd, cq: &Cq, out: &mut Text) -> Outcome<(Qp<Rts>, Arc<DmaBuf>)> {
     let (sgid_index, dgid) = first_gid(dev).ok_or("no GID")?;
     let init = InitAttr {
         pkey_index: 0,
         access: Access::LOCAL_WRITE | Access::REMOTE_READ,
     };
-    let qp = ok(Qp::new_rc(&pd, port(dev), &cq, &cq, caps(4)), "QP", out)?;
+    let qp = ok(Qp::new_rc(pd, port(dev), cq, cq, caps(4)), "QP", out)?;
     let qp = ok(qp.to_init(&init), "INIT", out)?;
     let rtr = RtrAttr {
         path_mtu: Mtu::MTU_1024,
@@ -143,6 +145,13 @@ pub(crate) fn mr_not_locked_across_registration_wait(env: &Env, out: &mut Text) 
         "READ",
         out,
     )?;
+    Ok((qp, a))
+}
+
+pub(crate) fn mr_not_locked_across_registration_wait(env: &Env, out: &mut Text) -> Outcome {
+    let dev = &env.a;
+    let (pd, cq) = pd_cq(dev, out)?;
+    let (qp, a) = blocked_qp(dev, &pd, &cq, out)?;
     let mr = ok(Mr::new(&pd, 4096), "MR", out)?;
     ok(mr.map(&a), "map", out)?;
     let reg = ok(
@@ -520,5 +529,53 @@ pub(crate) fn atomic_stream_chains_fetch_adds_beside_writes(env: &Env, out: &mut
     }
     ok(mr.invalidate(&own, TIMEOUT_MS, &c), "LOCAL_INV", out)?;
     let _ = write!(out, "atomics and writes in one chain ok");
+    Ok(())
+}
+
+/// A registration given up before it completed (posted behind a READ
+/// nobody answers, waited for 200 ms) may still execute on its QP's
+/// schedule: a LOCAL_INV through another QP could run before it, and the
+/// buffer be let go while the key it makes valid maps it. The MR refuses
+/// every call from then on (`EBUSY`) and goes with its drop, once its
+/// QP's drop has flushed the request.
+pub(crate) fn mr_given_up_registration_refuses_every_call(env: &Env, out: &mut Text) -> Outcome {
+    let dev = &env.a;
+    let (pd, cq) = pd_cq(dev, out)?;
+    let (qp, a) = blocked_qp(dev, &pd, &cq, out)?;
+    let other = ok(rc_self(&pd, &cq), "second QP", out)?;
+    let mr = ok(Mr::new(&pd, 4096), "MR", out)?;
+    ok(mr.map(&a), "map", out)?;
+    let c = Cancel::new();
+    refused(
+        mr.post_registration(&qp, Access::LOCAL_WRITE, 200, &c),
+        kverbs::errno::etimedout(),
+        "the registration behind the READ",
+        out,
+    )?;
+    refused(
+        mr.invalidate(&other, TIMEOUT_MS, &c),
+        EBUSY,
+        "an invalidation through another QP",
+        out,
+    )?;
+    refused(
+        mr.invalidate(&qp, TIMEOUT_MS, &c),
+        EBUSY,
+        "an invalidation through its QP",
+        out,
+    )?;
+    refused(
+        mr.post_registration(&other, Access::LOCAL_WRITE, TIMEOUT_MS, &c),
+        EBUSY,
+        "a second registration",
+        out,
+    )?;
+    let b = ok(buf(dev), "second buffer", out)?;
+    refused(mr.map(&b), EBUSY, "a map", out)?;
+    // The MR first (the request holds it), then the QPs: the drain flushes
+    // the READ and the registration, and the MR goes with the latter.
+    drop(mr);
+    drop(qp);
+    drop(other);
     Ok(())
 }

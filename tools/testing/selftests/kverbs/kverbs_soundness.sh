@@ -263,6 +263,7 @@ CASES=(
 	cm_requests_while_accepted_ids_are_destroyed
 	mul_div_saturates_past_u64
 	cm_listener_dropped_by_its_removal_sink
+	mr_given_up_registration_refuses_every_call
 )
 n=${#CASES[@]}
 
