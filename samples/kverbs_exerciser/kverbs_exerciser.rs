@@ -8,7 +8,8 @@
 //! live objects of every kind the pool keeps (PDs, CQs of each poll
 //! context, RC QPs in RESET, INIT, RTS and ERROR, UD QPs, SRQs, MRs and the
 //! keys they map, AHs, DMA buffers, request ids, rdma_cm event queues and
-//! IDs; QPs and queues some with an event sink), objects of the other
+//! IDs; QPs and queues some with an event sink; send and receive streams,
+//! within a step), objects of the other
 //! device and of other PDs included, with random sizes, offsets, keys and
 //! timeouts, and drops objects in random orders (`pool.rs`; its counts in
 //! `stats.rs`). Every call

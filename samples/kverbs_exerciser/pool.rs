@@ -14,6 +14,7 @@
 //! kmemleak, the drain's and the core's warnings) do the rest.
 
 mod cm;
+mod stream;
 
 use crate::rng::Rng;
 use crate::stats::{Stats, Text};
@@ -228,7 +229,7 @@ impl<'a> Pool<'a> {
     /// One random call.
     pub(crate) fn step(&mut self) {
         self.step += 1;
-        match self.rng.below(24) {
+        match self.rng.below(25) {
             0 => self.new_pd(),
             1 | 2 => self.new_cq(),
             3 => self.new_buf(),
@@ -245,6 +246,7 @@ impl<'a> Pool<'a> {
             19 => self.drop_one(),
             20 => self.query(),
             21 | 22 => self.cm(),
+            23 => self.stream(),
             _ => self.forget_one(),
         }
     }
