@@ -207,12 +207,14 @@ impl Mr {
     /// write access too (`EINVAL` otherwise).
     ///
     /// A registration given up before it completed (the wait timed out,
-    /// was cancelled or interrupted) may still execute, on its QP's
-    /// schedule: a LOCAL_INV through another QP could run before it and
-    /// the buffer be let go while the key it makes valid maps it. So the
-    /// MR then refuses every call (`EBUSY`) until it is dropped; the drop
-    /// deregisters it once the request has completed or its QP is gone
-    /// (the request holds the MR), and only then lets the buffer go.
+    /// was cancelled or interrupted; a `timeout_ms` of 0 nearly always
+    /// does) may still execute, on its QP's schedule: a LOCAL_INV through
+    /// another QP could run before it and the buffer be let go while the
+    /// key it makes valid maps it. So the MR then refuses every call
+    /// (`EBUSY`) until it is dropped. The request's slot holds the MR, and
+    /// with it the buffer, until the QP is dropped (a given-up request's
+    /// completion is not collected before): only then is the MR
+    /// deregistered and the buffer let go.
     pub fn post_registration(
         &self,
         qp: &Qp<Rts>,
