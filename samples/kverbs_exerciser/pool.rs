@@ -479,6 +479,26 @@ impl<'a> Pool<'a> {
         }
     }
 
+    /// A random SEND, WRITE or READ, with immediate data or not; the
+    /// remote buffer one a key of the pool maps, or random.
+    fn send_op(&mut self) -> SendOp {
+        let remote = match pick(&mut self.rng, &self.remotes) {
+            Some(i) if !self.rng.one_in(4) => self.remotes[i],
+            _ => RemoteBuf {
+                addr: self.rng.next(),
+                rkey: self.rng.next() as u32,
+                len: self.rng.size(4096) as u32,
+            },
+        };
+        match self.rng.below(5) {
+            0 => SendOp::Send,
+            1 => SendOp::SendWithImm(7),
+            2 => SendOp::Write(remote),
+            3 => SendOp::WriteWithImm(remote, 9),
+            _ => SendOp::Read(remote),
+        }
+    }
+
     fn post_send(&mut self) {
         self.trace("post_send");
         let Some(q) = pick(&mut self.rng, &self.rts) else {
@@ -488,21 +508,7 @@ impl<'a> Pool<'a> {
         let Some((buf, off, len, bad)) = self.range(d) else {
             return;
         };
-        let remote = match pick(&mut self.rng, &self.remotes) {
-            Some(i) if !self.rng.one_in(4) => self.remotes[i],
-            _ => RemoteBuf {
-                addr: self.rng.next(),
-                rkey: self.rng.next() as u32,
-                len: self.rng.size(4096) as u32,
-            },
-        };
-        let op = match self.rng.below(5) {
-            0 => SendOp::Send,
-            1 => SendOp::SendWithImm(7),
-            2 => SendOp::Write(remote),
-            3 => SendOp::WriteWithImm(remote, 9),
-            _ => SendOp::Read(remote),
-        };
+        let op = self.send_op();
         let signaled = !self.rng.one_in(4);
         let r = self.rts[q].qp.post_send(op, &buf, off, len, signaled);
         self.stats.count(&r);

@@ -152,12 +152,8 @@ impl Pool<'_> {
         }
     }
 
-    fn cm_id(&mut self) {
-        self.trace("cm_id");
-        let Some(q) = pick(&mut self.rng, &self.cm.queues) else {
-            return;
-        };
-        let r = CmId::new(&self.cm.queues[q]);
+    /// Counts what a call that makes an ID gave, and keeps the ID.
+    fn keep_id(&mut self, r: Result<CmId>) {
         self.stats.count(&r);
         if let Ok(id) = r {
             keep(
@@ -167,6 +163,15 @@ impl Pool<'_> {
                 Id { id, qp: None },
             );
         }
+    }
+
+    fn cm_id(&mut self) {
+        self.trace("cm_id");
+        let Some(q) = pick(&mut self.rng, &self.cm.queues) else {
+            return;
+        };
+        let r = CmId::new(&self.cm.queues[q]);
+        self.keep_id(r);
     }
 
     fn cm_listen(&mut self) {
@@ -200,15 +205,7 @@ impl Pool<'_> {
         };
         let t = self.cm_timeout();
         let r = self.cm.ids[i].id.get_request(t, &Cancel::new());
-        self.stats.count(&r);
-        if let Ok(id) = r {
-            keep(
-                &mut self.rng,
-                &mut self.stats,
-                &mut self.cm.ids,
-                Id { id, qp: None },
-            );
-        }
+        self.keep_id(r);
     }
 
     /// A QP on an ID, with a PD and CQs of the pool (of any device), some

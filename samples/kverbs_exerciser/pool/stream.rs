@@ -11,9 +11,38 @@
 use super::Pool;
 use kernel::prelude::*;
 use kverbs::{
-    qp::{Cancel, RemoteBuf, SendOp},
+    qp::{CanPostRecv, Cancel, Qp, Transport},
     stream::{RecvStream, Segment, SendStream},
 };
+
+/// How a receive stream is used: `depth`, then `n` posted, a poll of
+/// `budget`, a wait of `t` ms, and forgotten if `forget`.
+struct Use {
+    depth: u32,
+    n: u32,
+    budget: u32,
+    t: u32,
+    forget: bool,
+}
+
+impl Use {
+    /// A receive stream on `qp` into `segs`, used: what its post, poll and
+    /// wait gave, or why it was refused.
+    fn recv<S: CanPostRecv, T: Transport>(
+        &self,
+        qp: &Qp<S, T>,
+        segs: &[Segment],
+    ) -> Result<(Result, Result, Result)> {
+        let mut s = RecvStream::new(qp, segs, self.depth)?;
+        let posted = s.post(self.n).map(|_| ());
+        let polled = s.poll(self.budget).map(|_| ());
+        let waited = s.wait(s.posted(), self.t, &Cancel::new());
+        if self.forget {
+            core::mem::forget(s);
+        }
+        Ok((posted, polled, waited))
+    }
+}
 
 impl Pool<'_> {
     /// Up to three segments for a QP of device `d`: whether one of them
@@ -50,21 +79,7 @@ impl Pool<'_> {
         };
         let mut wrs = KVec::new();
         for s in segs.iter() {
-            let remote = match super::pick(&mut self.rng, &self.remotes) {
-                Some(i) if !self.rng.one_in(4) => self.remotes[i],
-                _ => RemoteBuf {
-                    addr: self.rng.next(),
-                    rkey: self.rng.next() as u32,
-                    len: self.rng.size(4096) as u32,
-                },
-            };
-            let op = match self.rng.below(5) {
-                0 => SendOp::Send,
-                1 => SendOp::SendWithImm(3),
-                2 => SendOp::Write(remote),
-                3 => SendOp::WriteWithImm(remote, 5),
-                _ => SendOp::Read(remote),
-            };
+            let op = self.send_op();
             if wrs.push((op, s.clone()), GFP_KERNEL).is_err() {
                 return;
             }
@@ -137,31 +152,19 @@ impl Pool<'_> {
             self.rng.below(8) as u32,
         );
         let (t, forget) = (self.timeout(), self.forget && self.rng.one_in(4));
-        let accepted = if init {
-            let r = RecvStream::new(&self.init[q].qp, &segs, depth);
-            self.stats.count(&r);
-            r.map(|mut s| {
-                let posted = s.post(n);
-                let polled = s.poll(budget);
-                let waited = s.wait(s.posted(), t, &Cancel::new());
-                if forget {
-                    core::mem::forget(s);
-                }
-                (posted.map(|_| ()), polled.map(|_| ()), waited)
-            })
-        } else {
-            let r = RecvStream::new(&self.rts[q].qp, &segs, depth);
-            self.stats.count(&r);
-            r.map(|mut s| {
-                let posted = s.post(n);
-                let polled = s.poll(budget);
-                let waited = s.wait(s.posted(), t, &Cancel::new());
-                if forget {
-                    core::mem::forget(s);
-                }
-                (posted.map(|_| ()), polled.map(|_| ()), waited)
-            })
+        let how = Use {
+            depth,
+            n,
+            budget,
+            t,
+            forget,
         };
+        let accepted = if init {
+            how.recv(&self.init[q].qp, &segs)
+        } else {
+            how.recv(&self.rts[q].qp, &segs)
+        };
+        self.stats.count(&accepted);
         if let Ok((posted, polled, waited)) = accepted {
             self.stats.count(&posted);
             self.stats.count(&polled);
