@@ -385,18 +385,33 @@ all_progs() {
 # timed ones, the benchmark and the exerciser, or to the queue the guests take from (its line "queue
 # PROG...", the light programs, then those that move data, each part
 # longest first by tools/vm/program-times, ties in the order given), which
-# one guest alone does not have.
+# one guest alone does not have; kverbs_forget.sh, if given, last of all in
+# the first guest: at the end of its line, or after the queue (a third
+# line, "last kverbs_forget.sh").
 plan_ok() {
-	local guests=$1 out=$2 p kind line first queue want_peer=0 t prev='' data pd pt pp
+	local guests=$1 out=$2 p kind line first queue last want_peer=0 t prev='' data pd pt pp
 	shift 2
 	echo "$out" | diag
-	first=$(echo "$out" | sed -n 1p) queue=$(echo "$out" | sed -n 2p)
-	[ "$(echo "$out" | wc -l)" -le 2 ] || { msg "more than two lines"; return 1; }
+	first=$(echo "$out" | sed -n 1p) queue=$(echo "$out" | sed -n 2p) last=$(echo "$out" | sed -n 3p)
+	[ "$(echo "$out" | wc -l)" -le 3 ] || { msg "more than three lines"; return 1; }
 	[[ $first == peer* || $first == solo* ]] || { msg "the first line is not the first guest's"; return 1; }
 	[ -z "$queue" ] || [[ $queue == "queue "* ]] || { msg "the second line is not the queue"; return 1; }
 	[ "$guests" -gt 1 ] || [ -z "$queue" ] || { msg "a queue for one guest"; return 1; }
 	[ "$(echo "$out" | cut -s -d' ' -f2- | tr ' ' '\n' | sed '/^$/d' | sort)" = "$(printf '%s\n' "$@" | sort)" ] ||
 		{ msg "not every program exactly once"; return 1; }
+	if printf '%s\n' "$@" | grep -qx kverbs_forget.sh; then
+		if [ -n "$queue" ]; then
+			[ "$last" = "last kverbs_forget.sh" ] || { msg "kverbs_forget.sh not last after the queue"; return 1; }
+		else
+			if [ -n "$last" ] || [[ $first != *" kverbs_forget.sh" ]]; then
+				msg "kverbs_forget.sh not last in the first guest's line"
+				return 1
+			fi
+			first=${first% kverbs_forget.sh}
+		fi
+	else
+		[ -z "$last" ] || { msg "a last line without kverbs_forget.sh"; return 1; }
+	fi
 	read -r kind line <<<"$first"
 	[ "$(printf '%s\n' "$@" | grep -xF -f <(echo "$line" | tr ' ' '\n'))" = "$(echo "$line" | tr ' ' '\n' | sed '/^$/d')" ] ||
 		{ msg "the first guest's programs not in the order given"; return 1; }
@@ -441,7 +456,13 @@ guests_plan_shares_programs_peer_on_one() {
 	KVERBS_TWO_HOSTS=0 plan_ok 2 "$(KVERBS_TWO_HOSTS=0 "$top/tools/vm/plan-guests.sh" 2 "${progs[@]}")" "${progs[@]}" ||
 		return 1
 	# No program of the first guest's own: it only takes from the queue.
-	plan_ok 3 "$("$top/tools/vm/plan-guests.sh" 3 kverbs_info.sh kverbs_events.sh)" kverbs_info.sh kverbs_events.sh
+	plan_ok 3 "$("$top/tools/vm/plan-guests.sh" 3 kverbs_info.sh kverbs_events.sh)" kverbs_info.sh kverbs_events.sh ||
+		return 1
+	# The last program given first: still last, with a queue and without.
+	plan_ok 2 "$("$top/tools/vm/plan-guests.sh" 2 kverbs_forget.sh kverbs_info.sh kverbs_apm.sh)" \
+		kverbs_forget.sh kverbs_info.sh kverbs_apm.sh || return 1
+	plan_ok 1 "$("$top/tools/vm/plan-guests.sh" 1 kverbs_forget.sh kverbs_info.sh kverbs_apm.sh)" \
+		kverbs_forget.sh kverbs_info.sh kverbs_apm.sh
 }
 
 # split_log LOG N G: guest G's console log had the N guests of a run shared

@@ -9,8 +9,12 @@
 #   peer|solo PROG...   the first guest's own programs, in the order given
 #   queue PROG...       the programs every guest takes from, one at a time,
 #                       as it becomes free (longest first)
+#   last PROG...        the first guest's programs after the queue
 #
-# With one guest, or no program for the queue, only the first line.
+# With one guest, or no program for the queue, only the first line, the
+# last programs at its end.  The last programs (LAST_PROGS) leave the
+# guest's kernel with objects leaked on purpose, which hold a device and
+# kverbs.ko for good: nothing may run after them in that guest.
 #
 # The first guest is the foreground one (tools/vm/run.sh runs the others at
 # a lower priority): it gets the programs that need the second VM
@@ -54,10 +58,11 @@ TIMED_PROGS="kverbs_apm.sh kverbs_soundness.sh kverbs_hardening.sh kverbs_two_ho
 RATE_PROGS="kverbs_bench.sh"
 SMP_PROGS="kverbs_exerciser.sh"
 DATA_PROGS="kverbs_rc.sh kverbs_rc_tcp.sh kverbs_rping.sh kverbs_srq.sh kverbs_matrix.sh"
+LAST_PROGS="kverbs_forget.sh"
 
 [ "${KVERBS_TWO_HOSTS:-1}" = 1 ] || PEER_PROGS=
 times=$here/program-times
-printf '%s\n' "$@" | awk -v guests="$guests" -v peer_progs="$PEER_PROGS" -v timed="$TIMED_PROGS $RATE_PROGS $SMP_PROGS" -v data="$DATA_PROGS" -v times="$times" '
+printf '%s\n' "$@" | awk -v guests="$guests" -v peer_progs="$PEER_PROGS" -v last_progs="$LAST_PROGS" -v timed="$TIMED_PROGS $RATE_PROGS $SMP_PROGS" -v data="$DATA_PROGS" -v times="$times" '
 # secs(P): the time of program P.
 function secs(p) { return (p in t) ? t[p] : longest }
 FILENAME == times { t[$1] = $2; if ($2 > longest) longest = $2; next }
@@ -72,8 +77,15 @@ END {
 	nd = split(data, dp, "[ \t\n]+")
 	for (i = 1; i <= nd; i++)
 		is_data[dp[i]] = 1
+	nl = split(last_progs, lp, " ")
+	for (i = 1; i <= nl; i++)
+		is_last[lp[i]] = 1
 	# One guest: every program, in the order given.
 	for (i = 1; i <= n; i++) {
+		if (is_last[prog[i]]) {
+			last = last " " prog[i]
+			continue
+		}
 		if (need_peer[prog[i]])
 			peer = 1
 		if (guests == 1 || need_peer[prog[i]] || is_timed[prog[i]])
@@ -91,11 +103,15 @@ END {
 				x = rest[i]; rest[i] = rest[j]; rest[j] = x
 			}
 		}
-	print (peer ? "peer" : "solo") first
-	if (m > 0) {
-		line = "queue"
-		for (i = 1; i <= m; i++)
-			line = line " " prog[rest[i]]
-		print line
+	if (m == 0) {
+		print (peer ? "peer" : "solo") first last
+		exit
 	}
+	print (peer ? "peer" : "solo") first
+	line = "queue"
+	for (i = 1; i <= m; i++)
+		line = line " " prog[rest[i]]
+	print line
+	if (last != "")
+		print "last" last
 }' "$times" -

@@ -162,8 +162,9 @@ even_priority() {
 
 # serve G: gives guest G the queue's programs (plan-guests.sh), one each
 # time it asks ("next" on its second serial port, the pipes ctl-G.out and
-# ctl-G.in), the queue's first line, taken under a lock; an empty line once
-# the queue is empty.  Runs until killed.
+# ctl-G.in), the queue's first line, taken under a lock; once the queue is
+# empty, the first guest the last programs (plan-guests.sh's "last"), then
+# an empty line.  Runs until killed.
 serve() {
 	local g=$1 req p
 	exec 7<>"$work/ctl-$g.out" 8<>"$work/ctl-$g.in"
@@ -174,6 +175,7 @@ serve() {
 		((g == 1)) && [ ! -e "$work/even" ] && touch "$work/even" && even_priority
 		# shellcheck disable=SC2016 # the inner shell's own $1
 		p=$(flock "$work/queue.lock" sh -c 'sed -n 1p "$1" && sed -i 1d "$1"' sh "$work/queue")
+		[ -z "$p" ] && ((g == 1)) && p=$(sed -n 1p "$work/last" && sed -i 1d "$work/last")
 		printf '%s\n' "$p" >&8
 	done
 }
@@ -209,22 +211,27 @@ mapfile -t plan < <(if [ "$mode" = check ]; then
 else
 	echo solo
 fi)
-queue=()
+queue=() last=()
 [[ ${plan[1]:-} == queue* ]] && read -r -a queue <<<"${plan[1]#queue}"
+[[ ${plan[2]:-} == last* ]] && read -r -a last <<<"${plan[2]#last}"
 if [ "${#queue[@]}" = 0 ]; then
-	peer_log=
+	peer_log='' order=''
 	[[ ${plan[0]:-} == peer* ]] && peer_log="$work/peer.log"
+	# The plan's order (the last programs last), else the given one.
+	[ "$mode" = check ] && order="kverbs.progs=$(echo "${plan[0]}" | cut -s -d' ' -f2- | tr ' ' ,) "
 	set +e
-	guest "$log" "$peer_log" "$(break_append 1)"
+	guest "$log" "$peer_log" "$order$(break_append 1)"
 	set -e
 else
 	# The first guest and as many more as the queue has programs.
 	((guests > ${#queue[@]} + 1)) && guests=$((${#queue[@]} + 1))
 	first=$(echo "${plan[0]}" | cut -s -d' ' -f2-)
 	echo "kverbs: $guests guests side by side (tools/vm/plan-guests.sh; logs: $work/check-N.log)"
-	echo "kverbs: guest 1: ${first:-no program of its own}$([[ ${plan[0]} == peer* ]] && echo ' (and the peer VM)'), then the queue"
+	echo "kverbs: guest 1: ${first:-no program of its own}$([[ ${plan[0]} == peer* ]] && echo ' (and the peer VM)'), then the queue${last[*]:+, then ${last[*]}}"
 	echo "kverbs: the queue (light programs first, each part longest first; guests 2-$guests at nice 10 until guest 1 takes from it): ${queue[*]}"
 	printf '%s\n' "${queue[@]}" >"$work/queue"
+	: >"$work/last"
+	[ "${#last[@]}" = 0 ] || printf '%s\n' "${last[@]}" >"$work/last"
 	rm -f "$work/even"
 	pids=() servers=() merge=()
 	for g in $(seq 1 "$guests"); do
@@ -253,7 +260,8 @@ else
 		merge+=("$work/check-$g.log:${ran:-no program}")
 	done
 	[ -s "$work/queue" ] && echo "kverbs: no guest took from the queue: $(paste -sd' ' "$work/queue")"
-	rm -f "$work"/ctl-*.in "$work"/ctl-*.out "$work/queue" "$work/queue.lock" "$work/even"
+	[ -s "$work/last" ] && echo "kverbs: guest 1 did not take its last programs: $(paste -sd' ' "$work/last")"
+	rm -f "$work"/ctl-*.in "$work"/ctl-*.out "$work/queue" "$work/last" "$work/queue.lock" "$work/even"
 	echo "### kverbs: the guests' console logs merged, in the programs' order"
 	# Should the merge itself fail, the totals below count what is in
 	# $log, at worst nothing: the run fails, never passes.

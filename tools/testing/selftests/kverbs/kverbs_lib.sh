@@ -97,7 +97,8 @@ kv_selftest_loaded() {
 # kv_unload_layer: unloads the self-test and exerciser modules if they are
 # loaded (they hold the layer), then the layer. The layer's last reference from a closed
 # file of the example is dropped just after the example's (debugfs' proxy
-# puts the fops' owner last): retry for a second.
+# puts the fops' owner last): retry for a second. KV_KEEP_LAYER=1: the
+# layer stays (an object leaked on purpose holds it: kverbs_forget.sh).
 kv_unload_layer() {
 	local _
 	if kv_selftest_loaded; then
@@ -106,6 +107,7 @@ kv_unload_layer() {
 	if kv_mod_loaded "$KV_EXERCISER"; then
 		rmmod "$KV_EXERCISER" || return 1
 	fi
+	[ "${KV_KEEP_LAYER:-0}" = 1 ] && return 0
 	for _ in $(seq 10); do
 		kv_layer_loaded || return 0
 		rmmod "$KV_LAYER" 2>/dev/null && return 0
@@ -131,9 +133,12 @@ kv_rxe_del() {
 	rdma link delete "$1"
 }
 
+# kv_rxe_del_all: removes every RDMA device but those KV_KEEP_DEVICES
+# names (held for good by an object leaked on purpose: kverbs_forget.sh).
 kv_rxe_del_all() {
 	local d
 	for d in /sys/class/infiniband/*; do
+		[[ " ${KV_KEEP_DEVICES:-} " == *" ${d##*/} "* ]] && continue
 		[ -e "$d" ] && rdma link delete "${d##*/}" 2>/dev/null
 	done
 }
