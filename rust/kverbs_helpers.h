@@ -235,6 +235,46 @@ struct workqueue_struct *kverbs_events_wq(void);
 /* flush_workqueue() of that workqueue. */
 void kverbs_flush_events(void);
 
+/*
+ * In kverbs_module.c: something of the layer that calls a module's code --
+ * an event queue, whose sink is that module's, a client registration, a
+ * debugfs file, a sysfs attribute (rust/kverbs/owned.rs) -- on kverbs.ko's
+ * list from its making (kverbs_owned_add()) until it is given back
+ * (kverbs_owned_del(), which may be called again).  @code holds addresses
+ * of that code (or data) that tell the modules it belongs to.  When a
+ * module goes (MODULE_STATE_GOING: its exit has run, its memory is not yet
+ * freed), each entry with an address within it is taken off the list,
+ * @taken set and @get (if any) called, under the list's spinlock; then
+ * @orphan, in process context with no lock held, which stops every call of
+ * that code, waits for those in progress, and gives back what @get took.
+ * Then the events workqueue is flushed.
+ */
+struct kverbs_owned {
+	struct list_head list;
+	bool taken;
+	unsigned long code[2];
+	void (*get)(struct kverbs_owned *o);
+	void (*orphan)(struct kverbs_owned *o);
+};
+
+/* Fills @o in, off any list, with the addresses @code and @code2. */
+void kverbs_owned_init(struct kverbs_owned *o, unsigned long code,
+		       unsigned long code2, void (*get)(struct kverbs_owned *o),
+		       void (*orphan)(struct kverbs_owned *o));
+void kverbs_owned_add(struct kverbs_owned *o);
+/* Takes @o off the list: whether the notifier had taken it already. */
+bool kverbs_owned_del(struct kverbs_owned *o);
+/*
+ * Waits until *@done is non-zero: set by an @orphan, which then calls
+ * kverbs_owned_done() (a wait queue of kverbs.ko's, not of the entry,
+ * which may go as soon as *@done is seen).
+ */
+void kverbs_owned_wait(const u32 *done);
+void kverbs_owned_done(void);
+/* Around a run of an event queue's work item (kverbs_module.c). */
+void kverbs_run_begin(void);
+void kverbs_run_end(void);
+
 /* try_module_get() and module_put() of kverbs.ko itself. */
 bool kverbs_layer_get(void);
 void kverbs_layer_put(void);

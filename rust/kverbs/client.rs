@@ -16,15 +16,17 @@
 //! cleared after `ib_unregister_client` has returned, when no callback can
 //! be running any more.
 //!
-//! A [`Registration`] that is forgotten (`mem::forget`) stays registered:
-//! its `Inner` leaks with it, so the callbacks keep finding live memory, but
-//! the module's code is still called from the RDMA core, so the module must
-//! not be unloaded. A module holds its registration in its module object,
-//! which is dropped on unload; forgetting it is a bug of the module, and
-//! `rmmod` of such a module leaves the core calling freed code.
+//! A [`Registration`] that is forgotten (`mem::forget`) stays registered,
+//! its `Inner` leaked with it, until its module goes: kverbs.ko's module
+//! notifier then unregisters it ([`crate::owned`]), which calls its
+//! `remove` for each device, so the core calls none of the module's code
+//! once it is gone. A module holds its registration in its module object,
+//! which is dropped on unload; forgetting it is a bug of the module (its
+//! `remove` then runs after its exit).
 
 use crate::bindings;
 use crate::device::Device;
+use crate::owned::Owned;
 use crate::task_mark::TaskMarks;
 use core::{
     ptr,
@@ -130,9 +132,16 @@ macro_rules! client_slot {
 }
 
 /// The registered `ib_client` and the client it calls.
+///
+/// # Invariants
+///
+/// `owned` is on kverbs.ko's list of what calls a module's code from the
+/// client's registration until [`Registration`]'s drop takes it off, or
+/// the module notifier does and unregisters the client ([`orphan`]).
 struct Inner<T> {
     client: Opaque<bindings::ib_client>,
     ctx: T,
+    owned: Owned,
 }
 
 /// A registered RDMA client; unregistered on drop.
@@ -185,9 +194,20 @@ impl<T: Client> Registration<T> {
             Inner {
                 client: Opaque::new(client),
                 ctx,
+                owned: Owned::new(),
             },
             GFP_KERNEL,
         )?;
+        // SAFETY: `owned` is pinned in `inner` until the drop has taken it
+        // off the list. The addresses are of the module that instantiates
+        // this function for `T` (the client's), as are the callbacks.
+        unsafe {
+            inner.owned.init(
+                add_callback::<T> as *const () as usize,
+                core::ptr::drop_in_place::<T> as *const () as usize,
+                orphan::<T>,
+            )
+        };
         let inner_ptr = ptr::from_ref::<Inner<T>>(&inner)
             .cast_mut()
             .cast::<c_void>();
@@ -209,7 +229,9 @@ impl<T: Client> Registration<T> {
             T::slot().0.store(ptr::null_mut(), Ordering::Release);
             return Err(Error::from_errno(ret));
         }
-        // INVARIANT: registered above, slot set above.
+        // SAFETY: Once, after `init`.
+        unsafe { inner.owned.add() };
+        // INVARIANT: registered above, slot set above, listed.
         Ok(Registration { inner })
     }
 
@@ -221,6 +243,10 @@ impl<T: Client> Registration<T> {
 
 impl<T: Client> Drop for Registration<T> {
     fn drop(&mut self) {
+        if !self.inner.owned.take() {
+            // The notifier of the client's module's going unregistered it.
+            return;
+        }
         // SAFETY: By the type invariant the client is registered.
         // `ib_unregister_client` clears the client's registration mark (no
         // new `add` after it), calls `remove` for each device it holds a
@@ -239,6 +265,31 @@ impl<T: Client> Drop for Registration<T> {
         // wait for: the module's exit must then wait itself.
         let _ = crate::event::wait_for_deliveries();
     }
+}
+
+/// The `orphan` of a client registration on kverbs.ko's list, whose
+/// module is going (after its exit, with a `Registration` it never
+/// dropped): unregisters the client, which calls its `remove` for each
+/// device -- the module's code, still there -- so that no callback comes
+/// after the module is gone. The `Registration`'s memory stays until it is
+/// dropped (if ever: a forgotten one is leaked).
+///
+/// # Safety
+///
+/// Called by kverbs.ko's module notifier, in process context with no lock
+/// held, with the `owned` field of a listed `Inner<T>` it has taken off
+/// the list.
+unsafe extern "C" fn orphan<T: Client>(o: *mut bindings::kverbs_owned) {
+    // SAFETY: `o` is the entry of the `owned` field of an `Inner<T>`, live
+    // until its `Registration`'s drop, which waits for `Owned::done` once
+    // the notifier has taken the entry.
+    let inner: &Inner<T> = unsafe { Owned::owner(o, core::mem::offset_of!(Inner<T>, owned)) };
+    let _mark = crate::event::mark_delivering();
+    // SAFETY: Registered (type invariant), and only this call unregisters
+    // it: the drop does not once the entry is off the list.
+    unsafe { bindings::ib_unregister_client(inner.client.get()) };
+    T::slot().0.store(ptr::null_mut(), Ordering::Release);
+    inner.owned.done();
 }
 
 /// The tasks inside a client's `add`, which the core calls holding

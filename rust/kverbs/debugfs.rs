@@ -27,19 +27,25 @@
 //! refused ("in use", `-EAGAIN`) until the file is closed. An open while
 //! that module is still in its `init` or already going fails with `ENXIO`.
 //!
-//! Known limit, as for every module-owned object of Rust-for-Linux: a file
-//! or directory that outlives its module (`mem::forget`, a reference cycle,
-//! a handle moved into another module) leaves debugfs pointing at freed
-//! code and data. A module must drop its files before its exit returns.
-//! And a file pins the module its root directory was made for: a [`Dir`]
+//! A file that outlives its module (`mem::forget`, a reference cycle) is
+//! removed when the module goes, or the module its root directory was made
+//! for, by kverbs.ko's module notifier ([`crate::owned`]): debugfs then
+//! calls no code of it. Its memory and its directory (empty, which calls no
+//! code) stay, leaked (see [`crate::owned`] for a handle moved into another
+//! module). And a file pins the module its root directory was made for: a
+//! [`Dir`]
 //! handed to another module, which adds files of its own data and code
 //! under it, leaves those files pinning the first module, not their own
 //! (keep a module's files under a root of its own).
 
 use crate::bindings;
 use crate::layer_ref::LayerRef;
+use crate::owned::Owned;
 use crate::show::{Show, Store};
-use core::{fmt, ptr};
+use core::{
+    fmt, ptr,
+    sync::atomic::{AtomicPtr, Ordering},
+};
 use kernel::{
     error::from_err_ptr,
     ffi::{c_char, c_int, c_void},
@@ -148,11 +154,14 @@ struct Header {
     module: &'static ThisModule,
 }
 
-/// What `inode->i_private` points to: the operations, then the data.
+/// What `inode->i_private` points to: the operations, then the data; the
+/// file, and its entry on kverbs.ko's list of what calls a module's code.
 #[repr(C)]
 struct Entry<T> {
     header: Header,
     data: T,
+    dentry: AtomicPtr<bindings::dentry>,
+    owned: Owned,
 }
 
 impl<T: Show> Entry<T> {
@@ -229,9 +238,23 @@ impl<T> File<T> {
                     module: dir.0.module,
                 },
                 data,
+                dentry: AtomicPtr::new(ptr::null_mut()),
+                owned: Owned::new(),
             },
             GFP_KERNEL,
         )?;
+        // SAFETY: `owned` stays in the box, not moved, until the drop has
+        // taken it off the list. The addresses: the vtable's `show` for
+        // `T`, compiled into the module that instantiates this function
+        // for its `T` (the file's code), and the module the root directory
+        // was made for, which `open` pins (its `struct module`).
+        unsafe {
+            entry.owned.init(
+                vtable.show as *const () as usize,
+                ptr::from_ref(dir.0.module) as usize,
+                orphan::<T>,
+            )
+        };
         let private = ptr::from_ref(&entry.header).cast_mut().cast::<c_void>();
         // SAFETY: `name` is a valid C string, `dir.0.dentry` a live
         // directory. `private` stays valid until the file is removed:
@@ -245,6 +268,9 @@ impl<T> File<T> {
                 fops,
             )
         })?;
+        entry.dentry.store(dentry, Ordering::Release);
+        // SAFETY: Once, after `init`.
+        unsafe { entry.owned.add() };
         // INVARIANT: the file was created above with `entry` and `fops`.
         Ok(File {
             dentry,
@@ -262,11 +288,37 @@ impl<T> File<T> {
 
 impl<T> Drop for File<T> {
     fn drop(&mut self) {
+        if !self.entry.owned.take() {
+            // The notifier of its module's going removed it.
+            return;
+        }
         // SAFETY: By the type invariant the file exists. `debugfs_remove`
         // returns only once no callback runs on it any more, so `entry` may
         // be freed afterwards (fields are dropped after this function).
         unsafe { bindings::debugfs_remove(self.dentry) };
     }
+}
+
+/// The `orphan` of a file on kverbs.ko's list, whose module is going
+/// (after its exit, with a [`File`] it never dropped): removes it, which
+/// waits for the calls of its `show` and `store` in progress, so that none
+/// comes after the module is gone (an open file fails with `EIO` after).
+/// The file's memory stays until it is dropped (if ever).
+///
+/// # Safety
+///
+/// Called by kverbs.ko's module notifier, in process context with no lock
+/// held, with the entry of the `owned` field of a live `Entry<T>`, which
+/// it has taken off the list.
+unsafe extern "C" fn orphan<T>(o: *mut bindings::kverbs_owned) {
+    // SAFETY: By the caller's guarantee; the `Entry<T>` lives until its
+    // `File`'s drop, which waits for `Owned::done`.
+    let entry: &Entry<T> = unsafe { Owned::owner(o, core::mem::offset_of!(Entry<T>, owned)) };
+    let _mark = crate::event::mark_delivering();
+    // SAFETY: The file exists (its `File` has not removed it: the drop does
+    // not once the entry is taken), set before the entry was listed.
+    unsafe { bindings::debugfs_remove(entry.dentry.load(Ordering::Acquire)) };
+    entry.owned.done();
 }
 
 /// A file operations table: plain data, never written after compile time.

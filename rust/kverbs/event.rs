@@ -205,22 +205,45 @@ pub trait EventSink: Send + Sync {
     /// returned, and the reference to the sink goes when that delivery
     /// ends.
     ///
-    /// No call to a module's sink outlives the drop of the module's client
-    /// [`Registration`](crate::client::Registration), for the objects
-    /// dropped before it is called (in
+    /// No call of a module's sink outlives the module. The drop of its
+    /// client [`Registration`](crate::client::Registration) waits for the
+    /// runs still ending of the objects dropped before (in
     /// [`Client::remove`](crate::client::Client::remove), which it calls,
-    /// or earlier): it waits for the runs still ending -- a call that
-    /// dropped its own object returns after that drop -- so that once the
-    /// module's exit has returned, none of its code runs on the workqueue.
-    /// A module with no client registration (rdma_cm only), one that
-    /// drops such objects after it, or one whose registration was dropped
-    /// by a sink (which cannot wait for its own delivery), calls
-    /// [`wait_for_deliveries`] in its exit once they are dropped. That
-    /// wait is for every delivery in progress, of any module: a sink must
-    /// not block without a bound. Nor panic: a Rust panic in the kernel is
-    /// a `BUG()`, which ends the worker in the middle of its run, and the
-    /// object's drop then waits for that run for ever.
+    /// or earlier); a module with no client registration may call
+    /// [`wait_for_deliveries`] in its exit. And when a module goes (after
+    /// its exit, before its memory is freed), kverbs.ko takes the sinks of
+    /// the module's code -- this method's, or the drop glue's of the trait
+    /// object -- from every object still alive, one it never dropped
+    /// (`mem::forget`, an `Arc` cycle through its sink) or dropped from a
+    /// sink, and drops them there, after the calls in progress; then it
+    /// waits for every delivery still ending. The objects stay (and hold
+    /// their device and kverbs.ko); their events go nowhere.
+    ///
+    /// Those waits are for every delivery in progress, of any module: a
+    /// sink must not block without a bound. Nor panic: a Rust panic in the
+    /// kernel is a `BUG()`, which ends the worker in the middle of its
+    /// run, and the object's drop then waits for that run for ever.
     fn event(&self, ev: &Event);
+
+    /// Where the sink's code is: the address of its `event`, in the
+    /// module of its type's implementation, and of its drop glue, in the
+    /// module that made the trait object (whose vtable the calls read).
+    /// Not to be implemented (it cannot be: its argument is kverbs'): this
+    /// one is compiled where the trait object is made.
+    #[doc(hidden)]
+    fn code_address(&self, _: seal::Seal) -> [usize; 2] {
+        [
+            <Self as EventSink>::event as *const () as usize,
+            core::ptr::drop_in_place::<Self> as *const () as usize,
+        ]
+    }
+}
+
+/// An argument no crate but kverbs can make: the trait methods that take
+/// it cannot be implemented outside.
+pub(crate) mod seal {
+    /// The argument.
+    pub struct Seal(pub(crate) ());
 }
 
 /// Events of one object kept for its sink while it handles others.
@@ -237,6 +260,9 @@ pub(crate) trait Sink: Send + Sync {
     /// Tells the sink that `n` events were lost: they came faster than it
     /// took them, beyond [`QUEUED_EVENTS`] (or could not be copied out).
     fn lost(&self, n: u64);
+    /// Addresses in the code of the modules the sink goes with (see
+    /// [`EventSink::code_address`]).
+    fn code(&self) -> [usize; 2];
 }
 
 impl Sink for dyn EventSink {
@@ -246,6 +272,9 @@ impl Sink for dyn EventSink {
     }
     fn lost(&self, n: u64) {
         pr_warn!("{} asynchronous events lost: their sink was too slow\n", n);
+    }
+    fn code(&self) -> [usize; 2] {
+        self.code_address(seal::Seal(()))
     }
 }
 
@@ -264,6 +293,17 @@ pub fn in_delivery() -> bool {
     DELIVERING.has_current()
 }
 
+/// Marks the current task as delivering while the mark lives: the module
+/// notifier's revocations (`crate::owned`), in which a module's code
+/// (a client's `remove`, a sink's drop) may drop objects with sinks whose
+/// runs are in that module's sinks and wait for the revocation (a sink
+/// that drops a `Registration` the notifier is unregistering). Their
+/// drops then wait for no run, as from a sink; the notifier's flush after
+/// the revocations waits for the runs.
+pub(crate) fn mark_delivering() -> crate::task_mark::Mark {
+    DELIVERING.enter()
+}
+
 /// The events of one object (QP, SRQ, device registration, the IDs of a
 /// connection manager queue) on their way to its sink: filled by the
 /// object's handler in any context, emptied by a work item that calls the
@@ -274,11 +314,16 @@ pub fn in_delivery() -> bool {
 /// `work` is queued (on kverbs.ko's workqueue, `kverbs_events_wq`) only
 /// with a reference to this `Arc` that its run (or [`EventQueue::release`],
 /// which cancels it) gives back. `running` is 1 while a run delivers;
-/// `idle` is woken when it goes back to 0. Once `closed`, no run starts
+/// `users` counts the references to the sink taken out of `sink` and not
+/// yet dropped (each counted under `sink`'s lock as it is taken); `idle`
+/// is woken when either goes down. Once `closed`, no run starts
 /// delivering, and one in progress stops after the call it is in. `sink`
-/// holds the sink until [`EventQueue::release`] takes it, when no run is to
-/// call it any more (if `release` is called from a delivery, until the
-/// queue goes).
+/// holds the sink until [`EventQueue::release`] or the module notifier
+/// ([`owned_orphan`]) takes it, when no run is to call it any more (if
+/// `release` is called from a delivery, until the queue goes). `owned` is
+/// on kverbs.ko's list of what calls a module's code (`kverbs_owned_add`)
+/// from [`EventQueue::new_raw`] until `release` or the notifier takes it
+/// off: while it is, `new_raw`'s reference is held.
 #[pin_data]
 pub(crate) struct EventQueue<S: ?Sized + Sink + 'static = dyn EventSink> {
     #[pin]
@@ -288,9 +333,12 @@ pub(crate) struct EventQueue<S: ?Sized + Sink + 'static = dyn EventSink> {
     #[pin]
     idle: Opaque<bindings::wait_queue_head>,
     running: AtomicU32,
+    users: AtomicU32,
     closed: AtomicBool,
     #[pin]
     sink: IrqLock<Option<Arc<S>>>,
+    #[pin]
+    owned: Opaque<bindings::kverbs_owned>,
 }
 
 // SAFETY: The wait queue is a kernel object made for use from any thread;
@@ -327,12 +375,18 @@ impl<S: ?Sized + Sink + 'static> WorkItem for EventQueue<S> {
         // A work item never runs twice at once: one runner. `running` and
         // `closed` are stored then loaded here and the other way round in
         // `release`: sequentially consistent, so that one of the two sees
-        // the other's store.
+        // the other's store. Counted for the module notifier, from before
+        // `closed` is looked at: a run in a going module's sink makes it
+        // flush.
+        // SAFETY: No precondition.
+        unsafe { bindings::kverbs_run_begin() };
         this.running.store(1, Ordering::SeqCst);
         if !this.closed.load(Ordering::SeqCst) {
             this.deliver(true);
         }
         this.running.store(0, Ordering::SeqCst);
+        // SAFETY: After `kverbs_run_begin` above.
+        unsafe { bindings::kverbs_run_end() };
         // SAFETY: The wait queue is initialised and lives with `this`.
         unsafe { bindings::kverbs_wake_up(this.idle.get()) };
     }
@@ -342,6 +396,7 @@ impl<S: ?Sized + Sink + 'static> EventQueue<S> {
     /// A queue for `sink`, as a raw pointer to be an object's context:
     /// [`EventQueue::release`] takes it back.
     pub(crate) fn new_raw(sink: Arc<S>) -> Result<NonNull<EventQueue<S>>> {
+        let code = sink.code();
         let q = Arc::pin_init(
             try_pin_init!(EventQueue {
                 work <- new_work!("kverbs::EventQueue::work"),
@@ -351,13 +406,52 @@ impl<S: ?Sized + Sink + 'static> EventQueue<S> {
                     unsafe { bindings::kverbs_init_waitqueue_head(slot) }
                 }),
                 running: AtomicU32::new(0),
+                users: AtomicU32::new(0),
                 closed: AtomicBool::new(false),
                 sink <- IrqLock::new(Some(sink)),
+                owned <- Opaque::ffi_init(move |o: *mut bindings::kverbs_owned| {
+                    // SAFETY: `o` is valid for writes and pinned.
+                    unsafe {
+                        bindings::kverbs_owned_init(
+                            o,
+                            code[0],
+                            code[1],
+                            Some(owned_get::<S>),
+                            Some(owned_orphan::<S>),
+                        )
+                    }
+                }),
             }? Error),
             GFP_KERNEL,
         )?;
+        let q = Arc::into_raw(q);
+        // SAFETY: `owned` is initialised and pinned with the queue, whose
+        // `new_raw` reference is held until `release` has taken it off
+        // the list again (type invariant).
+        unsafe { bindings::kverbs_owned_add((*q).owned.get()) };
         // `into_raw` never gives a null pointer.
-        NonNull::new(Arc::into_raw(q).cast_mut()).ok_or(ENOMEM)
+        NonNull::new(q.cast_mut()).ok_or(ENOMEM)
+    }
+
+    /// Takes a reference to the sink out, counted in `users` until
+    /// [`EventQueue::put_sink`]; with `take`, the queue's own (it has none
+    /// after).
+    fn get_sink(&self, take: bool) -> Option<Arc<S>> {
+        self.sink.with(|s| {
+            let sink = if take { s.take() } else { s.clone() };
+            if sink.is_some() {
+                self.users.fetch_add(1, Ordering::SeqCst);
+            }
+            sink
+        })
+    }
+
+    /// Drops a reference [`EventQueue::get_sink`] took out.
+    fn put_sink(&self, sink: Arc<S>) {
+        drop(sink);
+        self.users.fetch_sub(1, Ordering::SeqCst);
+        // SAFETY: The wait queue is initialised and lives with `self`.
+        unsafe { bindings::kverbs_wake_up(self.idle.get()) };
     }
 
     /// Hands the events queued so far to the sink, one at a time; if
@@ -367,7 +461,7 @@ impl<S: ?Sized + Sink + 'static> EventQueue<S> {
     fn deliver(&self, until_closed: bool) {
         // The calls may sleep: they are made with a reference of their own,
         // not under the lock.
-        let Some(sink) = self.sink.with(|s| s.clone()) else {
+        let Some(sink) = self.get_sink(false) else {
             return;
         };
         let mut events = KVec::new();
@@ -381,6 +475,7 @@ impl<S: ?Sized + Sink + 'static> EventQueue<S> {
             }
             sink.deliver(ev);
         }
+        self.put_sink(sink);
     }
 
     /// Records `ev` and schedules its delivery: from any context.
@@ -441,6 +536,10 @@ impl<S: ?Sized + Sink + 'static> EventQueue<S> {
             drop(unsafe { Arc::from_raw(core::ptr::from_ref::<EventQueue<S>>(&q)) });
         }
         if in_delivery() {
+            // The sink's last call may still be in progress (its own, or
+            // another run's): the queue's reference to it goes now,
+            // counted, and the last one with that call.
+            q.drop_sink();
             return;
         }
         // A run that starts now sees `closed` and delivers nothing; one in
@@ -455,7 +554,81 @@ impl<S: ?Sized + Sink + 'static> EventQueue<S> {
         // No run calls the sink any more: its reference is dropped here, by
         // the object's drop, not with the queue by a run that may still
         // hold a reference to it and end later, when nothing waits for it.
-        drop(q.sink.with(Option::take));
+        q.drop_sink();
+    }
+
+    /// Drops the queue's reference to its sink, counted: the notifier of
+    /// the sink's module's going waits for the drop. Then takes the queue
+    /// off kverbs.ko's list: not before, so that the notifier finds every
+    /// queue that may still call the sink (it then waits for `users`).
+    fn drop_sink(&self) {
+        if let Some(sink) = self.get_sink(true) {
+            self.put_sink(sink);
+        }
+        // SAFETY: `owned` is initialised; off the list already if the
+        // notifier took it.
+        unsafe { bindings::kverbs_owned_del(self.owned.get()) };
+    }
+
+    /// The queue of an entry of kverbs.ko's list.
+    ///
+    /// # Safety
+    ///
+    /// `o` must be the `owned` field of a live `EventQueue<S>`.
+    unsafe fn of_owned(o: *mut bindings::kverbs_owned) -> *const EventQueue<S> {
+        // SAFETY: By the caller's guarantee, `o` is the field at this
+        // offset of a queue; `Opaque` is transparent.
+        unsafe {
+            o.cast::<u8>()
+                .sub(core::mem::offset_of!(EventQueue<S>, owned))
+                .cast::<EventQueue<S>>()
+        }
+    }
+}
+
+/// The `get` of a queue on kverbs.ko's list: a reference for
+/// [`owned_orphan`].
+///
+/// # Safety
+///
+/// Called by kverbs.ko's module notifier with the `owned` field of a queue
+/// it has just taken off the list, under the list's lock.
+unsafe extern "C" fn owned_get<S: ?Sized + Sink + 'static>(o: *mut bindings::kverbs_owned) {
+    // SAFETY: A queue on the list holds `new_raw`'s reference (type
+    // invariant: `release` takes it off under the list's lock first, and
+    // the caller holds that lock), so it is live and the pointer is
+    // `into_raw`'s.
+    let q = unsafe { ArcBorrow::from_raw(EventQueue::<S>::of_owned(o)) };
+    // The reference goes to `owned_orphan`, which gives it back.
+    let _ = Arc::into_raw(Arc::from(q));
+}
+
+/// The `orphan` of a queue on kverbs.ko's list, whose sink's module is
+/// going: closes the queue and drops its sink once no call of it is in
+/// progress and no reference taken out of it is left. The sink's drop is
+/// the module's code, which is still there; dropping it may drop the
+/// object itself (a cycle), which `release`s the queue, here.
+///
+/// # Safety
+///
+/// Called by kverbs.ko's module notifier, in process context with no lock
+/// held, once for each [`owned_get`], with the same `o`.
+unsafe extern "C" fn owned_orphan<S: ?Sized + Sink + 'static>(o: *mut bindings::kverbs_owned) {
+    // SAFETY: The reference `owned_get` took.
+    let q = unsafe { Arc::from_raw(EventQueue::<S>::of_owned(o)) };
+    let _mark = mark_delivering();
+    // No run starts delivering; one in progress stops after its call.
+    q.closed.store(true, Ordering::SeqCst);
+    if let Some(sink) = q.get_sink(true) {
+        q.put_sink(sink);
+    }
+    // A run, or an object's `release` delivering what is left on another
+    // task, may still hold a reference taken out before: wait until it is
+    // dropped (the last one runs the sink's drop there).
+    while q.users.load(Ordering::SeqCst) != 0 {
+        // SAFETY: The wait queue lives with `q`; `users` is read with
+        // `READ_ONCE`. Not interruptible: the module's memory goes next.
+        unsafe { bindings::kverbs_wait_u32(q.idle.get(), q.users.as_ptr(), 0, 100, false) };
     }
 }
 

@@ -77,6 +77,7 @@ mod irq_lock;
 mod layer_ref;
 pub mod mcast;
 pub mod mr;
+mod owned;
 pub mod pd;
 pub mod qp;
 mod show;

@@ -20,7 +20,8 @@
 //! What this does not cover is the code of the module that made the
 //! object: an event sink, a client's `add` and `remove`, a debugfs or
 //! sysfs file's `show` and `store` are that module's (generic code is
-//! compiled into it), and a leaked object that calls them outlives it.
+//! compiled into it). kverbs.ko's module notifier revokes them when that
+//! module goes ([`crate::owned`]).
 //!
 //! The reference is given back by the object's drop, after everything else
 //! it does; what runs after it is the return into the code that dropped

@@ -11,6 +11,7 @@
 //! allowed at any time.
 
 use crate::bindings;
+use crate::owned::Owned;
 use crate::show::Show;
 use core::{fmt, ptr};
 use kernel::{ffi::c_char, page::PAGE_SIZE, prelude::*, str::CStr, sync::Arc, types::Opaque};
@@ -75,9 +76,22 @@ impl KernelDir {
             AttrInner {
                 kattr: Opaque::new(kattr),
                 data,
+                kobj: self.0.kobj,
+                owned: Owned::new(),
             },
             GFP_KERNEL,
         )?;
+        // SAFETY: `owned` stays in the box, not moved, until the drop has
+        // taken it off the list. The addresses are of the module that
+        // instantiates this function for `T` (the attribute's), as is the
+        // callback.
+        unsafe {
+            inner.owned.init(
+                show_callback::<T> as *const () as usize,
+                core::ptr::drop_in_place::<T> as *const () as usize,
+                orphan::<T>,
+            )
+        };
         // The attribute is shared with sysfs from here on: it is reached only
         // through the raw pointer of its `Opaque`.
         let kattr = inner.kattr.get();
@@ -89,6 +103,8 @@ impl KernelDir {
         kernel::error::to_result(unsafe {
             bindings::sysfs_create_file_ns(self.0.kobj, &raw const (*kattr).attr, ptr::null())
         })?;
+        // SAFETY: Once, after `init`.
+        unsafe { inner.owned.add() };
         // INVARIANT: the attribute was added above.
         Ok(Attribute {
             inner,
@@ -97,11 +113,15 @@ impl KernelDir {
     }
 }
 
-/// The `kobj_attribute` sysfs calls back with, followed by the data.
+/// The `kobj_attribute` sysfs calls back with, followed by the data, the
+/// kobject it is an attribute of, and its entry on kverbs.ko's list of
+/// what calls a module's code.
 #[repr(C)]
 struct AttrInner<T> {
     kattr: Opaque<bindings::kobj_attribute>,
     data: T,
+    kobj: *mut bindings::kobject,
+    owned: Owned,
 }
 
 /// A read-only sysfs attribute, removed on drop. The drop waits for the
@@ -132,6 +152,10 @@ impl<T> Attribute<T> {
 
 impl<T> Drop for Attribute<T> {
     fn drop(&mut self) {
+        if !self.inner.owned.take() {
+            // The notifier of its module's going removed it.
+            return;
+        }
         // SAFETY: By the type invariant the attribute was added to this
         // kobject. Removal drains the `show` calls running on it, so
         // `inner` may be freed once this returns.
@@ -143,6 +167,36 @@ impl<T> Drop for Attribute<T> {
             )
         };
     }
+}
+
+/// The `orphan` of an attribute on kverbs.ko's list, whose module is
+/// going (after its exit, with an [`Attribute`] it never dropped): removes
+/// it, which waits for the calls of its `show` in progress, so that none
+/// comes after the module is gone. The attribute's memory stays until it
+/// is dropped (if ever).
+///
+/// # Safety
+///
+/// Called by kverbs.ko's module notifier, in process context with no lock
+/// held, with the entry of the `owned` field of a live `AttrInner<T>`,
+/// which it has taken off the list.
+unsafe extern "C" fn orphan<T>(o: *mut bindings::kverbs_owned) {
+    // SAFETY: By the caller's guarantee; the `AttrInner<T>` lives until its
+    // `Attribute`'s drop, which waits for `Owned::done`.
+    let inner: &AttrInner<T> =
+        unsafe { Owned::owner(o, core::mem::offset_of!(AttrInner<T>, owned)) };
+    let _mark = crate::event::mark_delivering();
+    // SAFETY: The attribute was added to `kobj`, live while the
+    // `Attribute` holds its `KernelDir`, and only this call removes it: the
+    // drop does not once the entry is taken.
+    unsafe {
+        bindings::sysfs_remove_file_ns(
+            inner.kobj,
+            &raw const (*inner.kattr.get()).attr,
+            ptr::null(),
+        )
+    };
+    inner.owned.done();
 }
 
 /// `show` of every kverbs attribute.

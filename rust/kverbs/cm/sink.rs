@@ -122,8 +122,20 @@ pub trait CmSink: Send + Sync {
     /// hold their queue, which holds the sink: a cycle (the kernel's `Arc`
     /// has no weak reference). It is broken when the IDs are dropped -- on
     /// removal, or by the holder's exit, which must take them out of the
-    /// sink's reach and drop them.
+    /// sink's reach and drop them. If they are not, or are leaked, the
+    /// sink is dropped when its module goes, as
+    /// [`EventSink::event`](crate::event::EventSink::event) says.
     fn event(&self, ev: &CmEvent);
+
+    /// Where the sink's code is (see
+    /// [`EventSink::code_address`](crate::event::EventSink::code_address)).
+    #[doc(hidden)]
+    fn code_address(&self, _: crate::event::seal::Seal) -> [usize; 2] {
+        [
+            <Self as CmSink>::event as *const () as usize,
+            core::ptr::drop_in_place::<Self> as *const () as usize,
+        ]
+    }
 }
 
 impl Sink for dyn CmSink {
@@ -137,5 +149,8 @@ impl Sink for dyn CmSink {
             kind: EVENTS_LOST,
             status: i32::try_from(n).unwrap_or(i32::MAX),
         });
+    }
+    fn code(&self) -> [usize; 2] {
+        self.code_address(crate::event::seal::Seal(()))
     }
 }
