@@ -25,6 +25,9 @@
 //! name` or `not ok N name # why`), or, before any run, `case NAME` for
 //! each case. A run holds its two devices: a device removed meanwhile
 //! leaves the list at once, and its unregistration waits for the run.
+//! Writing a device's name to `forget` leaks two event sinks' registrations
+//! on it (`forget.rs`): for kverbs_forget.sh, which unloads the module and
+//! raises events after.
 
 #![deny(unsafe_code)]
 
@@ -33,6 +36,7 @@ mod cm;
 mod common;
 mod cq;
 mod dma;
+mod forget;
 mod mr;
 mod qp;
 mod races;
@@ -378,8 +382,10 @@ struct KverbsSelftest {
     // Then every device leaves the list; it waits for the deliveries of
     // the held listener's sink still ending.
     _reg: Registration<Selftest>,
-    // `kverbs_selftest/selftest`; its directory goes with it.
+    // `kverbs_selftest/selftest` and `forget`; their directory goes with
+    // them.
     _selftest: File<Runner>,
+    _forget: File<forget::Forget>,
     // `/sys/kernel/kverbs_selftest/page`, then its directory.
     _page: Attribute<Page>,
     _sysfs: KernelDir,
@@ -395,12 +401,17 @@ impl kernel::Module for KverbsSelftest {
             Runner::new(devices.clone(), held.clone())?,
         )?;
         let sysfs = KernelDir::new(c_str!("kverbs_selftest"))?;
+        let forget = root.control_file(
+            c_str!("forget"),
+            forget::Forget::new(devices.clone(), root.clone(), sysfs.clone()),
+        )?;
         let page = sysfs.attribute(c_str!("page"), Page)?;
         let reg = Registration::new(c_str!("kverbs_selftest"), Selftest { devices })?;
         Ok(KverbsSelftest {
             held,
             _reg: reg,
             _selftest: selftest,
+            _forget: forget,
             _page: page,
             _sysfs: sysfs,
         })

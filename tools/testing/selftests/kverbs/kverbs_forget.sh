@@ -1,0 +1,138 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+#
+# What a module leaks must not call its code once it is gone.  The
+# self-test module (samples/kverbs_selftest/forget.rs) registers two event
+# sinks of its own for rxe_forget's events and leaks both registrations,
+# as safe code can: one with mem::forget, one in a cycle (its sink holds
+# its own registration); and a client, a debugfs file and a sysfs
+# attribute of its own, which it forgets.  The sinks are told the device's
+# events, the client its devices, and the files are read, while the module
+# is loaded; when it goes, kverbs.ko drops both sinks, unregisters the
+# client and removes the files (the notifier of rust/kverbs_module.c), and
+# the events, devices and reads after that reach none of them: without it,
+# the next port event called the sink in the module's freed memory (an
+# oops), and so would a new device the client, a read the files.  What the
+# module forgot is leaked, and kmemleak says so: that report is checked
+# and cleared before the program's own kmemleak case.
+#
+# The forgotten registration holds rxe_forget and kverbs.ko for good: this
+# program keeps both at its end, and the planner runs it last in its guest
+# (tools/vm/plan-guests.sh, LAST_PROGS).
+
+# shellcheck source=kverbs_lib.sh
+. "$(dirname "$(readlink -f "$0")")/kverbs_lib.sh"
+
+NET=kvfg0
+DEV=rxe_forget
+NET2=kvfg1
+DEV2=rxe_forget2
+EV=$KV_DEBUGFS/$DEV/events
+FG=$KV_SELFTEST_DEBUGFS/forget
+LEAKED_DEBUGFS=$KV_SELFTEST_DEBUGFS/leaked
+LEAKED_SYSFS=/sys/kernel/$KV_SELFTEST/leaked
+
+setup() {
+	ip link add $NET type dummy || return 1
+	ip link set $NET up || return 1
+	kv_rxe_add $DEV $NET || return 1
+	kv_load && kv_load_selftest && kv_wait test -e "$EV"
+}
+
+# count PATTERN: the lines of the example's events file of rxe_forget
+# matching PATTERN.
+count() {
+	grep -c "$1" "$EV"
+}
+
+count_over() {
+	[ "$(count "$1")" -gt "$2" ]
+}
+
+# down_up: the netdev goes down and up; the example's own sink (a module
+# still loaded) is told both events.
+down_up() {
+	local err act
+	err=$(count "port 1: port error$")
+	act=$(count "port 1: port active$")
+	ip link set $NET down || return 1
+	kv_wait count_over "port 1: port error$" "$err" || { kv_diag <"$EV"; return 1; }
+	ip link set $NET up || return 1
+	kv_wait count_over "port 1: port active$" "$act" || { kv_diag <"$EV"; return 1; }
+}
+
+leaked_sinks_told_while_module_loaded() {
+	printf '%s' $DEV >"$FG" || return 1
+	grep -qx "forgotten: 1" "$FG" || { kv_diag <"$FG"; return 1; }
+	# From here on the end keeps them (kv_cleanup): the forgotten
+	# registration holds them.
+	KV_KEEP_DEVICES=$DEV
+	KV_KEEP_LAYER=1
+	down_up || return 1
+	kv_wait kv_logged "kverbs_selftest: forgotten sink: port active" || return 1
+	kv_wait kv_logged "kverbs_selftest: cycle sink: port active" || return 1
+	kv_logged "kverbs_selftest: leaked client: add $DEV$" || { kv_msg "the leaked client was not added $DEV"; return 1; }
+	[ "$(cat "$LEAKED_DEBUGFS")" = leaked ] || { kv_msg "$LEAKED_DEBUGFS does not show 'leaked'"; return 1; }
+	[ "$(cat "$LEAKED_SYSFS")" = leaked ] || { kv_msg "$LEAKED_SYSFS does not show 'leaked'"; return 1; }
+}
+
+leaked_sinks_dropped_when_their_module_goes() {
+	rmmod "$KV_SELFTEST" || return 1
+	kv_logged "kverbs_selftest: forgotten sink dropped" || { kv_msg "the forgotten sink was not dropped"; return 1; }
+	kv_logged "kverbs_selftest: cycle sink dropped" || { kv_msg "the cycle's sink was not dropped"; return 1; }
+	kv_logged "kverbs_selftest: leaked client: remove $DEV$" || { kv_msg "the leaked client was not removed"; return 1; }
+	[ ! -e "$LEAKED_DEBUGFS" ] || { kv_msg "$LEAKED_DEBUGFS is still there"; return 1; }
+	[ ! -e "$LEAKED_SYSFS" ] || { kv_msg "$LEAKED_SYSFS is still there"; return 1; }
+}
+
+# The client, the files and their directories the module forgot are
+# leaked (what a forgotten object is): kmemleak reports them. Two scans 5 s
+# apart (see kv_kmemleak_check); then the report is cleared, so that the
+# program's own kmemleak case checks for any other leak.
+kmemleak_reports_forgotten() {
+	local t0 left report
+	[ -e "$KV_KMEMLEAK" ] || { kv_msg "no kmemleak in this kernel"; return 1; }
+	t0=$(cut -d' ' -f1 /proc/uptime)
+	echo scan >"$KV_KMEMLEAK"
+	left=$(awk -v t0="$t0" '{ d = 5 - ($1 - t0); printf "%.1f", (d > 0 ? d : 0) }' /proc/uptime)
+	sleep "$left"
+	echo scan >"$KV_KMEMLEAK"
+	report=$(cat "$KV_KMEMLEAK")
+	echo clear >"$KV_KMEMLEAK"
+	kv_msg "kmemleak: $(grep -c "^unreferenced object" <<<"$report") objects"
+	head -n 40 <<<"$report" | kv_diag
+	[ "$(grep -c "^unreferenced object" <<<"$report")" -ge 3 ]
+}
+
+# The example's sink is told the events, and its client a new device; the
+# orphaned sinks and client are not. The example's unload waits for every
+# delivery (its client registration flushes kverbs.ko's workqueue), theirs
+# included; kverbs.ko stays, held.
+leaked_sinks_not_called_after_module_went() {
+	local r=0
+	down_up || return 1
+	ip link add $NET2 type dummy || return 1
+	kv_rxe_add $DEV2 $NET2 || return 1
+	kv_wait test -e "$KV_DEBUGFS/$DEV2/events" || { kv_msg "the example was not given $DEV2"; r=1; }
+	kv_rxe_del $DEV2 || r=1
+	rmmod "$KV_MOD" || return 1
+	if kv_logged "kverbs_selftest: "; then
+		kv_msg "code of the unloaded module was called:"
+		kv_log_since "$KV_CASE" | grep "kverbs_selftest: " | kv_diag
+		r=1
+	fi
+	if rmmod "$KV_LAYER" 2>/dev/null; then
+		kv_msg "kverbs.ko unloaded under a forgotten registration"
+		r=1
+	fi
+	kv_layer_loaded || r=1
+	return $r
+}
+
+kv_begin 6
+kv_case setup_rxe_forget_and_load setup
+kv_case leaked_sinks_client_files_work_while_module_loaded leaked_sinks_told_while_module_loaded
+kv_case leaked_sinks_dropped_client_files_removed_on_unload leaked_sinks_dropped_when_their_module_goes
+kv_case leaked_callbacks_not_called_after_module_went leaked_sinks_not_called_after_module_went
+kv_case kmemleak_reports_what_the_module_forgot kmemleak_reports_forgotten
+kv_end
