@@ -21,26 +21,11 @@ setup() {
 	grep -q "^events: " "$EV"
 }
 
-# count PATTERN: the lines of the events file matching PATTERN.
-count() {
-	grep -c "$1" "$EV"
-}
-
-# count_over PATTERN N: more than N lines match.
-count_over() {
-	[ "$(count "$1")" -gt "$2" ]
-}
 
 # The netdev goes down: "port 1: port error"; up: "port 1: port active",
 # in that order, each once more than before, and logged.
 port_error_then_active() {
-	local err act
-	err=$(count "port 1: port error$")
-	act=$(count "port 1: port active$")
-	ip link set $NET down || return 1
-	kv_wait count_over "port 1: port error$" "$err" || { kv_diag <"$EV"; return 1; }
-	ip link set $NET up || return 1
-	kv_wait count_over "port 1: port active$" "$act" || { kv_diag <"$EV"; return 1; }
+	kv_port_down_up $NET "$EV" || return 1
 	kv_diag <"$EV"
 	tail -n 1 "$EV" | grep -q "port 1: port active$" || return 1
 	kv_logged "rxe_ev: event: port 1: port error" && kv_logged "rxe_ev: event: port 1: port active"
@@ -49,9 +34,9 @@ port_error_then_active() {
 # An IPv4 address on the netdev adds a RoCE GID: "GID changed".
 gid_change_on_address() {
 	local n
-	n=$(count "port 1: GID changed$")
+	n=$(grep -c "port 1: GID changed$" "$EV")
 	ip addr add 10.77.0.1/24 dev $NET || return 1
-	kv_wait count_over "port 1: GID changed$" "$n" || { kv_diag <"$EV"; return 1; }
+	kv_wait kv_count_over "$EV" "port 1: GID changed$" "$n" || { kv_diag <"$EV"; return 1; }
 	grep -q "::ffff:10.77.0.1" "$KV_DEBUGFS/rxe_ev/info" || { kv_msg "no GID for the address"; return 1; }
 }
 

@@ -39,26 +39,10 @@ setup() {
 	kv_load && kv_load_selftest && kv_wait test -e "$EV"
 }
 
-# count PATTERN: the lines of the example's events file of rxe_forget
-# matching PATTERN.
-count() {
-	grep -c "$1" "$EV"
-}
-
-count_over() {
-	[ "$(count "$1")" -gt "$2" ]
-}
-
 # down_up: the netdev goes down and up; the example's own sink (a module
 # still loaded) is told both events.
 down_up() {
-	local err act
-	err=$(count "port 1: port error$")
-	act=$(count "port 1: port active$")
-	ip link set $NET down || return 1
-	kv_wait count_over "port 1: port error$" "$err" || { kv_diag <"$EV"; return 1; }
-	ip link set $NET up || return 1
-	kv_wait count_over "port 1: port active$" "$act" || { kv_diag <"$EV"; return 1; }
+	kv_port_down_up $NET "$EV"
 }
 
 leaked_sinks_told_while_module_loaded() {

@@ -124,6 +124,24 @@ kv_minimal_loaded() {
 	kv_mod_loaded "$KV_MINIMAL"
 }
 
+# kv_count_over FILE PATTERN N: more than N lines of FILE match PATTERN.
+kv_count_over() {
+	[ "$(grep -c "$2" "$1")" -gt "$3" ]
+}
+
+# kv_port_down_up NETDEV EVENTS: NETDEV goes down, then up; the example's
+# events file EVENTS of its device shows one more port error, then one
+# more port active.
+kv_port_down_up() {
+	local err act
+	err=$(grep -c "port 1: port error$" "$2")
+	act=$(grep -c "port 1: port active$" "$2")
+	ip link set "$1" down || return 1
+	kv_wait kv_count_over "$2" "port 1: port error$" "$err" || { kv_diag <"$2"; return 1; }
+	ip link set "$1" up || return 1
+	kv_wait kv_count_over "$2" "port 1: port active$" "$act" || { kv_diag <"$2"; return 1; }
+}
+
 # kv_rxe_add NAME NETDEV: a soft-RoCE device on NETDEV.
 kv_rxe_add() {
 	rdma link add "$1" type rxe netdev "$2"
