@@ -11,10 +11,13 @@
 //! buffer, a request id of another QP), an accepted call is a violation,
 //! counted and described; everything else may succeed or fail with an
 //! errno, which is counted. The kernel's own checks (KASAN, lockdep,
-//! kmemleak, the drain's and the core's warnings) do the rest.
+//! kmemleak, the drain's and the core's warnings) do the rest. The calls
+//! of MRs, UD QPs, rdma_cm and streams are in `pool/`, one file each.
 
 mod cm;
+mod mr;
 mod stream;
+mod ud;
 
 use crate::rng::Rng;
 use crate::stats::{Stats, Text};
@@ -30,7 +33,7 @@ use kverbs::{
     pd::Pd,
     qp::{
         Access, AddressVector, Cancel, ErrorState, Init, InitAttr, Qp, QpCaps, RemoteBuf, Reset,
-        RtrAttr, Rts, RtsAttr, SendOp, Ud, UdDest, Waited, WrId,
+        RtrAttr, Rts, RtsAttr, SendOp, Ud, Waited, WrId,
     },
     srq::{Srq, SrqWrId},
     ARef,
@@ -595,143 +598,6 @@ impl<'a> Pool<'a> {
             }
             let d = self.pds[p].0;
             keep(&mut self.rng, &mut self.stats, &mut self.srqs, (d, srq));
-        }
-    }
-
-    /// An MR made, mapped on a buffer, registered or invalidated by a QP.
-    fn mr(&mut self) {
-        self.trace("mr");
-        match self.rng.below(3) {
-            0 => {
-                let Some(p) = pick(&mut self.rng, &self.pds) else {
-                    return;
-                };
-                let len = self.rng.size(65536);
-                let r = Mr::new(&self.pds[p].1, len);
-                self.stats.count(&r);
-                if let Ok(mr) = r {
-                    let d = self.pds[p].0;
-                    keep(&mut self.rng, &mut self.stats, &mut self.mrs, (d, mr));
-                }
-            }
-            1 => {
-                let (Some(m), Some(b)) = (
-                    pick(&mut self.rng, &self.mrs),
-                    pick(&mut self.rng, &self.bufs),
-                ) else {
-                    return;
-                };
-                let r = self.mrs[m].1.map(&self.bufs[b].1);
-                self.stats.count(&r);
-                if r.is_ok() && self.mrs[m].0 != self.bufs[b].0 {
-                    self.violation(format_args!("an MR mapped on a buffer of another device"));
-                }
-                if let Ok(rb) = r {
-                    keep(&mut self.rng, &mut self.stats, &mut self.remotes, rb);
-                }
-            }
-            _ => {
-                let (Some(m), Some(q)) = (
-                    pick(&mut self.rng, &self.mrs),
-                    pick(&mut self.rng, &self.rts),
-                ) else {
-                    return;
-                };
-                let t = self.timeout();
-                let access = self.access();
-                let c = Cancel::new();
-                let r = if self.rng.one_in(2) {
-                    self.mrs[m]
-                        .1
-                        .post_registration(&self.rts[q].qp, access, t, &c)
-                } else {
-                    self.mrs[m].1.invalidate(&self.rts[q].qp, t, &c)
-                };
-                self.stats.count(&r);
-            }
-        }
-    }
-
-    /// A UD QP to RTS, an AH, or a UD SEND with an AH of the pool.
-    fn ud(&mut self) {
-        self.trace("ud");
-        match self.rng.below(3) {
-            0 => {
-                let (Some(p), Some(c)) = (
-                    pick(&mut self.rng, &self.pds),
-                    pick(&mut self.rng, &self.cqs),
-                ) else {
-                    return;
-                };
-                let d = self.pds[p].0;
-                let caps = self.caps();
-                let r = Qp::new_ud(
-                    &self.pds[p].1,
-                    self.port(d),
-                    &self.cqs[c].1,
-                    &self.cqs[c].1,
-                    caps,
-                )
-                .and_then(|q| q.to_init_ud(0, QKEY))
-                .and_then(|q| q.to_rtr_ud())
-                .and_then(|q| q.to_rts_ud(0));
-                self.stats.count(&r);
-                if let Ok(qp) = r {
-                    if self.cqs[c].0 != d {
-                        self.violation(format_args!("a UD QP with a CQ of another device"));
-                    }
-                    let h = self.held(d, qp);
-                    keep(&mut self.rng, &mut self.stats, &mut self.ud, h);
-                }
-            }
-            1 => {
-                let Some(p) = pick(&mut self.rng, &self.pds) else {
-                    return;
-                };
-                let d = self.pds[p].0;
-                let dev = &self.devs[d];
-                let Ok(g) = dev.gid_attr(*dev.ports().start(), self.rng.below(3) as u32) else {
-                    return;
-                };
-                let av = AddressVector::new(g.gid(), self.rng.below(3) as u8);
-                drop(g);
-                let r = Ah::new(&self.pds[p].1, self.port(d), &av);
-                self.stats.count(&r);
-                if let Ok(ah) = r {
-                    keep(&mut self.rng, &mut self.stats, &mut self.ahs, (d, ah));
-                }
-            }
-            _ => {
-                let (Some(q), Some(a)) = (
-                    pick(&mut self.rng, &self.ud),
-                    pick(&mut self.rng, &self.ahs),
-                ) else {
-                    return;
-                };
-                let (serial, d) = (self.ud[q].serial, self.ud[q].dev);
-                let Some((buf, off, len, bad)) = self.range(d) else {
-                    return;
-                };
-                let dest = UdDest {
-                    ah: self.ahs[a].1.clone(),
-                    qpn: if self.rng.one_in(2) {
-                        self.ud[q].qp.qp_num()
-                    } else {
-                        0xff_ffff
-                    },
-                    qkey: QKEY,
-                };
-                let r = self.ud[q]
-                    .qp
-                    .post_send_ud(None, &buf, off, len, &dest, true);
-                self.stats.count(&r);
-                if r.is_ok() && (bad && len > 0 || self.ahs[a].0 != d) {
-                    self.violation(format_args!("a UD SEND with a buffer or AH of elsewhere"));
-                }
-                if let Ok(id) = r {
-                    keep(&mut self.rng, &mut self.stats, &mut self.ids, (serial, id));
-                }
-            }
         }
     }
 
