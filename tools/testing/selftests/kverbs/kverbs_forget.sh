@@ -12,9 +12,12 @@
 # client and removes the files (the notifier of rust/kverbs_module.c), and
 # the events, devices and reads after that reach none of them: without it,
 # the next port event called the sink in the module's freed memory (an
-# oops), and so would a new device the client, a read the files.  What the
-# module forgot is leaked, and kmemleak says so: that report is checked
-# and cleared before the program's own kmemleak case.
+# oops), and so would a new device the client, a read the files.  Then
+# the exerciser forgets objects at random (its `forget` runs), rdma_cm
+# listeners with its sink among them, is unloaded, and connection requests
+# come to the ports its listeners take.  What the modules forgot is
+# leaked, and kmemleak says so: that report is checked and cleared before
+# the program's own kmemleak case.
 #
 # The forgotten registration holds rxe_forget and kverbs.ko for good: this
 # program keeps both at its end, and the planner runs it last in its guest
@@ -31,10 +34,13 @@ EV=$KV_DEBUGFS/$DEV/events
 FG=$KV_SELFTEST_DEBUGFS/forget
 LEAKED_DEBUGFS=$KV_SELFTEST_DEBUGFS/leaked
 LEAKED_SYSFS=/sys/kernel/$KV_SELFTEST/leaked
+EXR=/sys/kernel/debug/$KV_EXERCISER/run
+IP=10.88.0.1
 
 setup() {
 	ip link add $NET type dummy || return 1
 	ip link set $NET up || return 1
+	ip addr add $IP/24 dev $NET || return 1
 	kv_rxe_add $DEV $NET || return 1
 	kv_load && kv_load_selftest && kv_wait test -e "$EV"
 }
@@ -69,8 +75,32 @@ leaked_sinks_dropped_when_their_module_goes() {
 	[ ! -e "$LEAKED_SYSFS" ] || { kv_msg "$LEAKED_SYSFS is still there"; return 1; }
 }
 
-# The client, the files and their directories the module forgot are
-# leaked (what a forgotten object is): kmemleak reports them. Two scans 5 s
+# The exerciser's runs with `forget` over rxe_forget (its only device now;
+# its rdma_cm IDs listen on ports 7990-7992 of 10.88.0.1, with a queue
+# whose sink is the worker's, and some are forgotten), then its unload;
+# then a connection request to each port: one that reaches a forgotten
+# listener is queued for a sink the unload dropped. No report may come
+# (kv_case), and the runs must have forgotten something.
+exerciser_forgets_then_unloads() {
+	local seed n=0 f port
+	kv_mod_loaded "$KV_EXERCISER" || insmod "$KV_MODDIR/$KV_EXERCISER.ko" || return 1
+	for seed in 11 12 13; do
+		printf '%s' "$seed 6000 1 forget" >"$EXR" || { kv_msg "the run of seed $seed failed"; return 1; }
+		head -n 2 "$EXR" | kv_diag
+		f=$(tr ' ' '\n' <"$EXR" | awk 'p { print; exit } $0 == "forgotten" { p = 1 }')
+		n=$((n + ${f:-0}))
+	done
+	rmmod "$KV_EXERCISER" || return 1
+	for port in 7990 7991 7992; do
+		timeout 5 rping -c -a $IP -p $port -C 1 >/dev/null 2>&1
+	done
+	kv_msg "the runs forgot $n objects"
+	[ "$n" -gt 0 ]
+}
+
+# The client, the files and their directories the self-test forgot, and
+# what the exerciser forgot, are leaked (what a forgotten object is):
+# kmemleak reports them. Two scans 5 s
 # apart (see kv_kmemleak_check); then the report is cleared, so that the
 # program's own kmemleak case checks for any other leak.
 kmemleak_reports_forgotten() {
@@ -113,10 +143,11 @@ leaked_sinks_not_called_after_module_went() {
 	return $r
 }
 
-kv_begin 6
+kv_begin 7
 kv_case setup_rxe_forget_and_load setup
 kv_case leaked_sinks_client_files_work_while_module_loaded leaked_sinks_told_while_module_loaded
 kv_case leaked_sinks_dropped_client_files_removed_on_unload leaked_sinks_dropped_when_their_module_goes
 kv_case leaked_callbacks_not_called_after_module_went leaked_sinks_not_called_after_module_went
-kv_case kmemleak_reports_what_the_module_forgot kmemleak_reports_forgotten
+kv_case exerciser_forgets_objects_unloads_connects_come exerciser_forgets_then_unloads
+kv_case kmemleak_reports_what_the_modules_forgot kmemleak_reports_forgotten
 kv_end
