@@ -154,8 +154,13 @@ unsafe impl Send for CqInner {}
 unsafe impl Sync for CqInner {}
 
 impl Cq {
-    /// Allocates a CQ of at least `nr_cqe` entries on `dev`.
+    /// Allocates a CQ of at least `nr_cqe` entries on `dev`; `EINVAL` for
+    /// none (Linux 7.x's `__ib_alloc_cq` warns on it: found by the
+    /// exerciser).
     pub fn new(dev: &Device, nr_cqe: u32, ctx: PollCtx) -> Result<Self> {
+        if nr_cqe == 0 {
+            return Err(EINVAL);
+        }
         let wq = KBox::pin_init(
             Opaque::ffi_init(|slot: *mut bindings::wait_queue_head| {
                 // SAFETY: `slot` is valid for writes and pinned.
