@@ -96,17 +96,19 @@ EXPORT_SYMBOL_GPL(kverbs_layer_put_deferred);
 
 /*
  * What of the layer calls a module's code (struct kverbs_owned, in
- * kverbs_helpers.h): an event queue whose sink is that module's, from the
- * queue's making until its object gives it back; a client registration,
- * whose add and remove are the module's, until it is dropped.  An object the module
- * leaks (mem::forget, an Arc cycle through its sink) never gives it back,
- * and the layer, which it keeps loaded (rust/kverbs/layer_ref.rs), would
- * call the module's code after the module is gone: so when a module goes,
- * its entries are orphaned -- their sinks dropped, with no call of them
- * left in progress; the clients unregistered -- and the deliveries still running (of queues already
- * given back, whose last run may still be in the sink or drop it) are
- * waited for.  MODULE_STATE_GOING comes after the module's exit (or its
- * failed init) and before its memory is freed, without module_mutex held.
+ * kverbs_helpers.h; rust/kverbs/owned.rs): an event queue whose sink is
+ * that module's, from the queue's making until its object gives it back; a
+ * client registration, debugfs file or sysfs attribute, whose callbacks
+ * are the module's, until it is dropped.  An object the module leaks
+ * (mem::forget, an Arc cycle through its sink) never gives it back, and
+ * the layer, which it keeps loaded (rust/kverbs/layer_ref.rs), would call
+ * the module's code after the module is gone: so when a module goes, its
+ * entries are orphaned -- the sinks dropped, with no call of them left in
+ * progress; the clients unregistered; the files removed -- and the
+ * deliveries still running (of queues already given back, whose last run
+ * may still be in the sink or drop it) are waited for.
+ * MODULE_STATE_GOING comes after the module's exit (or its failed init)
+ * and before its memory is freed, without module_mutex held.
  */
 static DEFINE_SPINLOCK(owned_lock);
 static LIST_HEAD(owned);

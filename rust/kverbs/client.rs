@@ -205,6 +205,7 @@ impl<T: Client> Registration<T> {
             inner.owned.init(
                 add_callback::<T> as *const () as usize,
                 core::ptr::drop_in_place::<T> as *const () as usize,
+                None,
                 orphan::<T>,
             )
         };
@@ -247,16 +248,8 @@ impl<T: Client> Drop for Registration<T> {
             // The notifier of the client's module's going unregistered it.
             return;
         }
-        // SAFETY: By the type invariant the client is registered.
-        // `ib_unregister_client` clears the client's registration mark (no
-        // new `add` after it), calls `remove` for each device it holds a
-        // context on, and then waits for `client->uses_zero`: every `add`
-        // in progress and every context's removal, including those a
-        // device's unregistration makes on another task, hold `uses`. So
-        // when it returns no callback of the client runs or is to come,
-        // and `inner` and the slot may go.
-        unsafe { bindings::ib_unregister_client(self.inner.client.get()) };
-        T::slot().0.store(ptr::null_mut(), Ordering::Release);
+        // SAFETY: The notifier did not take the entry: this unregisters.
+        unsafe { self.inner.unregister() };
         // The objects dropped in `remove` (or before) are gone, but a sink
         // that dropped its own object may still be returning from that
         // call, and its run then drops its reference to the sink: wait for
@@ -264,6 +257,28 @@ impl<T: Client> Drop for Registration<T> {
         // this. Not from a sink (dropped in a delivery), which this would
         // wait for: the module's exit must then wait itself.
         let _ = crate::event::wait_for_deliveries();
+    }
+}
+
+impl<T: Client> Inner<T> {
+    /// Unregisters the client and empties its slot.
+    ///
+    /// # Safety
+    ///
+    /// Once: by the drop of the [`Registration`], or by the module
+    /// notifier's orphan callback if it took the entry.
+    unsafe fn unregister(&self) {
+        // SAFETY: The client is registered (type invariant of
+        // `Registration`), and unregistered once (the caller's guarantee).
+        // `ib_unregister_client` clears the client's registration mark (no
+        // new `add` after it), calls `remove` for each device it holds a
+        // context on, and then waits for `client->uses_zero`: every `add`
+        // in progress and every context's removal, including those a
+        // device's unregistration makes on another task, hold `uses`. So
+        // when it returns no callback of the client runs or is to come,
+        // and `inner` and the slot may go.
+        unsafe { bindings::ib_unregister_client(self.client.get()) };
+        T::slot().0.store(ptr::null_mut(), Ordering::Release);
     }
 }
 
@@ -285,10 +300,9 @@ unsafe extern "C" fn orphan<T: Client>(o: *mut bindings::kverbs_owned) {
     // the notifier has taken the entry.
     let inner: &Inner<T> = unsafe { Owned::owner(o, core::mem::offset_of!(Inner<T>, owned)) };
     let _mark = crate::event::mark_delivering();
-    // SAFETY: Registered (type invariant), and only this call unregisters
-    // it: the drop does not once the entry is off the list.
-    unsafe { bindings::ib_unregister_client(inner.client.get()) };
-    T::slot().0.store(ptr::null_mut(), Ordering::Release);
+    // SAFETY: Only this call unregisters it: the drop does not once the
+    // entry is taken.
+    unsafe { inner.unregister() };
     inner.owned.done();
 }
 

@@ -204,11 +204,10 @@ impl<T: Show + Store> Entry<T> {
 ///
 /// # Invariants
 ///
-/// `dentry` is a debugfs file in `dir`, created with `entry` as its
+/// `entry.dentry` is a debugfs file in `dir`, created with `entry` as its
 /// `i_private` and one of this module's `FOPS_*` tables, and not yet
-/// removed.
+/// removed (or taken by the module notifier, which removes it).
 pub struct File<T> {
-    dentry: *mut bindings::dentry,
     entry: KBox<Entry<T>>,
     _dir: Dir,
     /// Dropped last: the file's operations are kverbs code.
@@ -252,6 +251,7 @@ impl<T> File<T> {
             entry.owned.init(
                 vtable.show as *const () as usize,
                 ptr::from_ref(dir.0.module) as usize,
+                None,
                 orphan::<T>,
             )
         };
@@ -273,7 +273,6 @@ impl<T> File<T> {
         unsafe { entry.owned.add() };
         // INVARIANT: the file was created above with `entry` and `fops`.
         Ok(File {
-            dentry,
             entry,
             _dir: dir.clone(),
             _layer: layer,
@@ -295,7 +294,7 @@ impl<T> Drop for File<T> {
         // SAFETY: By the type invariant the file exists. `debugfs_remove`
         // returns only once no callback runs on it any more, so `entry` may
         // be freed afterwards (fields are dropped after this function).
-        unsafe { bindings::debugfs_remove(self.dentry) };
+        unsafe { bindings::debugfs_remove(self.entry.dentry.load(Ordering::Acquire)) };
     }
 }
 

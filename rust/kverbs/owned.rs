@@ -12,9 +12,10 @@
 //! failed init, before its memory is freed), revokes the objects with an
 //! address in it: an object the module leaked (`mem::forget`, an `Arc`
 //! cycle) then calls its code no more. An event queue drops its sink
-//! ([`crate::event`]); the others are unregistered or removed by the
-//! notifier, and their drop then waits for that and does nothing more
-//! ([`Owned`]). The revocations run marked as deliveries of events: what
+//! ([`crate::event`]: the notifier's `get` takes a reference to it, and
+//! its release takes the entry off with [`Owned::remove`]); the others
+//! are unregistered or removed by the notifier, and their drop then waits
+//! for that and does nothing more ([`Owned::take`]). The revocations run marked as deliveries of events: what
 //! they drop does not wait for other runs (one may be in a sink that waits
 //! for the revocation), and the notifier's flush after them does.
 //!
@@ -32,20 +33,20 @@ use crate::bindings;
 use core::sync::atomic::{AtomicU32, Ordering};
 use kernel::types::Opaque;
 
-/// The orphan callback of an entry: see `struct kverbs_owned` in
-/// `rust/kverbs_helpers.h`.
-pub(crate) type Orphan = unsafe extern "C" fn(*mut bindings::kverbs_owned);
+/// The `get` and `orphan` callbacks of an entry: see `struct
+/// kverbs_owned` in `rust/kverbs_helpers.h`.
+pub(crate) type Callback = unsafe extern "C" fn(*mut bindings::kverbs_owned);
 
-/// An entry of kverbs.ko's list for an object the notifier revokes with a
-/// call (unregistering a client, removing a file), in the object's pinned
-/// memory.
+/// An entry of kverbs.ko's list for an object the notifier revokes, in
+/// the object's pinned memory.
 ///
 /// # Invariants
 ///
 /// Once [`Owned::init`] has run, `entry` is initialised; from
-/// [`Owned::add`] until [`Owned::take`] returns `true` it is on the list,
-/// or the notifier took it off: then it calls the orphan callback, which
-/// ends with [`Owned::done`], setting `gone`.
+/// [`Owned::add`] until [`Owned::remove`] (or [`Owned::take`]) it is on
+/// the list, or the notifier took it off: then it calls the orphan
+/// callback, which for an entry given up with [`Owned::take`] ends with
+/// [`Owned::done`], setting `gone`.
 pub(crate) struct Owned {
     entry: Opaque<bindings::kverbs_owned>,
     gone: AtomicU32,
@@ -60,18 +61,26 @@ impl Owned {
         }
     }
 
-    /// Initialises the entry with `orphan` and two addresses that tell the
-    /// modules whose going revokes the object: of their code (compiled
-    /// into the module that instantiates the caller for its type) or data.
+    /// Initialises the entry with `get` (if any), `orphan` and two
+    /// addresses that tell the modules whose going revokes the object: of
+    /// their code (compiled into the module that instantiates the caller
+    /// for its type) or data.
     ///
     /// # Safety
     ///
     /// `self` must be pinned until the object's drop has called
-    /// [`Owned::take`] (and, if it returned `false`, until that returned).
-    pub(crate) unsafe fn init(&self, code: usize, code2: usize, orphan: Orphan) {
+    /// [`Owned::remove`] or [`Owned::take`] (and, if `take` returned
+    /// `false`, until that returned).
+    pub(crate) unsafe fn init(
+        &self,
+        code: usize,
+        code2: usize,
+        get: Option<Callback>,
+        orphan: Callback,
+    ) {
         // SAFETY: The entry is pinned by the caller's guarantee and not
         // yet on the list.
-        unsafe { bindings::kverbs_owned_init(self.entry.get(), code, code2, None, Some(orphan)) };
+        unsafe { bindings::kverbs_owned_init(self.entry.get(), code, code2, get, Some(orphan)) };
     }
 
     /// Puts the entry on the list, once the object may be revoked.
@@ -84,13 +93,19 @@ impl Owned {
         unsafe { bindings::kverbs_owned_add(self.entry.get()) };
     }
 
+    /// Takes the entry off the list (it may be off already): whether the
+    /// notifier had taken it.
+    pub(crate) fn remove(&self) -> bool {
+        // SAFETY: Initialised (type invariant); off the list already if
+        // the notifier took it.
+        unsafe { bindings::kverbs_owned_del(self.entry.get()) }
+    }
+
     /// Takes the entry off the list for the object's drop: `true` if the
     /// drop is to revoke the object itself; `false` once the notifier has
     /// (it took the entry first: this waits for its orphan callback).
     pub(crate) fn take(&self) -> bool {
-        // SAFETY: Initialised (type invariant); off the list already if
-        // the notifier took it.
-        if !unsafe { bindings::kverbs_owned_del(self.entry.get()) } {
+        if !self.remove() {
             return true;
         }
         // SAFETY: `gone` lives with `self`, read with `READ_ONCE`; the

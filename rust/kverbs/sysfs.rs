@@ -76,7 +76,7 @@ impl KernelDir {
             AttrInner {
                 kattr: Opaque::new(kattr),
                 data,
-                kobj: self.0.kobj,
+                dir: self.clone(),
                 owned: Owned::new(),
             },
             GFP_KERNEL,
@@ -89,6 +89,7 @@ impl KernelDir {
             inner.owned.init(
                 show_callback::<T> as *const () as usize,
                 core::ptr::drop_in_place::<T> as *const () as usize,
+                None,
                 orphan::<T>,
             )
         };
@@ -106,22 +107,39 @@ impl KernelDir {
         // SAFETY: Once, after `init`.
         unsafe { inner.owned.add() };
         // INVARIANT: the attribute was added above.
-        Ok(Attribute {
-            inner,
-            dir: self.clone(),
-        })
+        Ok(Attribute { inner })
     }
 }
 
 /// The `kobj_attribute` sysfs calls back with, followed by the data, the
-/// kobject it is an attribute of, and its entry on kverbs.ko's list of
-/// what calls a module's code.
+/// directory whose kobject it is an attribute of, and its entry on
+/// kverbs.ko's list of what calls a module's code.
 #[repr(C)]
 struct AttrInner<T> {
     kattr: Opaque<bindings::kobj_attribute>,
     data: T,
-    kobj: *mut bindings::kobject,
+    dir: KernelDir,
     owned: Owned,
+}
+
+impl<T> AttrInner<T> {
+    /// Removes the attribute, which drains the `show` calls running on it.
+    ///
+    /// # Safety
+    ///
+    /// Once: by the drop of the [`Attribute`], or by the module notifier's
+    /// orphan callback if it took the entry.
+    unsafe fn remove(&self) {
+        // SAFETY: The attribute was added to `dir`'s kobject, which `dir`
+        // keeps live, and is removed once (the caller's guarantee).
+        unsafe {
+            bindings::sysfs_remove_file_ns(
+                self.dir.0.kobj,
+                &raw const (*self.kattr.get()).attr,
+                ptr::null(),
+            )
+        };
+    }
 }
 
 /// A read-only sysfs attribute, removed on drop. The drop waits for the
@@ -130,11 +148,10 @@ struct AttrInner<T> {
 ///
 /// # Invariants
 ///
-/// `inner.kattr` is an attribute of `dir`'s kobject whose `show` is
-/// `show_callback::<T>`.
+/// `inner.kattr` is an attribute of `inner.dir`'s kobject whose `show` is
+/// `show_callback::<T>`, until the drop or the module notifier removes it.
 pub struct Attribute<T> {
     inner: KBox<AttrInner<T>>,
-    dir: KernelDir,
 }
 
 // SAFETY: The raw pointers inside `kobj_attribute` are to static data; the
@@ -156,16 +173,10 @@ impl<T> Drop for Attribute<T> {
             // The notifier of its module's going removed it.
             return;
         }
-        // SAFETY: By the type invariant the attribute was added to this
-        // kobject. Removal drains the `show` calls running on it, so
+        // SAFETY: The notifier did not take the entry, so this removes it,
+        // once. The removal drains the `show` calls running on it, so
         // `inner` may be freed once this returns.
-        unsafe {
-            bindings::sysfs_remove_file_ns(
-                self.dir.0.kobj,
-                &raw const (*self.inner.kattr.get()).attr,
-                ptr::null(),
-            )
-        };
+        unsafe { self.inner.remove() };
     }
 }
 
@@ -186,16 +197,9 @@ unsafe extern "C" fn orphan<T>(o: *mut bindings::kverbs_owned) {
     let inner: &AttrInner<T> =
         unsafe { Owned::owner(o, core::mem::offset_of!(AttrInner<T>, owned)) };
     let _mark = crate::event::mark_delivering();
-    // SAFETY: The attribute was added to `kobj`, live while the
-    // `Attribute` holds its `KernelDir`, and only this call removes it: the
-    // drop does not once the entry is taken.
-    unsafe {
-        bindings::sysfs_remove_file_ns(
-            inner.kobj,
-            &raw const (*inner.kattr.get()).attr,
-            ptr::null(),
-        )
-    };
+    // SAFETY: Only this call removes it: the drop does not once the entry
+    // is taken.
+    unsafe { inner.remove() };
     inner.owned.done();
 }
 

@@ -4,7 +4,7 @@
 //! runs that deliver them (see [`crate::event`]).
 
 use super::{seal, Event, EventRing, EventSink, QUEUED_EVENTS};
-use crate::{bindings, irq_lock::IrqLock, task_mark::TaskMarks};
+use crate::{bindings, irq_lock::IrqLock, owned::Owned, task_mark::TaskMarks};
 use core::{
     ptr::NonNull,
     sync::atomic::{AtomicBool, AtomicU32, Ordering},
@@ -89,9 +89,9 @@ pub(crate) fn mark_delivering() -> crate::task_mark::Mark {
 /// holds the sink until [`EventQueue::release`] or the module notifier
 /// ([`owned_orphan`]) takes it, when no run is to call it any more (if
 /// `release` is called from a delivery, until the queue goes). `owned` is
-/// on kverbs.ko's list of what calls a module's code (`kverbs_owned_add`)
-/// from [`EventQueue::new_raw`] until `release` or the notifier takes it
-/// off: while it is, `new_raw`'s reference is held.
+/// on kverbs.ko's list of what calls a module's code ([`Owned`]) from
+/// [`EventQueue::new_raw`] until `release` or the notifier takes it off:
+/// while it is, `new_raw`'s reference is held.
 #[pin_data]
 pub(crate) struct EventQueue<S: ?Sized + Sink + 'static = dyn EventSink> {
     #[pin]
@@ -105,8 +105,7 @@ pub(crate) struct EventQueue<S: ?Sized + Sink + 'static = dyn EventSink> {
     closed: AtomicBool,
     #[pin]
     sink: IrqLock<Option<Arc<S>>>,
-    #[pin]
-    owned: Opaque<bindings::kverbs_owned>,
+    owned: Owned,
 }
 
 // SAFETY: The wait queue is a kernel object made for use from any thread;
@@ -177,28 +176,20 @@ impl<S: ?Sized + Sink + 'static> EventQueue<S> {
                 users: AtomicU32::new(0),
                 closed: AtomicBool::new(false),
                 sink <- IrqLock::new(Some(sink)),
-                owned <- Opaque::ffi_init(move |o: *mut bindings::kverbs_owned| {
-                    // SAFETY: `o` is valid for writes and pinned.
-                    unsafe {
-                        bindings::kverbs_owned_init(
-                            o,
-                            code[0],
-                            code[1],
-                            Some(owned_get::<S>),
-                            Some(owned_orphan::<S>),
-                        )
-                    }
-                }),
+                owned: Owned::new(),
             }? Error),
             GFP_KERNEL,
         )?;
-        let q = Arc::into_raw(q);
-        // SAFETY: `owned` is initialised and pinned with the queue, whose
-        // `new_raw` reference is held until `release` has taken it off
-        // the list again (type invariant).
-        unsafe { bindings::kverbs_owned_add((*q).owned.get()) };
+        // SAFETY: `owned` is pinned with the queue, whose `new_raw`
+        // reference is held until `release` has taken it off the list
+        // again (type invariant); added once, after `init`.
+        unsafe {
+            q.owned
+                .init(code[0], code[1], Some(owned_get::<S>), owned_orphan::<S>);
+            q.owned.add();
+        }
         // `into_raw` never gives a null pointer.
-        NonNull::new(q.cast_mut()).ok_or(ENOMEM)
+        NonNull::new(Arc::into_raw(q).cast_mut()).ok_or(ENOMEM)
     }
 
     /// Takes a reference to the sink out, counted in `users` until
@@ -330,27 +321,28 @@ impl<S: ?Sized + Sink + 'static> EventQueue<S> {
     /// off kverbs.ko's list: not before, so that the notifier finds every
     /// queue that may still call the sink (it then waits for `users`).
     fn drop_sink(&self) {
+        self.put_own_sink();
+        self.owned.remove();
+    }
+
+    /// Takes the queue's own reference to its sink out and drops it,
+    /// counted in `users`.
+    fn put_own_sink(&self) {
         if let Some(sink) = self.get_sink(true) {
             self.put_sink(sink);
         }
-        // SAFETY: `owned` is initialised; off the list already if the
-        // notifier took it.
-        unsafe { bindings::kverbs_owned_del(self.owned.get()) };
     }
 
     /// The queue of an entry of kverbs.ko's list.
     ///
     /// # Safety
     ///
-    /// `o` must be the `owned` field of a live `EventQueue<S>`.
+    /// `o` must be the entry of the `owned` field of a live `EventQueue<S>`.
     unsafe fn of_owned(o: *mut bindings::kverbs_owned) -> *const EventQueue<S> {
-        // SAFETY: By the caller's guarantee, `o` is the field at this
-        // offset of a queue; `Opaque` is transparent.
-        unsafe {
-            o.cast::<u8>()
-                .sub(core::mem::offset_of!(EventQueue<S>, owned))
-                .cast::<EventQueue<S>>()
-        }
+        // SAFETY: By the caller's guarantee.
+        let q: &EventQueue<S> =
+            unsafe { Owned::owner(o, core::mem::offset_of!(EventQueue<S>, owned)) };
+        core::ptr::from_ref(q)
     }
 }
 
@@ -387,9 +379,7 @@ unsafe extern "C" fn owned_orphan<S: ?Sized + Sink + 'static>(o: *mut bindings::
     let _mark = mark_delivering();
     // No run starts delivering; one in progress stops after its call.
     q.closed.store(true, Ordering::SeqCst);
-    if let Some(sink) = q.get_sink(true) {
-        q.put_sink(sink);
-    }
+    q.put_own_sink();
     // A run, or an object's `release` delivering what is left on another
     // task, may still hold a reference taken out before: wait until it is
     // dropped (the last one runs the sink's drop there).
