@@ -100,22 +100,16 @@ exerciser_forgets_then_unloads() {
 
 # The client, the files and their directories the self-test forgot, and
 # what the exerciser forgot, are leaked (what a forgotten object is):
-# kmemleak reports them. Two scans 5 s
-# apart (see kv_kmemleak_check); then the report is cleared, so that the
-# program's own kmemleak case checks for any other leak.
+# kmemleak reports them (kv_kmemleak_scan); then the report is cleared,
+# so that the program's own kmemleak case checks for any other leak.
 kmemleak_reports_forgotten() {
-	local t0 left report
-	[ -e "$KV_KMEMLEAK" ] || { kv_msg "no kmemleak in this kernel"; return 1; }
-	t0=$(cut -d' ' -f1 /proc/uptime)
-	echo scan >"$KV_KMEMLEAK"
-	left=$(awk -v t0="$t0" '{ d = 5 - ($1 - t0); printf "%.1f", (d > 0 ? d : 0) }' /proc/uptime)
-	sleep "$left"
-	echo scan >"$KV_KMEMLEAK"
-	report=$(cat "$KV_KMEMLEAK")
+	local n
+	kv_kmemleak_scan || return 1
 	echo clear >"$KV_KMEMLEAK"
-	kv_msg "kmemleak: $(grep -c "^unreferenced object" <<<"$report") objects"
-	head -n 40 <<<"$report" | kv_diag
-	[ "$(grep -c "^unreferenced object" <<<"$report")" -ge 3 ]
+	n=$(grep -c "^unreferenced object" <<<"$KV_KMEMLEAK_REPORT")
+	kv_msg "kmemleak: $n objects"
+	head -n 40 <<<"$KV_KMEMLEAK_REPORT" | kv_diag
+	[ "$n" -ge 3 ]
 }
 
 # The example's sink is told the events, and its client a new device; the

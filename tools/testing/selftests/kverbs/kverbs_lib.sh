@@ -341,7 +341,19 @@ kv_case() {
 # report no new unreferenced object (reports from before the program were
 # cleared by kv_begin).
 kv_kmemleak_check() {
-	local report
+	kv_kmemleak_scan || return 1
+	if [ -n "$KV_KMEMLEAK_REPORT" ]; then
+		kv_msg "kmemleak:"
+		echo "$KV_KMEMLEAK_REPORT" | head -n 80 | kv_diag
+		echo clear >"$KV_KMEMLEAK"
+		return 1
+	fi
+	return 0
+}
+
+# kv_kmemleak_scan: the unreferenced objects kmemleak reports, in
+# KV_KMEMLEAK_REPORT (empty if none); fails without kmemleak.
+kv_kmemleak_scan() {
 	[ -e "$KV_KMEMLEAK" ] || {
 		kv_msg "no kmemleak in this kernel"
 		return 1
@@ -362,14 +374,7 @@ kv_kmemleak_check() {
 	kv_msg "kmemleak: first scan $(kv_secs_since "$t0") s, then $left s to wait"
 	sleep "$left"
 	echo scan >"$KV_KMEMLEAK"
-	report=$(cat "$KV_KMEMLEAK")
-	if [ -n "$report" ]; then
-		kv_msg "kmemleak:"
-		echo "$report" | head -n 80 | kv_diag
-		echo clear >"$KV_KMEMLEAK"
-		return 1
-	fi
-	return 0
+	KV_KMEMLEAK_REPORT=$(cat "$KV_KMEMLEAK")
 }
 
 # kv_begin PLAN: the KTAP header; PLAN counts the cases plus the final
