@@ -567,6 +567,31 @@ vm_guests() {
 	done
 }
 
+# --- kverbs_lib.sh's kmemleak filter -------------------------------------
+
+# kv_kmemleak_objects_before on a report of six objects recorded in a
+# 7.3 guest (kverbs_forget.sh): three allocated by jiffies 4295023683, three
+# at 4295039773; split at 4295039000, each side has its three objects,
+# whole (the header line, then its comm, hex dump and backtrace lines).
+kmemleak_filter_splits_by_allocation_jiffies() {
+	local rep=$here/kmemleak/report.txt before after fn
+	fn=$(sed -n '/^kv_kmemleak_objects_before() {/,/^}/p' "$top/tools/testing/selftests/kverbs/kverbs_lib.sh")
+	[ -n "$fn" ] || { msg "no kv_kmemleak_objects_before in kverbs_lib.sh"; return 1; }
+	eval "$fn"
+	before=$(kv_kmemleak_objects_before 4295039000 <"$rep")
+	after=$(kv_kmemleak_objects_before 4295039000 after <"$rep")
+	[ "$(grep -c '^unreferenced object' <<<"$before")" = 3 ] || { msg "before: want 3 objects"; diag <<<"$before"; return 1; }
+	[ "$(grep -c '^unreferenced object' <<<"$after")" = 3 ] || { msg "after: want 3 objects"; diag <<<"$after"; return 1; }
+	[ "$(grep -c ' jiffies 4295039773$' <<<"$after")" = 3 ] || { msg "after: not the three of 4295039773"; return 1; }
+	[ "$(grep -c ' jiffies 4295039773$' <<<"$before")" = 0 ] || { msg "before: has one of 4295039773"; return 1; }
+	[ "$(($(wc -l <<<"$before") + $(wc -l <<<"$after")))" = "$(wc -l <"$rep")" ] ||
+		{ msg "the two sides do not add up to the report's lines"; return 1; }
+	head -n 1 <<<"$after" | grep -qx 'unreferenced object 0xff1100003f4a2f80 (size 32):' ||
+		{ msg "after does not begin with the object's header"; return 1; }
+	[ -z "$(kv_kmemleak_objects_before 4295039773 after <"$rep")" ] ||
+		{ msg "an object allocated at the jiffies given counted as after"; return 1; }
+}
+
 # --- make bench's report --------------------------------------------------
 
 # report.py on the fixture: the medians of three rounds and their ratios,
@@ -684,7 +709,7 @@ compile_fail_unlisted() {
 
 echo "TAP version 13"
 mapfile -t examples < <(extract_compile_fail)
-nplan=$((${#TOTALS_FIXTURES[@]} + 1 + 8 + 4 + 4 + 1 + ${#COMPILE_FAIL_EXAMPLES[@]} + (vm ? 5 : 0)))
+nplan=$((${#TOTALS_FIXTURES[@]} + 1 + 8 + 1 + 4 + 4 + 1 + ${#COMPILE_FAIL_EXAMPLES[@]} + (vm ? 5 : 0)))
 echo "1..$nplan"
 for name in "${TOTALS_FIXTURES[@]}"; do
 	t "totals_$name" totals_listed_case "$name"
@@ -698,6 +723,7 @@ t build_kernel_waits_for_held_lock build_kernel_waits_for_held_lock
 t build_kernel_other_kernels_build_not_waited_for build_kernel_other_kernels_build_not_waited_for
 t build_kernel_perf_flavor_has_no_debug_options build_kernel_perf_flavor_has_no_debug_options
 t build_kernel_trace_flavor_patches_a_copy build_kernel_trace_flavor_patches_a_copy
+t kmemleak_filter_splits_by_allocation_jiffies kmemleak_filter_splits_by_allocation_jiffies
 t bench_report_medians_and_ratios bench_report_medians_and_ratios
 t bench_report_figures_above_the_limit_listed bench_report_figures_above_the_limit_listed
 t bench_report_inv_req_loops_counted bench_report_inv_req_loops_counted
