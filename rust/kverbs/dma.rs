@@ -183,16 +183,17 @@ impl DmaBuf {
 
     /// The pieces of `offset..offset + len` (a range within the buffer) in
     /// its chunks: the chunk, the offset in it and the length. An empty
-    /// range is one empty piece.
+    /// range has none: a request on it has no SGE, never an SGE of length
+    /// 0, which a receive would give the device as 2 GiB of room (mlx5's
+    /// scatter entries: a byte count of 0 is 2^31; rdma-core's provider
+    /// skips such SGEs, the kernel's posts them as given).
     fn pieces(&self, offset: usize, len: usize) -> impl Iterator<Item = (&Chunk, usize, usize)> {
         let end = offset + len;
         let mut at = offset;
-        let mut first = true;
         core::iter::from_fn(move || {
-            if at >= end && !(first && len == 0) {
+            if at >= end {
                 return None;
             }
-            first = false;
             let i = (at / CHUNK).min(self.chunks.len() - 1);
             let c = &self.chunks[i];
             let off = at - i * CHUNK;
@@ -203,7 +204,7 @@ impl DmaBuf {
     }
 
     /// How many SGEs a request on `offset..offset + len` takes: one per
-    /// chunk the range touches (one for an empty range); 0 if the range is
+    /// chunk the range touches (none for an empty range); 0 if the range is
     /// not within the buffer.
     pub fn sge_count(&self, offset: usize, len: usize) -> usize {
         match self.check(offset, len) {

@@ -218,6 +218,16 @@ impl<S: State, T: Transport> Qp<S, T> {
         &self.inner.recv_cq.cq
     }
 
+    /// The requests queue `q` holds at once (what it was created for): the
+    /// most a stream on it may take.
+    pub(crate) fn queue_slots(&self, q: Queue) -> usize {
+        let book = self.inner.book.lock();
+        match q {
+            Queue::Send => book.send.len(),
+            Queue::Recv => book.recv.len(),
+        }
+    }
+
     /// Takes `n` free slots of the receive (`recv`) or send queue for a
     /// stream, and keeps `shared` until the QP is destroyed or the stream
     /// detaches. `ENOSPC` if fewer slots are free.
@@ -387,6 +397,10 @@ impl PinnedDrop for QpInner {
             for slots in [&mut this.send_slots, &mut this.recv_slots] {
                 leak(core::mem::replace(slots, KVec::new()));
             }
+            // Those completions also take room in the CQs: it stays taken,
+            // or a new QP given it could overrun them.
+            this.send_cq.keep_taken();
+            this.recv_cq.keep_taken();
         }
         // The QP is destroyed: the device no longer touches the streams'
         // buffers, which are released now, drained or not, so that no

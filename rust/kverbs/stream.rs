@@ -229,6 +229,12 @@ impl Ring {
         if depth == 0 || segs.is_empty() {
             return Err(EINVAL);
         }
+        // More than the queue's slots is refused by `attach_stream` too, but
+        // only after the ring is allocated: a depth of millions would be an
+        // allocation the page allocator warns of.
+        if depth as usize > qp.queue_slots(q) {
+            return Err(ENOSPC);
+        }
         let lkey = qp.pd().local_dma_lkey();
         let mut bufs = KVec::with_capacity(segs.len(), GFP_KERNEL)?;
         let mut ranges = KVec::with_capacity(segs.len(), GFP_KERNEL)?;
@@ -255,7 +261,11 @@ impl Ring {
     /// heap memory that never moves while the ring exists.
     fn sg_list(&self, t: usize) -> (*mut bindings::ib_sge, i32) {
         let (start, n) = self.segs[t];
-        (ptr::from_ref(&self.sges[start]).cast_mut(), n)
+        match self.sges.get(start) {
+            Some(sge) if n > 0 => (ptr::from_ref(sge).cast_mut(), n),
+            // An empty segment: no SGE.
+            _ => (ptr::null_mut(), 0),
+        }
     }
 
     fn outstanding(&self) -> u64 {

@@ -8,7 +8,7 @@ use core::fmt::Write;
 use kernel::prelude::*;
 use kverbs::{
     qp::{Cancel, SendOp},
-    stream::SendStream,
+    stream::{RecvStream, SendStream},
 };
 
 /// An inline stream takes only SENDs and WRITEs the QP can carry inline.
@@ -40,11 +40,25 @@ pub(crate) fn stream_inline_refuses_read_and_oversize(env: &Env, out: &mut Text)
 }
 
 /// A stream takes `depth` of its QP's send slots, and gives them back
-/// when dropped with nothing outstanding.
+/// when dropped with nothing outstanding. A depth beyond the QP's slots is
+/// refused (`ENOSPC`) before anything is allocated for it: a million
+/// requests' ring would be an allocation the page allocator warns of.
 pub(crate) fn stream_takes_slots_and_gives_them_back(env: &Env, out: &mut Text) -> Outcome {
     let lp = SelfLoop::new(&env.a, out)?;
     let (qp, a) = (&lp.qp, &lp.buf);
     let c = Cancel::new();
+    refused(
+        SendStream::new(qp, &[(SendOp::Send, seg(a, 64))], 1 << 20, 1),
+        ENOSPC,
+        "a send stream of 2^20 requests",
+        out,
+    )?;
+    refused(
+        RecvStream::new(qp, &[seg(a, 64)], 1 << 20),
+        ENOSPC,
+        "a receive stream of 2^20 requests",
+        out,
+    )?;
     let s = ok(
         SendStream::new(qp, &[(SendOp::Send, seg(a, 64))], 4, 1),
         "stream of 4 (all the QP's send slots)",

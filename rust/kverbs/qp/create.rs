@@ -35,6 +35,12 @@ impl CqRoom {
         cq.take_room(n)?;
         Ok(CqRoom { cq: cq.clone(), n })
     }
+
+    /// Keeps the room taken for good: the drop gives none back (completions
+    /// of a QP that was not drained may still fill it).
+    pub(super) fn keep_taken(&mut self) {
+        self.n = 0;
+    }
 }
 
 impl Drop for CqRoom {

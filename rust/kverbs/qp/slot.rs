@@ -18,7 +18,7 @@ use core::{
     ptr,
     sync::atomic::{AtomicU32, AtomicU64, Ordering},
 };
-use kernel::{prelude::*, sync::Arc, types::Opaque};
+use kernel::{alloc::flags::__GFP_NOWARN, prelude::*, sync::Arc, types::Opaque};
 
 /// The queue of a work request.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -110,7 +110,9 @@ pub(crate) struct SlotRes {
 /// outlive them: keep it with them).
 pub(crate) fn new_slots(n: u32, qps: Option<&Arc<crate::srq::QpTable>>) -> Result<KVec<Slot>> {
     let qps = qps.map_or(ptr::null(), |t| ptr::from_ref(&**t));
-    let mut v = KVec::with_capacity(n as usize, GFP_KERNEL)?;
+    // Sized by the caller (bounded by a CQ's entries, up to millions on
+    // hardware): a failure is an error, not a warning.
+    let mut v = KVec::with_capacity(n as usize, GFP_KERNEL | __GFP_NOWARN)?;
     for _ in 0..n {
         // INVARIANT: `qps` is null or the caller's table, kept with them.
         v.push(
@@ -129,7 +131,8 @@ pub(crate) fn new_slots(n: u32, qps: Option<&Arc<crate::srq::QpTable>>) -> Resul
 }
 
 pub(crate) fn new_res(n: u32) -> Result<KVec<SlotRes>> {
-    let mut v = KVec::with_capacity(n as usize, GFP_KERNEL)?;
+    // As in `new_slots`.
+    let mut v = KVec::with_capacity(n as usize, GFP_KERNEL | __GFP_NOWARN)?;
     for _ in 0..n {
         v.push(SlotRes::default(), GFP_KERNEL)?;
     }
