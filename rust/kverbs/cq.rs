@@ -337,6 +337,7 @@ impl Cq {
             self.0.backoffs.fetch_add(1, Ordering::Relaxed);
             crate::cond_resched();
         }
+        // INVARIANT: `processing` was set above, from clear.
         Some(DirectHold(self))
     }
 
@@ -495,6 +496,11 @@ impl Cq {
 
 /// A direct CQ held by [`Cq::hold_direct`]: no other task processes it
 /// until this is dropped.
+///
+/// # Invariants
+///
+/// The task that made it set the CQ's `processing` flag (it was clear):
+/// the drop clears it.
 pub(crate) struct DirectHold<'a>(&'a Cq);
 
 impl Drop for DirectHold<'_> {

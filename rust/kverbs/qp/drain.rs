@@ -65,7 +65,8 @@ impl QpInner {
     /// RDMA WRITE, is refused by UD QPs, and for a QP of an SRQ it processes
     /// the SRQ's CQ directly whatever its poll context (`__ib_drain_srq`).
     ///
-    /// The drivers' own drain functions (mlx4, mlx5: the only ones in 6.12)
+    /// The drivers' own drain functions (mlx4, mlx5: the only ones in 6.12;
+    /// 7.x adds hns, whose posts say `EIO` only in reset, the same case)
     /// are for a device in internal error, whose hardware completes nothing:
     /// their CQ poll completes the markers in software, and they wait for
     /// them without a time bound. They are used only there, as a fallback:
@@ -166,12 +167,14 @@ impl QpInner {
             Queue::Send => drv_sq.is_some(),
             Queue::Recv => drv_rq.is_some(),
         };
-        if self.ud || !has || ret != EIO.to_errno() {
+        // A QP of an SRQ has no receive queue of its own to drain.
+        let no_rq = queue == Queue::Recv && self.srq.is_some();
+        if self.ud || no_rq || !has || ret != EIO.to_errno() {
             return false;
         }
         let _held = Cq::hold_direct(&self.send_cq.cq, &self.recv_cq.cq);
         // SAFETY: The QP is live and RC, and has its own receive queue if
-        // `queue` is `Recv` (a QP of an SRQ posts no receive marker). Its
+        // `queue` is `Recv` (checked above). Its
         // device refused a post with `EIO`: the drivers with drain
         // functions (mlx4, mlx5) do so only in internal error
         // (`mlx5_ib_post_send`, `_mlx4_ib_post_send` and their receive
@@ -214,13 +217,13 @@ impl QpInner {
     }
 
     /// Posts `wr`, signalled, with the marker slot `m`, and waits for it.
+    /// Whether it came; the error of the post if it was refused.
     ///
     /// # Safety
     ///
     /// `m` must be a marker slot of this QP that is not posted; `wr` must be
     /// a valid send request for this QP, with no SGE, whose memory (an AH)
     /// lives until `m` is done.
-    /// Whether it came; the error of the post if it was refused.
     unsafe fn post_marker_send(
         &self,
         m: &Slot,
