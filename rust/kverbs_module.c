@@ -276,7 +276,11 @@ static int __init kverbs_init(void)
 
 static void __exit kverbs_exit(void)
 {
-	/* The list is empty: each entry's object holds a reference to us. */
+	/*
+	 * The list is empty: each entry's code is a user module's (no type of
+	 * kverbs.ko's own makes one), whose going took it off -- and every
+	 * user module has gone before us, as it uses our symbols.
+	 */
 	unregister_module_notifier(&kverbs_module_nb);
 	/* Runs what is still queued and waits for it first. */
 	destroy_workqueue(events_wq);

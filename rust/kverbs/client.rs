@@ -70,6 +70,15 @@ pub trait Client: ClientSlot + Send + Sync + Sized + 'static {
     /// A device is going away.  When this returns, the client must no longer
     /// use the device: everything created on it must have been destroyed
     /// (dropping `data` is the usual way).  May sleep.
+    ///
+    /// Here (and in `add`) the task counts as delivering events
+    /// ([`in_delivery`](crate::event::in_delivery)): an object dropped here
+    /// does not wait for its sink's call in progress, nor delivers its
+    /// last events to it (a sink called then that dropped the client's
+    /// [`Registration`] would wait for this call); the `Registration`'s
+    /// drop waits for the sinks' calls instead, and
+    /// [`wait_for_deliveries`](crate::event::wait_for_deliveries) is
+    /// refused here with `EDEADLK`.
     fn remove(&self, dev: &Device, data: Self::DeviceData) {
         let _ = dev;
         drop(data);
@@ -244,7 +253,8 @@ impl<T: Client> Registration<T> {
 
 impl<T: Client> Drop for Registration<T> {
     fn drop(&mut self) {
-        if !self.inner.owned.take() {
+        // SAFETY: `new` initialised the entry before registering.
+        if !unsafe { self.inner.owned.take() } {
             // The notifier of the client's module's going unregistered it.
             return;
         }
@@ -307,8 +317,9 @@ unsafe extern "C" fn orphan<T: Client>(o: *mut bindings::kverbs_owned) {
 }
 
 /// The tasks inside a client's `add`, which the core calls holding
-/// `devices_rwsem` (`ib_register_client`'s loop) or `clients_rwsem` (a
-/// device's registration), and `ib_register_client` would take them again:
+/// `devices_rwsem` and `clients_rwsem` (for writing in
+/// `ib_register_client`'s loop, for reading in a device's registration),
+/// and `ib_register_client` would take them again:
 /// [`Registration::new`] refuses there. Each device's registration calls
 /// the clients on one task: beyond 8 at once a task goes unmarked, and its
 /// registration is not refused.
@@ -339,7 +350,9 @@ unsafe extern "C" fn add_callback<T: Client>(dev: *mut bindings::ib_device) -> c
     // and until `remove` has returned.
     let device = unsafe { Device::from_raw(dev) };
     let mark = IN_ADD.enter();
+    let delivering = crate::event::try_mark_delivering();
     let added = inner.ctx.add(device);
+    drop(delivering);
     drop(mark);
     match added {
         Ok(data) => {
@@ -389,5 +402,6 @@ unsafe extern "C" fn remove_callback<T: Client>(
     // SAFETY: `remove` is called only for devices whose `add` succeeded,
     // once, with the data `add_callback` stored from `into_foreign`.
     let data = unsafe { T::DeviceData::from_foreign(client_data) };
+    let _delivering = crate::event::try_mark_delivering();
     inner.ctx.remove(device, data);
 }

@@ -200,7 +200,9 @@ impl<T: Show + Store> Entry<T> {
 /// A debugfs file showing (and, for a control file, taking) text; removed on
 /// drop. The drop waits for the calls of its `show` and `store` in progress
 /// (`__debugfs_file_removed`): it must not be made from one of them, which
-/// would wait for itself.
+/// would wait for itself -- nor from an event sink that such a call may
+/// reach: an object with a sink dropped in a `store` delivers its last
+/// events to the sink there, and waits for the sink's call in progress.
 ///
 /// # Invariants
 ///
@@ -287,7 +289,8 @@ impl<T> File<T> {
 
 impl<T> Drop for File<T> {
     fn drop(&mut self) {
-        if !self.entry.owned.take() {
+        // SAFETY: `create` initialised the entry before making the file.
+        if !unsafe { self.entry.owned.take() } {
             // The notifier of its module's going removed it.
             return;
         }

@@ -33,7 +33,7 @@ mod queue;
 mod ring;
 
 pub use queue::in_delivery;
-pub(crate) use queue::{mark_delivering, EventQueue, Sink};
+pub(crate) use queue::{mark_delivering, try_mark_delivering, EventQueue, Sink};
 pub use ring::EventRing;
 
 /// What an event is about (the `element` of `struct ib_event`).

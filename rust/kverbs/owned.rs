@@ -95,17 +95,26 @@ impl Owned {
 
     /// Takes the entry off the list (it may be off already): whether the
     /// notifier had taken it.
-    pub(crate) fn remove(&self) -> bool {
-        // SAFETY: Initialised (type invariant); off the list already if
-        // the notifier took it.
+    ///
+    /// # Safety
+    ///
+    /// After [`Owned::init`].
+    pub(crate) unsafe fn remove(&self) -> bool {
+        // SAFETY: Initialised (the caller's guarantee, and then the type
+        // invariant); off the list already if the notifier took it.
         unsafe { bindings::kverbs_owned_del(self.entry.get()) }
     }
 
     /// Takes the entry off the list for the object's drop: `true` if the
     /// drop is to revoke the object itself; `false` once the notifier has
     /// (it took the entry first: this waits for its orphan callback).
-    pub(crate) fn take(&self) -> bool {
-        if !self.remove() {
+    ///
+    /// # Safety
+    ///
+    /// After [`Owned::init`].
+    pub(crate) unsafe fn take(&self) -> bool {
+        // SAFETY: The caller's guarantee.
+        if !unsafe { self.remove() } {
             return true;
         }
         // SAFETY: `gone` lives with `self`, read with `READ_ONCE`; the

@@ -144,7 +144,8 @@ impl<T> AttrInner<T> {
 
 /// A read-only sysfs attribute, removed on drop. The drop waits for the
 /// calls of its `show` in progress (`kernfs_drain`): it must not be made
-/// from one of them, which would wait for itself.
+/// from one of them, which would wait for itself, nor from an event sink
+/// one of them may reach (as for [`crate::debugfs::File`]).
 ///
 /// # Invariants
 ///
@@ -169,7 +170,8 @@ impl<T> Attribute<T> {
 
 impl<T> Drop for Attribute<T> {
     fn drop(&mut self) {
-        if !self.inner.owned.take() {
+        // SAFETY: The attribute's creation initialised the entry.
+        if !unsafe { self.inner.owned.take() } {
             // The notifier of its module's going removed it.
             return;
         }

@@ -23,10 +23,13 @@ impl<const N: usize> TaskMarks<N> {
     /// entry is free).
     pub(crate) fn enter(&'static self) -> Mark {
         let t = crate::current_task();
-        Mark(self.0.iter().find(|m| {
-            m.compare_exchange(0, t, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
-        }))
+        Mark(
+            self.0.iter().find(|m| {
+                m.compare_exchange(0, t, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
+            }),
+            core::marker::PhantomData,
+        )
     }
 
     /// Whether the current task is marked.
@@ -36,8 +39,12 @@ impl<const N: usize> TaskMarks<N> {
     }
 }
 
-/// A task's mark, cleared on drop.
-pub(crate) struct Mark(Option<&'static AtomicUsize>);
+/// A task's mark, cleared on drop; not `Send`: it is the task's, and only
+/// that task may clear it.
+pub(crate) struct Mark(
+    Option<&'static AtomicUsize>,
+    core::marker::PhantomData<*const ()>,
+);
 
 impl Mark {
     /// Whether the task got a mark.

@@ -27,7 +27,9 @@
 //! leaves the list at once, and its unregistration waits for the run.
 //! Writing a device's name to `forget` leaks two event sinks' registrations
 //! on it (`forget.rs`): for kverbs_forget.sh, which unloads the module and
-//! raises events after.
+//! raises events after. Writing one to `drop_reg` registers a client whose
+//! sink drops that client's registration (`drop_reg.rs`): for
+//! kverbs_soundness.sh, which removes the device while the sink runs.
 
 #![deny(unsafe_code)]
 
@@ -36,6 +38,7 @@ mod cm;
 mod common;
 mod cq;
 mod dma;
+mod drop_reg;
 mod forget;
 mod mr;
 mod qp;
@@ -386,6 +389,7 @@ struct KverbsSelftest {
     // them.
     _selftest: File<Runner>,
     _forget: File<forget::Forget>,
+    _drop_reg: File<drop_reg::DropRegFile>,
     // `/sys/kernel/kverbs_selftest/page`, then its directory.
     _page: Attribute<Page>,
     _sysfs: KernelDir,
@@ -405,6 +409,7 @@ impl kernel::Module for KverbsSelftest {
             c_str!("forget"),
             forget::Forget::new(devices.clone(), root.clone(), sysfs.clone()),
         )?;
+        let drop_reg = root.control_file(c_str!("drop_reg"), drop_reg::DropRegFile)?;
         let page = sysfs.attribute(c_str!("page"), Page)?;
         let reg = Registration::new(c_str!("kverbs_selftest"), Selftest { devices })?;
         Ok(KverbsSelftest {
@@ -412,6 +417,7 @@ impl kernel::Module for KverbsSelftest {
             _reg: reg,
             _selftest: selftest,
             _forget: forget,
+            _drop_reg: drop_reg,
             _page: page,
             _sysfs: sysfs,
         })

@@ -402,8 +402,12 @@ pub(super) unsafe extern "C" fn handler(
                 // gone in it too -- would run them in freed text, as any
                 // callback that gives back its own module's last reference
                 // can (kthreads have `module_put_and_kthread_exit`,
-                // callbacks nothing). Accepted: the window is a few
-                // instructions, never a sleep.
+                // callbacks nothing). Accepted for now: the window is a few
+                // instructions and no sleep, but a preemptible kernel may
+                // preempt the task in it. The cure: return 0 and destroy
+                // the ID from the work (`rdma_destroy_id` takes the
+                // handler's mutex, so it waits for this return), which the
+                // removal waits for through the device's reference.
                 unsafe { IdCtx::free_deferred(c) };
             }
             // The last access to `events`: it may be freed once this is 0.

@@ -67,8 +67,28 @@ pub fn in_delivery() -> bool {
 /// runs are in that module's sinks and wait for the revocation (a sink
 /// that drops a `Registration` the notifier is unregistering). Their
 /// drops then wait for no run, as from a sink; the notifier's flush after
-/// the revocations waits for the runs.
+/// the revocations waits for the runs. With all marks taken it waits for
+/// one, as a run does: a revocation never goes unmarked.
 pub(crate) fn mark_delivering() -> crate::task_mark::Mark {
+    loop {
+        let mark = DELIVERING.enter();
+        if mark.held() {
+            return mark;
+        }
+        drop(mark);
+        crate::msleep(1);
+    }
+}
+
+/// Marks the current task as delivering while the mark lives, if a mark
+/// is free: a client's `add` and `remove`, which the core calls holding a
+/// use of the client that unregistering it waits for. An object dropped
+/// there waits for no run and delivers nothing more to its sink: a sink
+/// called there, or in a run the drop waited for, that dropped the
+/// client's `Registration` would wait for that use, that is for itself.
+/// The runs are waited for by the `Registration`'s drop (or the module
+/// notifier's flush).
+pub(crate) fn try_mark_delivering() -> crate::task_mark::Mark {
     DELIVERING.enter()
 }
 
@@ -322,7 +342,8 @@ impl<S: ?Sized + Sink + 'static> EventQueue<S> {
     /// queue that may still call the sink (it then waits for `users`).
     fn drop_sink(&self) {
         self.put_own_sink();
-        self.owned.remove();
+        // SAFETY: `new_raw` initialised the entry (type invariant).
+        unsafe { self.owned.remove() };
     }
 
     /// Takes the queue's own reference to its sink out and drops it,

@@ -49,6 +49,28 @@ selftest_cm_removal() {
 	return $r
 }
 
+# A sink that drops its own client's registration while the device goes
+# (the self-test's drop_reg): dummy0 down gives the sink on rxe_dummy an
+# event, in which it sleeps 5 s; rxe_dummy is removed meanwhile, which
+# calls the client's remove, which drops the sink's registration while the
+# sink runs; the sink then drops the client's registration, which waits
+# for the client's calls -- that remove among them. The removal must end,
+# the registration dropped; then rxe_dummy is back.
+sink_drops_client_registration_during_removal() {
+	local r=0
+	printf '%s' rxe_dummy >"$KV_SELFTEST_DEBUGFS/drop_reg" || return 1
+	kv_wait kv_logged "kverbs_selftest: drop_reg: sink registered on rxe_dummy" || return 1
+	ip link set dummy0 down || return 1
+	kv_wait kv_logged "kverbs_selftest: drop_reg sink: " || { kv_msg "the sink was told nothing"; r=1; }
+	removal_bounded rxe_dummy 10 || r=1
+	kv_wait kv_logged "kverbs_selftest: drop_reg: registration dropped by its sink" ||
+		{ kv_msg "the sink did not drop the registration"; r=1; }
+	ip link set dummy0 up || r=1
+	kv_rxe_add rxe_dummy dummy0 || return 1
+	kv_wait test -d "$KV_DEBUGFS/rxe_dummy" || return 1
+	return $r
+}
+
 # The MAC the self-test resolved for rxe_dummy's own address is dummy0's.
 selftest_dmac() {
 	local want
@@ -288,7 +310,7 @@ sysfs_show_cut_below_a_page() {
 	[ "$n" = 4095 ] # x86-64: 4 KiB pages
 }
 
-kv_begin $((n + 10))
+kv_begin $((n + 11))
 kv_case setup_rxe_lo_rxe_dummy_and_load setup
 kv_case selftest_lists_the_expected_cases selftest_lists_the_expected_cases
 for c in "${CASES[@]}"; do
@@ -300,6 +322,7 @@ for c in "${CASES[@]}"; do
 done
 kv_case bad_input_selftest_run selftest_bad_input
 kv_case sysfs_show_longer_than_a_page_cut_without_report sysfs_show_cut_below_a_page
+kv_case sink_drops_its_client_registration_during_removal sink_drops_client_registration_during_removal
 kv_case removal_ends_tcp_connect_with_ecanceled removal_ends_tcp_connect
 kv_case removal_under_writers_bounded removal_under_writers_bounded
 kv_case sigkill_writer_drains_on_softirq_cq sigkill_writer_drains_on_softirq_cq
