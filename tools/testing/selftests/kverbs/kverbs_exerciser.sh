@@ -118,14 +118,15 @@ bad_input() {
 # make stress: further seeds, two workers each, for SECONDS_MORE seconds;
 # each run's report is in the log, and a failure names its seed.
 more_seeds() {
-	local t0 seed=$FIRST_SEED runs=0 calls=0
+	local t0 seed=$FIRST_SEED runs=0 calls=0 made=0
 	t0=$(cut -d. -f1 /proc/uptime)
 	while [ $(($(cut -d. -f1 /proc/uptime) - t0)) -lt "$SECONDS_MORE" ]; do
 		exercise "$seed 5000 2" 1 || { kv_msg "seed $seed broke it"; return 1; }
 		runs=$((runs + 1)) calls=$((calls + $(report_field calls)))
+		made=$((made + $(report_field made)))
 		seed=$((seed + 2))
 	done
-	kv_msg "summary: $runs runs (seeds $FIRST_SEED to $((seed - 2)), 2 workers of 5000 steps each), $calls calls, violations 0, in $(($(cut -d. -f1 /proc/uptime) - t0)) s"
+	kv_msg "summary: $runs runs (seeds $FIRST_SEED to $((seed - 2)), 2 workers of 5000 steps each), $calls calls, $made objects made, violations 0, in $(($(cut -d. -f1 /proc/uptime) - t0)) s"
 }
 
 # The layer names each call it refuses in the kernel log (thousands a run),
