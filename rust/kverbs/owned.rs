@@ -15,9 +15,10 @@
 //! ([`crate::event`]: the notifier's `get` takes a reference to it, and
 //! its release takes the entry off with [`Owned::remove`]); the others
 //! are unregistered or removed by the notifier, and their drop then waits
-//! for that and does nothing more ([`Owned::take`]). The revocations run marked as deliveries of events: what
-//! they drop does not wait for other runs (one may be in a sink that waits
-//! for the revocation), and the notifier's flush after them does.
+//! for that and does nothing more ([`Owned::take`]). The revocations run
+//! marked as deliveries of events: what they drop does not wait for other
+//! runs (one may be in a sink that waits for the revocation), and the
+//! notifier's flush after them does.
 //!
 //! Limits. What is revoked keeps its memory, and is safe only if never
 //! dropped (forgotten, in a cycle): a later drop, by a module it was handed

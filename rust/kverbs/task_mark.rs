@@ -32,6 +32,19 @@ impl<const N: usize> TaskMarks<N> {
         )
     }
 
+    /// Marks the current task as [`TaskMarks::enter`] does, but while every
+    /// entry is taken waits for one (1 ms at a time) until `give_up` says
+    /// to stop: then the mark returned is not held.
+    pub(crate) fn enter_waiting(&'static self, give_up: impl Fn() -> bool) -> Mark {
+        loop {
+            let mark = self.enter();
+            if mark.held() || give_up() {
+                return mark;
+            }
+            crate::msleep(1);
+        }
+    }
+
     /// Whether the current task is marked.
     pub(crate) fn has_current(&self) -> bool {
         let t = crate::current_task();

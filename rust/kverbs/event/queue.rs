@@ -70,14 +70,7 @@ pub fn in_delivery() -> bool {
 /// the revocations waits for the runs. With all marks taken it waits for
 /// one, as a run does: a revocation never goes unmarked.
 pub(crate) fn mark_delivering() -> crate::task_mark::Mark {
-    loop {
-        let mark = DELIVERING.enter();
-        if mark.held() {
-            return mark;
-        }
-        drop(mark);
-        crate::msleep(1);
-    }
+    DELIVERING.enter_waiting(|| false)
 }
 
 /// Marks the current task as delivering while the mark lives, if a mark
@@ -148,17 +141,11 @@ impl<S: ?Sized + Sink + 'static> WorkItem for EventQueue<S> {
         // taken, the run waits for one -- in this run, not queued again: a
         // flush (`wait_for_deliveries`) waits for this run, not for one
         // queued after it began.
-        let _mark = loop {
-            let mark = DELIVERING.enter();
-            if mark.held() {
-                break mark;
-            }
-            drop(mark);
-            if this.closed.load(Ordering::SeqCst) {
-                return;
-            }
-            crate::msleep(1);
-        };
+        let mark = DELIVERING.enter_waiting(|| this.closed.load(Ordering::SeqCst));
+        if !mark.held() {
+            // Closed while waiting: nothing is to be delivered.
+            return;
+        }
         // A work item never runs twice at once: one runner. `running` and
         // `closed` are stored then loaded here and the other way round in
         // `release`: sequentially consistent, so that one of the two sees

@@ -34,6 +34,11 @@ selftest() {
 	echo "$out" | grep -qx "ok 1 $1"
 }
 
+# rxe_dummy added again after a case removed it, and the example given it.
+rxe_dummy_back() {
+	kv_rxe_add rxe_dummy dummy0 && kv_wait test -d "$KV_DEBUGFS/rxe_dummy"
+}
+
 # The self-test leaves an rdma_cm listener on rxe_dummy held, nobody
 # waiting on it, with a sink that drops it when its device goes. Removing
 # rxe_dummy waits for the listener's destruction (cma_process_remove): it
@@ -44,8 +49,7 @@ selftest_cm_removal() {
 	grep -q "^# held: a listener on rxe_dummy$" "$ST" || { kv_msg "no listener held"; return 1; }
 	removal_bounded rxe_dummy 10 || r=1
 	kv_logged "selftest: device removal: the held listener was dropped" || r=1
-	kv_rxe_add rxe_dummy dummy0 || return 1
-	kv_wait test -d "$KV_DEBUGFS/rxe_dummy" || return 1
+	rxe_dummy_back || return 1
 	return $r
 }
 
@@ -66,8 +70,7 @@ sink_drops_client_registration_during_removal() {
 	kv_wait kv_logged "kverbs_selftest: drop_reg: registration dropped by its sink" ||
 		{ kv_msg "the sink did not drop the registration"; r=1; }
 	ip link set dummy0 up || r=1
-	kv_rxe_add rxe_dummy dummy0 || return 1
-	kv_wait test -d "$KV_DEBUGFS/rxe_dummy" || return 1
+	rxe_dummy_back || return 1
 	return $r
 }
 
