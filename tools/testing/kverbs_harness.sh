@@ -389,7 +389,7 @@ all_progs() {
 # the first guest: at the end of its line, or after the queue (a third
 # line, "last kverbs_forget.sh").
 plan_ok() {
-	local guests=$1 out=$2 p kind line first queue last want_peer=0 t prev='' data pd pt pp
+	local guests=$1 out=$2 p kind line first queue last want_peer=0 t prev='' data pd pt pp smp
 	shift 2
 	echo "$out" | diag
 	first=$(echo "$out" | sed -n 1p) queue=$(echo "$out" | sed -n 2p) last=$(echo "$out" | sed -n 3p)
@@ -420,6 +420,10 @@ plan_ok() {
 	done
 	[ "${KVERBS_TWO_HOSTS:-1}" = 1 ] || want_peer=0
 	[ "$kind" = "$([ $want_peer = 1 ] && echo peer || echo solo)" ] || { msg "peer or not: wrong"; return 1; }
+	# The programs run on two vCPUs are the first guest's, the only one
+	# with two.
+	smp=" $("$top/tools/vm/plan-guests.sh" --smp) "
+	[ "$smp" = " kverbs_exerciser.sh kverbs_soundness.sh kverbs_bench.sh " ] || { msg "two vCPUs for:$smp"; return 1; }
 	for p in "$@"; do
 		case $p in
 		kverbs_apm.sh | kverbs_soundness.sh | kverbs_hardening.sh | kverbs_two_hosts.sh | kverbs_bench.sh | \

@@ -33,6 +33,7 @@ for arg in $cmdline; do
 	kverbs.ip=*) ip=${arg#kverbs.ip=} ;;
 	kverbs.progs=*) progs_arg=${arg#kverbs.progs=} ;;
 	kverbs.queue=1) queue=1 ;;
+	kverbs.smp=*) smp_progs=$(echo "${arg#kverbs.smp=}" | tr , ' ') ;;
 	kverbs.break=init) exit 1 ;; # the harness's tests: a guest that dies
 	esac
 done
@@ -98,11 +99,30 @@ run_check() {
 	return 0
 }
 
+# vcpus_for PROG: with kverbs.smp=A,B (tools/vm/plan-guests.sh --smp),
+# every vCPU online for the programs named there, only the first for the
+# others: an idle vCPU costs the host little, but one that runs doubles
+# TCG's cross-vCPU work (a vCPU spinning on a lock whose holder's vCPU
+# the host is not running), and the host has two CPUs for all the guests.
+vcpus_for() {
+	[ -n "${smp_progs+set}" ] || return 0
+	want=0
+	for s in $smp_progs; do
+		[ "$s" = "$1" ] && want=1
+	done
+	for c in /sys/devices/system/cpu/cpu[1-9]*/online; do
+		[ -e "$c" ] || continue
+		[ "$(cat "$c")" = "$want" ] && continue
+		echo "$want" >"$c" || echo "# kverbs: $c: could not write $want"
+	done
+}
+
 # run_prog PROG: runs test program PROG, its output behind "# ", then its
 # time line and its result line (number $i).
 run_prog() {
 	p=$1
 	i=$((i + 1))
+	vcpus_for "$p"
 	echo "# selftests: kverbs: $p"
 	t0=$(cut -d' ' -f1 /proc/uptime)
 	c0=$(cpu_ticks)

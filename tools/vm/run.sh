@@ -63,6 +63,9 @@ log="$work/$mode.log"
 # the tests assert does not depend on it: RCU's guarantees are the same.
 rcu="rcupdate.rcu_expedited=1"
 append="console=ttyS0 loglevel=${KVERBS_LOGLEVEL:-4} log_buf_len=8M panic=-1 no_timer_check kmemleak=on $rcu kverbs.mode=$mode${KVERBS_VM_APPEND:+ $KVERBS_VM_APPEND}"
+# kverbs.smp=: the programs that run with both of the first guest's vCPUs
+# online; the others run on one (tools/vm/plan-guests.sh --smp).
+[ "$mode" = check ] && append="$append kverbs.smp=$("$top/tools/vm/plan-guests.sh" --smp | tr ' ' ,)"
 
 # Two-host tests: a second VM (the peer, one vCPU: the host has two)
 # joined to the guest that runs them by a QEMU socket netdev over UDP on
