@@ -381,27 +381,32 @@ all_progs() {
 
 # plan_ok GUESTS OUT PROGS...: OUT (plan-guests.sh's) gives each program
 # exactly once: to the first guest (its line "peer|solo PROG...", in the
-# order given), with the peer programs (if any, and then "peer"), the
-# timed ones, the benchmark and the exerciser, or to the queue the guests take from (its line "queue
-# PROG...", the light programs, then those that move data, each part
-# longest first by tools/vm/program-times, ties in the order given), which
-# one guest alone does not have; kverbs_forget.sh, if given, last of all in
-# the first guest: at the end of its line, or after the queue (a third
-# line, "last kverbs_forget.sh").
+# order given), with the peer programs (if any, and then "peer") and those
+# that run on two vCPUs (plan-guests.sh --smp: the exerciser, the
+# self-test, the benchmark); to the timed list (its line "timed PROG...":
+# the other programs bound in time, longest first by
+# tools/vm/program-times, ties in the order given); or to the queue the
+# guests take from (its line "queue PROG...", the light programs, then
+# those that move data, each part longest first); one guest alone has
+# neither list; kverbs_forget.sh, if given, last of all: at the end of the
+# first guest's line, or after the lists (a last line, "last
+# kverbs_forget.sh", for the first guest to find both empty).
 plan_ok() {
-	local guests=$1 out=$2 p kind line first queue last want_peer=0 t prev='' data pd pt pp smp
+	local guests=$1 out=$2 p kind line first timed queue last want_peer=0 want t prev='' data pd pt pp smp
 	shift 2
 	echo "$out" | diag
-	first=$(echo "$out" | sed -n 1p) queue=$(echo "$out" | sed -n 2p) last=$(echo "$out" | sed -n 3p)
-	[ "$(echo "$out" | wc -l)" -le 3 ] || { msg "more than three lines"; return 1; }
+	first=$(echo "$out" | sed -n 1p)
+	timed=$(echo "$out" | grep '^timed ') queue=$(echo "$out" | grep '^queue ') last=$(echo "$out" | grep '^last ')
+	[ "$(echo "$out" | sed 1d | grep -cvE '^(timed|queue|last) ')" = 0 ] || { msg "a line of no list"; return 1; }
+	[ "$(echo "$out" | sed 1d | cut -d' ' -f1 | paste -sd' ')" = "$(echo "${timed:+timed} ${queue:+queue} ${last:+last}" | xargs)" ] ||
+		{ msg "the lists not once each, in the order timed, queue, last"; return 1; }
 	[[ $first == peer* || $first == solo* ]] || { msg "the first line is not the first guest's"; return 1; }
-	[ -z "$queue" ] || [[ $queue == "queue "* ]] || { msg "the second line is not the queue"; return 1; }
-	[ "$guests" -gt 1 ] || [ -z "$queue" ] || { msg "a queue for one guest"; return 1; }
+	[ "$guests" -gt 1 ] || [ -z "$queue$timed" ] || { msg "a timed list or a queue for one guest"; return 1; }
 	[ "$(echo "$out" | cut -s -d' ' -f2- | tr ' ' '\n' | sed '/^$/d' | sort)" = "$(printf '%s\n' "$@" | sort)" ] ||
 		{ msg "not every program exactly once"; return 1; }
 	if printf '%s\n' "$@" | grep -qx kverbs_forget.sh; then
-		if [ -n "$queue" ]; then
-			[ "$last" = "last kverbs_forget.sh" ] || { msg "kverbs_forget.sh not last after the queue"; return 1; }
+		if [ -n "$queue$timed" ]; then
+			[ "$last" = "last kverbs_forget.sh" ] || { msg "kverbs_forget.sh not last after the lists"; return 1; }
 		else
 			if [ -n "$last" ] || [[ $first != *" kverbs_forget.sh" ]]; then
 				msg "kverbs_forget.sh not last in the first guest's line"
@@ -420,19 +425,37 @@ plan_ok() {
 	done
 	[ "${KVERBS_TWO_HOSTS:-1}" = 1 ] || want_peer=0
 	[ "$kind" = "$([ $want_peer = 1 ] && echo peer || echo solo)" ] || { msg "peer or not: wrong"; return 1; }
-	# The programs run on two vCPUs are the first guest's, the only one
-	# with two.
 	smp=" $("$top/tools/vm/plan-guests.sh" --smp) "
 	[ "$smp" = " kverbs_exerciser.sh kverbs_soundness.sh kverbs_bench.sh " ] || { msg "two vCPUs for:$smp"; return 1; }
 	for p in "$@"; do
 		case $p in
-		kverbs_apm.sh | kverbs_soundness.sh | kverbs_hardening.sh | kverbs_two_hosts.sh | kverbs_bench.sh | \
-			kverbs_mcast.sh | kverbs_exerciser.sh) ;;
-		kverbs_srq_manual.sh) [ $want_peer = 1 ] || continue ;;
-		*) continue ;;
+		kverbs_two_hosts.sh | kverbs_srq_manual.sh) [ $want_peer = 1 ] && want=first || want=other ;;
+		kverbs_exerciser.sh | kverbs_soundness.sh | kverbs_bench.sh) want=first ;;
+		kverbs_apm.sh | kverbs_hardening.sh | kverbs_mcast.sh) want=timed ;;
+		*) want=queue ;;
 		esac
-		[[ " $line " == *" $p "* ]] || { msg "$p is not the first guest's"; return 1; }
+		[ "$p" = kverbs_two_hosts.sh ] && [ $want = other ] && want=timed
+		[ "$p" = kverbs_srq_manual.sh ] && [ $want = other ] && want=queue
+		[ "$p" = kverbs_forget.sh ] && continue
+		[ "$guests" = 1 ] && want=first
+		case $want in
+		first) [[ " $line " == *" $p "* ]] || { msg "$p is not the first guest's"; return 1; } ;;
+		timed) [[ " ${timed#timed} " == *" $p "* ]] || { msg "$p is not in the timed list"; return 1; } ;;
+		queue) [[ " ${queue#queue} " == *" $p "* ]] || { msg "$p is not in the queue"; return 1; } ;;
+		esac
 	done
+	# The timed list: longest first; ties in the order given.
+	for p in ${timed#timed}; do
+		t=$(awk -v p="$p" '$1 == p { print $2 }' "$top/tools/vm/program-times")
+		if [ -n "$prev" ]; then
+			read -r pt pp <<<"$prev"
+			[ "$t" -lt "$pt" ] || { [ "$t" = "$pt" ] &&
+				[ "$(printf '%s\n' "$@" | grep -nxF -e "$pp" -e "$p" | head -n 1 | cut -d: -f2)" = "$pp" ]; } ||
+				{ msg "the timed list is not longest first: $p after $pp"; return 1; }
+		fi
+		prev="$t $p"
+	done
+	prev=''
 	# The queue: the light programs, then those that move data, each
 	# longest first; ties in the order given.
 	for p in ${queue#queue}; do
@@ -465,6 +488,11 @@ guests_plan_shares_programs_peer_on_one() {
 	# The last program given first: still last, with a queue and without.
 	plan_ok 2 "$("$top/tools/vm/plan-guests.sh" 2 kverbs_forget.sh kverbs_info.sh kverbs_apm.sh)" \
 		kverbs_forget.sh kverbs_info.sh kverbs_apm.sh || return 1
+	# A timed list and no queue; only the first guest's own programs.
+	plan_ok 2 "$("$top/tools/vm/plan-guests.sh" 2 kverbs_apm.sh kverbs_forget.sh)" kverbs_apm.sh kverbs_forget.sh ||
+		return 1
+	plan_ok 2 "$("$top/tools/vm/plan-guests.sh" 2 kverbs_bench.sh kverbs_forget.sh)" kverbs_bench.sh kverbs_forget.sh ||
+		return 1
 	plan_ok 1 "$("$top/tools/vm/plan-guests.sh" 1 kverbs_forget.sh kverbs_info.sh kverbs_apm.sh)" \
 		kverbs_forget.sh kverbs_info.sh kverbs_apm.sh
 }
@@ -775,12 +803,15 @@ if [ $vm = 1 ]; then
 	t vm_guests_broken_program_in_each_reported vm_guests fail "2 passed, 2 failed" \
 		"kverbs: kverbs_minimal.sh: case failed: broken_on_purpose" \
 		"kverbs: kverbs_info.sh: case failed: broken_on_purpose"
-	# (Both programs are in the queue; guest 2 dies before it asks, guest
-	# 1 runs both. Neither has a case bound in time: the harness runs
-	# beside make check.)
+	# (kverbs_minimal.sh is made the timed list's and kverbs_info.sh is
+	# the queue's; guest 1 dies before it asks for either, so guest 2 runs
+	# both: the timed one only once guest 1 is gone, in whichever order it
+	# asks. Neither has a case bound in time: the harness runs beside make
+	# check.)
 	t vm_guests_one_dies_make_check_fails_with_reason vm_guests init "[1-9][0-9]* passed, 1 failed" \
-		"kverbs: guest 2 (no program): the VM printed no test plan: it died before the tests started (console log: $tmp/vm-guests-init/check-2.log)" \
-		"kverbs: the VM did not finish (crash, panic or timeout)" -- KVERBS_BREAK_GUEST=2
+		"kverbs: guest 1 (no program): the VM printed no test plan: it died before the tests started (console log: $tmp/vm-guests-init/check-1.log)" \
+		"ok 1 selftests: kverbs: kverbs_minimal.sh" \
+		"kverbs: the VM did not finish (crash, panic or timeout)" -- KVERBS_BREAK_GUEST=1 KVERBS_TIMED_PROGS=kverbs_minimal.sh
 fi
 [ "$n" = "$nplan" ] || { echo "not ok $((n + 1)) harness_plan_matches"; fail=$((fail + 1)); }
 echo "# Totals: pass:$pass fail:$fail xfail:0 xpass:0 skip:$skip error:0"

@@ -92,13 +92,14 @@ vm_timeout=${KVERBS_VM_TIMEOUT:-4500}
 
 # The guests' CPU model (KVERBS_VM_CPU, QEMU's -cpu) and vCPUs: the first
 # (or only) guest has KVERBS_VM_SMP (QEMU's -smp, default 2), the others,
-# which take only from the queue, KVERBS_VM_SMP_QUEUE (default 1), the peer
-# VM one.  Under TCG a guest of two vCPUs does far more host work for the
-# same programs: four queue programs (events, devices, rc, srq) in two
-# guests side by side took 378 s with two vCPUs each (their vCPUs busy
-# 72 %), 250 s with one (busy 99 %), measured back to back on 2026-11-26.
-# The programs whose cases race tasks on two CPUs are the first guest's
-# (tools/vm/plan-guests.sh).
+# which take only from the timed list and the queue, KVERBS_VM_SMP_QUEUE
+# (default 1), the peer VM one.  Under TCG a guest of two vCPUs does far
+# more host work for the same programs: four queue programs (events,
+# devices, rc, srq) in two guests side by side took 378 s with two vCPUs
+# each (their vCPUs busy 72 %), 250 s with one (busy 99 %), measured back
+# to back on 2026-11-26.  The programs whose cases race tasks on two CPUs
+# are the first guest's, and only they run on both of its vCPUs
+# (tools/vm/plan-guests.sh --smp, kverbs.smp=).
 vm_cpu=${KVERBS_VM_CPU:-max}
 vm_smp=${KVERBS_VM_SMP:-2}
 vm_smp_queue=${KVERBS_VM_SMP_QUEUE:-1}
@@ -163,22 +164,47 @@ even_priority() {
 	return 0
 }
 
-# serve G: gives guest G the queue's programs (plan-guests.sh), one each
-# time it asks ("next" on its second serial port, the pipes ctl-G.out and
-# ctl-G.in), the queue's first line, taken under a lock; once the queue is
-# empty, the first guest the last programs (plan-guests.sh's "last"), then
-# an empty line.  Runs until killed.
+# take LIST: the first program of the list LIST (a file in $work: timed,
+# queue, last), taken out of it under a lock; nothing if it is empty.
+take() {
+	# shellcheck disable=SC2016 # the inner shell's own $1
+	flock "$work/queue.lock" sh -c 'sed -n 1p "$1" && sed -i 1d "$1"' sh "$work/$1"
+}
+
+# serve G: gives guest G its next program (plan-guests.sh), one each time
+# it asks ("next" on its second serial port, the pipes ctl-G.out and
+# ctl-G.in): once the first guest's own programs are done ($work/even,
+# made when it first asks, or when it ends), the timed list's first, else
+# the queue's; before that the queue's only, and a guest that finds it
+# empty waits for the first guest.  Once both are empty, one of the last
+# programs (after which nothing may run in that guest), then an empty
+# line.  Runs until killed.
 serve() {
-	local g=$1 req p
+	local g=$1 req p ended=0 ev
 	exec 7<>"$work/ctl-$g.out" 8<>"$work/ctl-$g.in"
 	while IFS= read -r req <&7; do
 		[ "${req%$'\r'}" = next ] || continue
 		# The first guest's own programs are done: from now on the guests
 		# share the CPUs evenly.
 		((g == 1)) && [ ! -e "$work/even" ] && touch "$work/even" && even_priority
-		# shellcheck disable=SC2016 # the inner shell's own $1
-		p=$(flock "$work/queue.lock" sh -c 'sed -n 1p "$1" && sed -i 1d "$1"' sh "$work/queue")
-		[ -z "$p" ] && ((g == 1)) && p=$(sed -n 1p "$work/last" && sed -i 1d "$work/last")
+		p=
+		while ((ended == 0)); do
+			# Whether the timed list is open, looked at once a pass: it
+			# may open between the two takes, and the lists only shrink.
+			ev=0
+			[ -e "$work/even" ] && ev=1
+			((ev == 0)) || p=$(take timed) || p=
+			[ -n "$p" ] || p=$(take queue) || p=
+			[ -n "$p" ] || ((ev == 1)) || [ ! -s "$work/timed" ] || {
+				command sleep 1
+				continue
+			}
+			break
+		done
+		if [ -z "$p" ] && ((ended == 0)); then
+			p=$(take last) || p=
+			ended=1
+		fi
 		printf '%s\n' "$p" >&8
 	done
 }
@@ -188,23 +214,25 @@ serve() {
 # two vCPUs keeps 1.2-1.3 host CPUs busy (its vCPUs were busy 58-78 % of
 # every program's time): two equal guests saturate a 2-CPU host, and
 # cases bound in time fail (measured on 2026-11-26: Documentation/
-# kverbs.rst, "Guests side by side").  So the first guest is the
-# foreground one, with the programs that have such bounds and the peer VM,
-# at the host's normal priority, and the others run at nice 10: they take
-# the CPU the first leaves, until the first asks for a program of the
-# queue: then every guest runs at the niceness of this script (0 under
-# make check).  (At nice 19 the second guest got so little beside the
-# first and the harness that kverbs_module.sh hit its 1500 s timeout, in
-# .ci/run of 0f28c74 on 2026-11-26.)  The other
-# programs are a queue the guests take
-# from as they become free, the first once its own are done: the guests
-# end together however the host shares its CPUs among them (a plan made
-# on measured times left the second guest running alone for the last
-# 27 of CI's 57 minutes, the CPU the first had left idle; measured on
-# 2026-11-26).  Each guest's console goes to its own log, its
-# result lines are shown as they come ("gN| "); at the end their logs are
-# merged into one console log in one guest's format
-# (tools/vm/ktap-merge.sh), printed whole, and counted as one run below.
+# kverbs.rst, "Guests side by side").  So every guest runs its programs on
+# one vCPU, but the first guest's programs that race tasks on two CPUs;
+# the first guest is the foreground one, with those and the programs of
+# the peer VM, at the host's normal priority, and the others run at nice
+# 10: they take the CPU the first leaves, until the first asks for a
+# program of the timed list or the queue: then every guest runs at the
+# niceness of this script (0 under make check), and a guest takes the
+# timed list's programs first, at a host CPU of its own.  (At nice 19 the
+# second guest got so little beside the first and the harness that
+# kverbs_module.sh hit its 1500 s timeout, in .ci/run of 0f28c74 on
+# 2026-11-26.)  The guests take from the timed list and the queue as they
+# become free, the first once its own are done: the guests end together
+# however the host shares its CPUs among them (a plan made on measured
+# times left the second guest running alone for the last 27 of CI's 57
+# minutes, the CPU the first had left idle; measured on 2026-11-26).  Each
+# guest's console goes to its own log, its result lines are shown as they
+# come ("gN| "); at the end their logs are merged into one console log in
+# one guest's format (tools/vm/ktap-merge.sh), printed whole, and counted
+# as one run below.
 guests=${KVERBS_GUESTS:-2}
 [ "$guests" -ge 1 ] || guests=1
 h0=$(host_ticks) t0=$SECONDS c0=$(awk '{ print $16 + $17 }' /proc/$$/stat)
@@ -214,10 +242,15 @@ mapfile -t plan < <(if [ "$mode" = check ]; then
 else
 	echo solo
 fi)
-queue=() last=()
-[[ ${plan[1]:-} == queue* ]] && read -r -a queue <<<"${plan[1]#queue}"
-[[ ${plan[2]:-} == last* ]] && read -r -a last <<<"${plan[2]#last}"
-if [ "${#queue[@]}" = 0 ]; then
+timed=() queue=() last=()
+for l in "${plan[@]:1}"; do
+	case $l in
+	timed*) read -r -a timed <<<"${l#timed}" ;;
+	queue*) read -r -a queue <<<"${l#queue}" ;;
+	last*) read -r -a last <<<"${l#last}" ;;
+	esac
+done
+if [ $((${#timed[@]} + ${#queue[@]})) = 0 ]; then
 	peer_log='' order=''
 	[[ ${plan[0]:-} == peer* ]] && peer_log="$work/peer.log"
 	# The plan's order (the last programs last), else the given one.
@@ -226,14 +259,19 @@ if [ "${#queue[@]}" = 0 ]; then
 	guest "$log" "$peer_log" "$order$(break_append 1)"
 	set -e
 else
-	# The first guest and as many more as the queue has programs.
-	((guests > ${#queue[@]} + 1)) && guests=$((${#queue[@]} + 1))
+	# The first guest and as many more as the lists have programs.
+	nshared=$((${#timed[@]} + ${#queue[@]}))
+	((guests > nshared + 1)) && guests=$((nshared + 1))
 	first=$(echo "${plan[0]}" | cut -s -d' ' -f2-)
 	echo "kverbs: $guests guests side by side (tools/vm/plan-guests.sh; logs: $work/check-N.log)"
-	echo "kverbs: guest 1: ${first:-no program of its own}$([[ ${plan[0]} == peer* ]] && echo ' (and the peer VM)'), then the queue${last[*]:+, then ${last[*]}}"
-	echo "kverbs: the queue (light programs first, each part longest first; guests 2-$guests at nice 10 until guest 1 takes from it): ${queue[*]}"
-	printf '%s\n' "${queue[@]}" >"$work/queue"
+	echo "kverbs: guest 1: ${first:-no program of its own}$([[ ${plan[0]} == peer* ]] && echo ' (and the peer VM)'), then the timed list and the queue${last[*]:+; last of all, in the first guest to find both empty: ${last[*]}}"
+	echo "kverbs: the timed list (longest first; any guest once guest 1's own are done): ${timed[*]:-none}"
+	echo "kverbs: the queue (light programs first, each part longest first; guests 2-$guests at nice 10 until guest 1's own are done): ${queue[*]:-none}"
+	: >"$work/timed"
+	: >"$work/queue"
 	: >"$work/last"
+	[ "${#timed[@]}" = 0 ] || printf '%s\n' "${timed[@]}" >"$work/timed"
+	[ "${#queue[@]}" = 0 ] || printf '%s\n' "${queue[@]}" >"$work/queue"
 	[ "${#last[@]}" = 0 ] || printf '%s\n' "${last[@]}" >"$work/last"
 	rm -f "$work/even"
 	pids=() servers=() merge=()
@@ -253,6 +291,15 @@ else
 			grep --line-buffered -E '^(# )?(not )?ok |^# selftests: |^kverbs-vm: |^# kverbs-time: ' |
 			sed -u "s/^/g$g| /" &
 		pids+=($!)
+		# Should the first guest end (die) before it asks for a program,
+		# the others take the timed list all the same, at its priority.
+		if ((g == 1)); then
+			(
+				while kill -0 "${pids[0]}" 2>/dev/null; do command sleep 2; done
+				[ -e "$work/even" ] || { touch "$work/even" && even_priority; }
+			) &
+			servers+=($!)
+		fi
 	done
 	wait "${pids[@]}" 2>/dev/null || true
 	kill "${servers[@]}" 2>/dev/null
@@ -262,9 +309,10 @@ else
 		ran=$(sed -n 's/^# selftests: kverbs: //p' "$work/check-$g.log" | paste -sd, -)
 		merge+=("$work/check-$g.log:${ran:-no program}")
 	done
+	[ -s "$work/timed" ] && echo "kverbs: no guest took from the timed list: $(paste -sd' ' "$work/timed")"
 	[ -s "$work/queue" ] && echo "kverbs: no guest took from the queue: $(paste -sd' ' "$work/queue")"
-	[ -s "$work/last" ] && echo "kverbs: guest 1 did not take its last programs: $(paste -sd' ' "$work/last")"
-	rm -f "$work"/ctl-*.in "$work"/ctl-*.out "$work/queue" "$work/last" "$work/queue.lock" "$work/even"
+	[ -s "$work/last" ] && echo "kverbs: no guest took the last programs: $(paste -sd' ' "$work/last")"
+	rm -f "$work"/ctl-*.in "$work"/ctl-*.out "$work/timed" "$work/queue" "$work/last" "$work/queue.lock" "$work/even"
 	echo "### kverbs: the guests' console logs merged, in the programs' order"
 	# Should the merge itself fail, the totals below count what is in
 	# $log, at worst nothing: the run fails, never passes.
