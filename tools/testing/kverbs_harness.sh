@@ -392,7 +392,7 @@ all_progs() {
 # first guest's line, or after the lists (a last line, "last
 # kverbs_forget.sh", for the first guest to find both empty).
 plan_ok() {
-	local guests=$1 out=$2 p kind line first timed queue last want_peer=0 want t prev='' data pd pt pp smp
+	local guests=$1 out=$2 p kind line first timed queue last want_peer=0 want smp
 	shift 2
 	echo "$out" | diag
 	first=$(echo "$out" | sed -n 1p)
@@ -429,14 +429,13 @@ plan_ok() {
 	[ "$smp" = " kverbs_exerciser.sh kverbs_soundness.sh kverbs_bench.sh " ] || { msg "two vCPUs for:$smp"; return 1; }
 	for p in "$@"; do
 		case $p in
-		kverbs_two_hosts.sh | kverbs_srq_manual.sh) [ $want_peer = 1 ] && want=first || want=other ;;
+		kverbs_forget.sh) continue ;;
+		kverbs_two_hosts.sh) [ $want_peer = 1 ] && want=first || want=timed ;;
+		kverbs_srq_manual.sh) [ $want_peer = 1 ] && want=first || want=queue ;;
 		kverbs_exerciser.sh | kverbs_soundness.sh | kverbs_bench.sh) want=first ;;
 		kverbs_apm.sh | kverbs_hardening.sh | kverbs_mcast.sh) want=timed ;;
 		*) want=queue ;;
 		esac
-		[ "$p" = kverbs_two_hosts.sh ] && [ $want = other ] && want=timed
-		[ "$p" = kverbs_srq_manual.sh ] && [ $want = other ] && want=queue
-		[ "$p" = kverbs_forget.sh ] && continue
 		[ "$guests" = 1 ] && want=first
 		case $want in
 		first) [[ " $line " == *" $p "* ]] || { msg "$p is not the first guest's"; return 1; } ;;
@@ -444,31 +443,31 @@ plan_ok() {
 		queue) [[ " ${queue#queue} " == *" $p "* ]] || { msg "$p is not in the queue"; return 1; } ;;
 		esac
 	done
-	# The timed list: longest first; ties in the order given.
-	for p in ${timed#timed}; do
+	# The timed list: longest first; the queue: the light programs, then
+	# those that move data, each longest first; ties in the order given.
+	order_ok "timed list" 0 "${timed#timed}" "$@" && order_ok queue 1 "${queue#queue}" "$@"
+}
+
+# order_ok NAME BY_DATA LIST PROGS...: the programs of LIST are longest
+# first by tools/vm/program-times (with BY_DATA, the light ones first,
+# then those that move data, each longest first), ties in the order of
+# PROGS.
+order_ok() {
+	local name=$1 by_data=$2 list=$3 p t data prev='' pd pt pp
+	shift 3
+	for p in $list; do
 		t=$(awk -v p="$p" '$1 == p { print $2 }' "$top/tools/vm/program-times")
-		if [ -n "$prev" ]; then
-			read -r pt pp <<<"$prev"
-			[ "$t" -lt "$pt" ] || { [ "$t" = "$pt" ] &&
-				[ "$(printf '%s\n' "$@" | grep -nxF -e "$pp" -e "$p" | head -n 1 | cut -d: -f2)" = "$pp" ]; } ||
-				{ msg "the timed list is not longest first: $p after $pp"; return 1; }
+		data=0
+		if [ "$by_data" = 1 ]; then
+			case $p in
+			kverbs_rc.sh | kverbs_rc_tcp.sh | kverbs_rping.sh | kverbs_srq.sh | kverbs_matrix.sh) data=1 ;;
+			esac
 		fi
-		prev="$t $p"
-	done
-	prev=''
-	# The queue: the light programs, then those that move data, each
-	# longest first; ties in the order given.
-	for p in ${queue#queue}; do
-		t=$(awk -v p="$p" '$1 == p { print $2 }' "$top/tools/vm/program-times")
-		case $p in
-		kverbs_rc.sh | kverbs_rc_tcp.sh | kverbs_rping.sh | kverbs_srq.sh | kverbs_matrix.sh) data=1 ;;
-		*) data=0 ;;
-		esac
 		if [ -n "$prev" ]; then
 			read -r pd pt pp <<<"$prev"
 			[ "$data" -gt "$pd" ] || { [ "$data" = "$pd" ] && { [ "$t" -lt "$pt" ] || { [ "$t" = "$pt" ] &&
 				[ "$(printf '%s\n' "$@" | grep -nxF -e "$pp" -e "$p" | head -n 1 | cut -d: -f2)" = "$pp" ]; }; }; } ||
-				{ msg "the queue is not light first, each part longest first: $p after $pp"; return 1; }
+				{ msg "the $name is not in its order: $p after $pp"; return 1; }
 		fi
 		prev="$data $t $p"
 	done

@@ -285,21 +285,18 @@ else
 		mkfifo "$work/ctl-$g.in" "$work/ctl-$g.out"
 		serve "$g" &
 		servers+=($!)
-		guest "$work/check-$g.log" "$peer_log" \
-			"kverbs.progs=$glist kverbs.queue=1 $(break_append "$g")" $((g > 1 ? 10 : 0)) "$work/ctl-$g" \
-			$((g > 1 ? vm_smp_queue : vm_smp)) |
-			grep --line-buffered -E '^(# )?(not )?ok |^# selftests: |^kverbs-vm: |^# kverbs-time: ' |
-			sed -u "s/^/g$g| /" &
+		{
+			guest "$work/check-$g.log" "$peer_log" \
+				"kverbs.progs=$glist kverbs.queue=1 $(break_append "$g")" $((g > 1 ? 10 : 0)) "$work/ctl-$g" \
+				$((g > 1 ? vm_smp_queue : vm_smp)) |
+				grep --line-buffered -E '^(# )?(not )?ok |^# selftests: |^kverbs-vm: |^# kverbs-time: ' |
+				sed -u "s/^/g$g| /" || true
+			# Should the first guest end (die) before it asks for a
+			# program, the others take the timed list all the same, at
+			# its priority.
+			((g > 1)) || [ -e "$work/even" ] || { touch "$work/even" && even_priority; }
+		} &
 		pids+=($!)
-		# Should the first guest end (die) before it asks for a program,
-		# the others take the timed list all the same, at its priority.
-		if ((g == 1)); then
-			(
-				while kill -0 "${pids[0]}" 2>/dev/null; do command sleep 2; done
-				[ -e "$work/even" ] || { touch "$work/even" && even_priority; }
-			) &
-			servers+=($!)
-		fi
 	done
 	wait "${pids[@]}" 2>/dev/null || true
 	kill "${servers[@]}" 2>/dev/null
