@@ -55,9 +55,10 @@ if [ -e /sys/kernel/debug/kmemleak ]; then
 fi
 
 # cpu_ticks: the vCPUs' busy and idle time so far (USER_HZ ticks, all
-# CPUs): "busy idle", idle counting iowait.
+# CPUs): "busy idle user", idle counting iowait, user (and nice) the part
+# of busy spent in user space (the test programs' shells and tools).
 cpu_ticks() {
-	awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8 + $9, $5 + $6; exit }' /proc/stat
+	awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8 + $9, $5 + $6, $2 + $3; exit }' /proc/stat
 }
 
 # The test programs: kverbs.progs=a.sh,b.sh on the command line (one guest
@@ -67,9 +68,11 @@ cpu_ticks() {
 # empty line when the programs of every guest are given out.  The KTAP plan
 # comes first when the programs are known, else last.  After each
 # program a line of where its time went: "# kverbs-time: PROG SECONDS
-# busy PCT slept SECONDS": the vCPUs' busy share of the time (the work;
-# the rest is waiting: sleeps, polls, timeouts, TCG wake-ups) and the
-# seconds its shell slept (kverbs_lib.sh's sleep, in /tmp/kverbs-slept).
+# busy PCT slept SECONDS user PCT": the vCPUs' busy share of the time (the
+# work; the rest is waiting: sleeps, polls, timeouts, TCG wake-ups), the
+# seconds its shell slept (kverbs_lib.sh's sleep, in /tmp/kverbs-slept),
+# and the share of the work done in user space (shells, tools, peers;
+# the rest is the kernel's).
 run_check() {
 	cd /kselftest/kverbs || return 1
 	progs=$(cat TEST_PROGS)
@@ -135,8 +138,8 @@ run_prog() {
 	rm -f /tmp/rc
 	slept=$(awk '{ s += $1 } END { printf "%.1f", s }' /tmp/kverbs-slept 2>/dev/null)
 	echo "# kverbs-time: $p $(awk -v t0="$t0" '{ printf "%.1f", $1 - t0 }' /proc/uptime)" \
-		"$(echo "$c0 $(cpu_ticks)" | awk '{ b = $3 - $1; t = b + $4 - $2
-			printf "busy %d", (t > 0 ? 100 * b / t + 0.5 : 0) }')" "slept ${slept:-0.0}"
+		"$(echo "$c0 $(cpu_ticks)" | awk -v slept="${slept:-0.0}" '{ b = $4 - $1; t = b + $5 - $2; u = $6 - $3
+			printf "busy %d slept %s user %d", (t > 0 ? 100 * b / t + 0.5 : 0), slept, (b > 0 ? 100 * u / b + 0.5 : 0) }')"
 	if [ "$rc" = 0 ]; then
 		echo "ok $i selftests: kverbs: $p"
 	elif [ "$rc" = 4 ]; then

@@ -87,8 +87,12 @@ function close_prog(result,    missing) {
 		}
 	}
 	if (busy != "") {
-		printf "%-28s %7s s  %-8s busy %3d %%, slept %6.1f s, kmemleak %5.1f s\n", prog, secs, result, busy, slept, kml
+		printf "%-28s %7s s  %-8s busy %3d %%, slept %6.1f s, kmemleak %5.1f s%s\n", prog, secs, result, busy, slept, kml,
+			(user != "" ? sprintf(", user space %d %% of the busy", user) : "")
 		b_secs += secs; t_busy += secs * busy / 100; t_slept += slept
+		if (user != "") {
+			u_busy += secs * busy / 100; t_user += secs * busy / 100 * user / 100
+		}
 	} else
 		printf "%-28s %7s s  %s\n", prog, (secs == "" ? "?" : secs), result
 	t_secs += secs; t_kml += kml
@@ -100,7 +104,7 @@ function close_prog(result,    missing) {
 	close_prog("")
 	prog = $4; started++
 	have_totals = 0; sub_plan = 0; sub_seen = 0; sub_ok = 0; sub_notok = 0; sub_skip = 0
-	secs = ""; busy = ""; slept = ""; kml = 0; skip_why = "no reason given"
+	secs = ""; busy = ""; slept = ""; user = ""; kml = 0; skip_why = "no reason given"
 	next
 }
 prog != "" && /^# # kmemleak_clean_[a-z0-9_]+: [0-9.]+ s(, |$)/ { kml += $4; next }
@@ -129,7 +133,7 @@ prog != "" && /^# # Totals: / {
 	have_totals = 1
 	next
 }
-prog != "" && /^# kverbs-time: / { secs = $4; if ($5 == "busy") { busy = $6; slept = $8 }; next }
+prog != "" && /^# kverbs-time: / { secs = $4; if ($5 == "busy") { busy = $6; slept = $8 }; user = ($9 == "user") ? $10 : ""; next }
 /^kverbs-boot: [0-9.]+ s/ { boots++; boot_secs += $2; next }
 /^(not )?ok [0-9]+ selftests: kverbs: / {
 	r = ($1 == "not") ? "not ok" : ($0 ~ /# SKIP/ ? "ok # SKIP" : "ok")
@@ -153,6 +157,9 @@ END {
 		if (b_secs > 0)
 			line = line sprintf(": vCPUs busy %.0f s (%.0f %%), waiting %.0f s; slept %.0f s (sleeps and polls)",
 				t_busy, 100 * t_busy / b_secs, b_secs - t_busy, t_slept)
+		if (u_busy > 0)
+			line = line sprintf("; user space (shells, tools, peers) %.0f s of %.0f s busy (%.0f %%), the rest in the kernel",
+				t_user, u_busy, 100 * t_user / u_busy)
 		print line sprintf("; kmemleak checks %.0f s; %d boot(s) %.0f s", t_kml, boots, boot_secs)
 	}
 	if (!plan) {
