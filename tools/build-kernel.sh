@@ -28,7 +28,15 @@
 # has (gone_options below); its builds are cached apart (k7.3-build-<key>,
 # k7.3-perf-build-<key>), so that the two kernels do not evict each other.
 #
-# KVERBS_KERNEL_TARBALL and KVERBS_CONFIG (the fragment) override the
+# Every flavour is built with the kernel patches of tools/patches (in the
+# order of their names; each applies to 6.12 and 7.3 and is written to be
+# sent upstream): they are applied to the unpacked source in place, each
+# kept in the source's .kverbs-patches/ as applied, so that a changed set
+# is reversed and applied anew and a build rebuilds only the files they
+# touch.
+#
+# KVERBS_KERNEL_TARBALL, KVERBS_CONFIG (the fragment) and
+# KVERBS_KERNEL_PATCHES (the patches' directory; empty: none) override the
 # defaults; the harness tests use them.
 
 set -euo pipefail
@@ -89,6 +97,13 @@ if [ "$flavor" = trace ]; then
 	trace_patch=$top/tools/bench/rxe-trace.patch
 	[ -r "$trace_patch" ] || die "no rxe trace patch at $trace_patch"
 fi
+patches=()
+patch_dir=${KVERBS_KERNEL_PATCHES-$top/tools/patches}
+if [ -n "$patch_dir" ]; then
+	for p in "$patch_dir"/*.patch; do
+		[ -e "$p" ] && patches+=("$p")
+	done
+fi
 if [ "$flavor" != debug ]; then
 	# The fragment with the overrides' options replaced by their lines.
 	overrides=$top/tools/bench/config
@@ -130,6 +145,7 @@ key=$( {
 	bindgen --version
 	echo "vars ${kmake_vars[*]}"
 	[ -z "$trace_patch" ] || cat "$trace_patch"
+	[ ${#patches[@]} -eq 0 ] || cat "${patches[@]}"
 } | sha256sum | cut -c1-16)
 
 src="$cache/linux-$kver"
@@ -170,16 +186,41 @@ if [ ! -f "$src/.kverbs-unpacked" ]; then
 	mv "$src.tmp" "$src"
 fi
 
+# The kernel patches, in place: what .kverbs-patches/ holds is what is
+# applied (each patch recorded once it applied); a set that differs from
+# the wanted one is reversed, last first, then the wanted set applied.
+applied=$src/.kverbs-patches
+want_ids=$(for p in "${patches[@]}"; do sha256sum <"$p" | cut -c1-16; done)
+have_ids=$(for p in "$applied"/*.patch; do if [ -e "$p" ]; then sha256sum <"$p" | cut -c1-16; fi; done)
+if [ "$want_ids" != "$have_ids" ]; then
+	mkdir -p "$applied"
+	for p in $(find "$applied" -name '*.patch' | sort -r); do
+		echo "kverbs: reversing $(basename "$p") in $src" >&2
+		patch -s -R -p1 -d "$src" <"$p" ||
+			die "$p does not reverse in $src: remove $src to unpack it anew"
+		rm -f "$p"
+	done
+	n=0
+	for p in "${patches[@]}"; do
+		n=$((n + 1))
+		echo "kverbs: applying $p to $src" >&2
+		patch -s -p1 -d "$src" <"$p" || die "$p does not apply to $src"
+		cp "$p" "$applied/$(printf '%02d' "$n")-$(basename "$p")"
+	done
+fi
+
 # The trace flavour builds from a copy of the source with rxe patched; a
 # changed patch makes a new copy.
 if [ -n "$trace_patch" ]; then
 	tsrc=$src-rxe-trace
-	if ! cmp -s "$trace_patch" "$tsrc/.kverbs-rxe-trace.patch"; then
+	if ! cmp -s "$trace_patch" "$tsrc/.kverbs-rxe-trace.patch" ||
+		[ "$want_ids" != "$(cat "$tsrc/.kverbs-patch-ids" 2>/dev/null)" ]; then
 		echo "kverbs: copying $src to $tsrc and applying $trace_patch" >&2
 		rm -rf "$tsrc" "$tsrc.tmp"
 		cp -a "$src" "$tsrc.tmp"
 		patch -s -d "$tsrc.tmp" -p1 <"$trace_patch" || die "$trace_patch does not apply to $src"
 		cp "$trace_patch" "$tsrc.tmp/.kverbs-rxe-trace.patch"
+		echo "$want_ids" >"$tsrc.tmp/.kverbs-patch-ids"
 		mv "$tsrc.tmp" "$tsrc"
 	fi
 	src=$tsrc

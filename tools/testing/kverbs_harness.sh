@@ -130,6 +130,38 @@ build_kernel_fresh_cache_configures() {
 	done
 }
 
+# The kernel patches (tools/patches) are applied to the unpacked source in
+# place, each recorded; a run without them (KVERBS_KERNEL_PATCHES empty)
+# reverses them, and the next run with them applies them again.
+build_kernel_patches_applied_then_reversed() {
+	local out src=$cache/kverbs/linux-$kver n
+	n=$(find "$top/tools/patches" -name '*.patch' | wc -l)
+	[ "$n" -gt 0 ] || { msg "no kernel patch in tools/patches"; return 1; }
+	patches_applied "$src" 1 || return 1
+	[ "$(find "$src/.kverbs-patches" -name '*.patch' | wc -l)" = "$n" ] ||
+		{ msg "not all $n patches recorded as applied"; return 1; }
+	out=$(XDG_CACHE_HOME=$cache KVERBS_KERNEL_PATCHES='' "$top/tools/build-kernel.sh" --configure-only 2>&1) ||
+		{ echo "$out" | tail -n 30 | diag; return 1; }
+	echo "$out" | grep reversing | diag
+	patches_applied "$src" 0 || return 1
+	[ -z "$(find "$src/.kverbs-patches" -name '*.patch')" ] || { msg "reversed patches still recorded"; return 1; }
+	out=$(XDG_CACHE_HOME=$cache "$top/tools/build-kernel.sh" --configure-only 2>&1) ||
+		{ echo "$out" | tail -n 30 | diag; return 1; }
+	patches_applied "$src" 1
+}
+
+# patches_applied SRC 1|0: every patch of tools/patches is (1) or is not (0)
+# applied in SRC (it reverses, or it applies, without a fault).
+patches_applied() {
+	local p rev
+	for p in "$top"/tools/patches/*.patch; do
+		rev=()
+		[ "$2" = 1 ] && rev=(-R)
+		patch -s --dry-run "${rev[@]}" -p1 -d "$1" <"$p" >/dev/null 2>&1 ||
+			{ msg "$(basename "$p") is $([ "$2" = 1 ] && echo not) applied in $1"; return 1; }
+	done
+}
+
 # A fragment option that olddefconfig drops must stop the build, naming it.
 build_kernel_lost_option_fails() {
 	local out
@@ -740,7 +772,7 @@ compile_fail_unlisted() {
 
 echo "TAP version 13"
 mapfile -t examples < <(extract_compile_fail)
-nplan=$((${#TOTALS_FIXTURES[@]} + 1 + 8 + 1 + 4 + 4 + 1 + ${#COMPILE_FAIL_EXAMPLES[@]} + (vm ? 5 : 0)))
+nplan=$((${#TOTALS_FIXTURES[@]} + 1 + 9 + 1 + 4 + 4 + 1 + ${#COMPILE_FAIL_EXAMPLES[@]} + (vm ? 5 : 0)))
 echo "1..$nplan"
 for name in "${TOTALS_FIXTURES[@]}"; do
 	t "totals_$name" totals_listed_case "$name"
@@ -749,6 +781,7 @@ t totals_fixtures_all_listed totals_fixtures_all_listed
 t shellcheck_clean_all_scripts shellcheck_clean_all_scripts
 t build_kernel_no_source_says_setup build_kernel_no_source_says_setup
 t build_kernel_fresh_cache_configures build_kernel_fresh_cache_configures
+t build_kernel_patches_applied_then_reversed build_kernel_patches_applied_then_reversed
 t build_kernel_lost_option_fails build_kernel_lost_option_fails
 t build_kernel_waits_for_held_lock build_kernel_waits_for_held_lock
 t build_kernel_other_kernels_build_not_waited_for build_kernel_other_kernels_build_not_waited_for
