@@ -150,9 +150,24 @@ key=$( {
 
 src="$cache/linux-$kver"
 build="$cache/$prefix-$key"
+# The builds of a flavour share one build tree, $tree; build-<key> (the
+# directory the module build and the VMs use) is a symbolic link to it,
+# its .kverbs-built holds the key it was built for.  Kbuild resolves O= to
+# the tree's real path, so a new key (a changed fragment, toolchain or
+# patch) rebuilds only what changed: a tree under a new path would rebuild
+# everything (objtool's build records its absolute path, and every object
+# depends on objtool).  A cache from before the tree adopts its newest
+# complete build directory where it lies ($tree is then a link to it).
+tree="$cache/tree-$prefix"
 log="$cache/$prefix-$key.log"
 
-if [ -f "$build/.kverbs-built" ]; then
+# built DIR: DIR holds the build of this key (an older cache's build
+# directory holds an empty marker: its name is its key).
+built() {
+	[ -f "$1/.kverbs-built" ] || return 1
+	[ "$(cat "$1/.kverbs-built")" = "$key" ] || { [ ! -L "$1" ] && [ ! -s "$1/.kverbs-built" ]; }
+}
+if built "$build"; then
 	echo "kverbs: test kernel up to date (cache key $key)" >&2
 	echo "$build"
 	exit 0
@@ -168,7 +183,7 @@ exec 9>"$cache/.lock-$kernel"
 if ! flock -n 9; then
 	echo "kverbs: another build holds $cache/.lock-$kernel; waiting for it" >&2
 	flock 9
-	if [ -f "$build/.kverbs-built" ]; then
+	if built "$build"; then
 		echo "$build"
 		exit 0
 	fi
@@ -228,23 +243,31 @@ fi
 
 echo "kverbs: building the test kernel in $build (log: $log)" >&2
 start=$(date +%s)
-# Start from the previous complete build, if any, so that only what the new
-# configuration changes is rebuilt (Kbuild tracks each CONFIG_ option).
-if [ ! -d "$build" ]; then
+# The tree: the build of every key, in one place, so that only what a new
+# key changes is rebuilt (Kbuild tracks each CONFIG_ option and file).
+if [ ! -e "$tree" ]; then
 	prev=
 	for d in "$cache"/"$prefix"-*/; do
+		[ -L "${d%/}" ] && continue
 		[ -f "$d/.kverbs-built" ] || continue
 		if [ -z "$prev" ] || [ "$d" -nt "$prev" ]; then
 			prev=$d
 		fi
 	done
 	if [ -n "$prev" ]; then
-		echo "kverbs: starting from ${prev%/}" >&2
-		rm -f "$prev/.kverbs-built"
-		mv "${prev%/}" "$build"
+		echo "kverbs: the build tree is ${prev%/}" >&2
+		ln -s "$(basename "${prev%/}")" "$tree"
+	else
+		mkdir -p "$tree"
 	fi
 fi
-mkdir -p "$build"
+rm -f "$tree/.kverbs-built"
+# This key's name for the tree (an interrupted build of an older cache
+# under it goes).
+if [ "$(readlink -f "$build")" != "$(readlink -f "$tree")" ]; then
+	rm -rf "$build"
+	ln -s "$(basename "$tree")" "$build"
+fi
 {
 	make -C "$src" O="$build" "${kmake_vars[@]}" allnoconfig
 	"$src/scripts/kconfig/merge_config.sh" -m -O "$build" "$build/.config" "$fragment"
@@ -278,11 +301,14 @@ if ! make -C "$src" O="$build" "${kmake_vars[@]}" -j"$jobs" bzImage modules >>"$
 	grep -E 'error|Error' "$log" | tail -n 20 >&2
 	die "building the kernel failed; log: $log"
 fi
-touch "$build/.kverbs-built"
+echo "$key" >"$build/.kverbs-built"
 echo "kverbs: test kernel built in $(($(date +%s) - start)) s" >&2
 
 # Builds of this flavor for other keys are stale: keep the disk use bounded.
+# (The links of other keys go; a tree adopted from an older cache stays.)
 for old in "$cache"/"$prefix"-*; do
-	[ "$old" = "$build" ] || [ "$old" = "$log" ] || rm -rf "$old"
+	{ [ "$old" = "$build" ] || [ "$old" = "$log" ]; } && continue
+	[ ! -L "$old" ] && [ "$(readlink -f "$old")" = "$(readlink -f "$tree")" ] && continue
+	rm -rf "$old"
 done
 echo "$build"

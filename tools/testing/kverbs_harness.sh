@@ -134,7 +134,7 @@ build_kernel_fresh_cache_configures() {
 # place, each recorded; a run without them (KVERBS_KERNEL_PATCHES empty)
 # reverses them, and the next run with them applies them again.
 build_kernel_patches_applied_then_reversed() {
-	local out src=$cache/kverbs/linux-$kver n
+	local out src=$cache/kverbs/linux-$kver n bdir
 	n=$(find "$top/tools/patches" -name '*.patch' | wc -l)
 	[ "$n" -gt 0 ] || { msg "no kernel patch in tools/patches"; return 1; }
 	patches_applied "$src" 1 || return 1
@@ -144,6 +144,13 @@ build_kernel_patches_applied_then_reversed() {
 		{ echo "$out" | tail -n 30 | diag; return 1; }
 	echo "$out" | grep reversing | diag
 	patches_applied "$src" 0 || return 1
+	# Configured in the same tree as the build with them, under its key.
+	bdir=$(echo "$out" | tail -n 1)
+	if [ "$bdir" = "$fresh_build" ] || [ ! -L "$bdir" ] ||
+		[ "$(readlink -f "$bdir")" != "$(readlink -f "$fresh_build")" ]; then
+		msg "not configured in the tree of $fresh_build: $bdir"
+		return 1
+	fi
 	[ -z "$(find "$src/.kverbs-patches" -name '*.patch')" ] || { msg "reversed patches still recorded"; return 1; }
 	out=$(XDG_CACHE_HOME=$cache "$top/tools/build-kernel.sh" --configure-only 2>&1) ||
 		{ echo "$out" | tail -n 30 | diag; return 1; }
