@@ -46,9 +46,12 @@ tools+=(/usr/local/bin/rc_peer)
 # And of the SRQ example, on librdmacm.
 gcc -O2 -Wall -o "$root/usr/local/bin/srq_peer" "$top/tools/srq_peer/srq_peer.c" -libverbs -lrdmacm
 tools+=(/usr/local/bin/srq_peer)
-# The hardening tests' helpers: fault injection per operation, the fuzzer.
-for h in kv_fail_nth kv_fuzz kv_as_user; do
-	gcc -O2 -Wall -o "$root/usr/local/bin/$h" "$top/tools/testing/selftests/kverbs/$h.c"
+# The selftests' helpers: fault injection per operation, the fuzzer, a
+# non-root writer, the kernel log read from its end. Static: under TCG a
+# dynamically linked one took 0.18 s to run, a static one 0.07 s
+# (kv_kmsg runs after every case, kv_fail_nth at every sweep point).
+for h in kv_fail_nth kv_fuzz kv_as_user kv_kmsg; do
+	gcc -O2 -Wall -static -o "$root/usr/local/bin/$h" "$top/tools/testing/selftests/kverbs/$h.c"
 	tools+=("/usr/local/bin/$h")
 done
 copy_with_libs() {
