@@ -52,7 +52,7 @@ static void put_text(const char *t)
 
 static int pull(void)
 {
-	/* CONSOLE_EXT_LOG_MAX: no record is longer. */
+	/* A record is at most PRINTK_MESSAGE_MAX (2048) bytes, escaped. */
 	static char buf[8192 + 1];
 
 	for (;;) {

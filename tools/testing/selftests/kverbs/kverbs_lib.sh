@@ -181,6 +181,11 @@ kv_device_dirs() {
 # sleep SECONDS: sleep(1), and the seconds added up in /tmp/kverbs-slept,
 # which the guest's /init reads after each program (tools/vm/guest-init.sh:
 # how much of its time a program spent waiting in fixed sleeps and polls).
+# (A sleep in the shell itself, read -t on a pipe, saves a fork and an
+# exec; in the one full run with it, kverbs_forget.sh's kmemleak found
+# none of the objects the modules forgot, 2026-11-27. Not kept until that
+# is understood: perhaps the shell's kernel stack, no longer overwritten
+# by forks, kept stale pointers that kmemleak scans.)
 sleep() {
 	command sleep "$@" || return
 	echo "$1" >>/tmp/kverbs-slept
@@ -188,7 +193,8 @@ sleep() {
 
 # kv_wait COND...: polls COND for up to 10 s.
 kv_wait() {
-	for _ in $(seq 100); do
+	local i
+	for ((i = 0; i < 100; i++)); do
 		"$@" && return 0
 		sleep 0.1
 	done
@@ -242,7 +248,12 @@ KV_CASE_LOG=/tmp/kverbs-case.log
 kv_kmsg_open() {
 	[ -n "$KV_KMSG_FD" ] && exec {KV_KMSG_FD}<&-
 	KV_KMSG_FD=
-	exec {KV_KMSG_FD}</dev/kmsg && kv_kmsg end <&"$KV_KMSG_FD"
+	: >"$KV_CASE_LOG"
+	exec {KV_KMSG_FD}</dev/kmsg || { KV_KMSG_FD=; return 1; }
+	kv_kmsg end <&"$KV_KMSG_FD" && return 0
+	exec {KV_KMSG_FD}<&-
+	KV_KMSG_FD=
+	return 1
 }
 
 # kv_kmsg_pull: appends the records logged since the last pull to
@@ -253,25 +264,29 @@ kv_kmsg_pull() {
 
 # kv_log_since NAME: the kernel log of test case NAME, the current one,
 # from its marker on (the last of them: programs may have cases of the same
-# name, setup_rxe_lo_rxe_dummy_and_load).
+# name, setup_rxe_lo_rxe_dummy_and_load; the whole file if it has none).
 kv_log_since() {
 	kv_kmsg_pull
+	# Without its marker (lost: kv_kmsg_pull says so), the whole file.
 	awk -v m="kverbs-selftest: begin $1" '
 		BEGIN { lm = length(m) }
-		length($0) >= lm && substr($0, length($0) - lm + 1) == m { n = 0; seen = 1 }
-		seen { line[++n] = $0 }
+		length($0) >= lm && substr($0, length($0) - lm + 1) == m { n = 0 }
+		{ line[++n] = $0 }
 		END { for (i = 1; i <= n; i++) print line[i] }' "$KV_CASE_LOG"
 }
 
 # kv_case_splat NAME: whether the kernel reported something during test
 # case NAME, the one that just ended (KV_SPLAT in its log, less
-# warn_alloc's reports when KV_ALLOC_WARNINGS_OK=1). The shell itself
+# warn_alloc's reports when KV_ALLOC_WARNINGS_OK=1), or may have (records
+# lost). The shell itself
 # looks for KV_SPLAT in the case's lines; only if it finds it does
 # kv_log_since's process, with kv_drop_alloc_warnings, decide.
 kv_case_splat() {
 	local lines i text
 	kv_kmsg_pull || { kv_msg "reading the kernel log through /dev/kmsg failed"; return 0; }
 	mapfile -t lines <"$KV_CASE_LOG"
+	# Records overwritten before they were read may have held a report.
+	[[ ${lines[*]} == *"[kv_kmsg: records lost"* ]] && return 0
 	# The marker is near the top: kv_case empties the file before it.
 	for ((i = 0; i < ${#lines[@]}; i++)); do
 		[[ ${lines[i]} == *"kverbs-selftest: begin $1" ]] && break
