@@ -23,6 +23,12 @@ mount -t debugfs debugfs /sys/kernel/debug
 mount -t tmpfs tmpfs /tmp
 mount -t tmpfs tmpfs /run
 mkdir -p /dev/pts /dev/shm
+# What udev and systemd-tmpfiles make on other systems: bash's process
+# substitution (<(...)) needs /dev/fd.
+ln -s /proc/self/fd /dev/fd
+ln -s /proc/self/fd/0 /dev/stdin
+ln -s /proc/self/fd/1 /dev/stdout
+ln -s /proc/self/fd/2 /dev/stderr
 ip link set lo up
 
 mode=check
@@ -55,10 +61,12 @@ if [ -e /sys/kernel/debug/kmemleak ]; then
 fi
 
 # cpu_ticks: the vCPUs' busy and idle time so far (USER_HZ ticks, all
-# CPUs): "busy idle user", idle counting iowait, user (and nice) the part
-# of busy spent in user space (the test programs' shells and tools).
+# CPUs) and the processes made: "busy idle user procs", idle counting
+# iowait, user (and nice) the part of busy spent in user space (the test
+# programs' shells and tools), procs the forks since boot.
 cpu_ticks() {
-	awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8 + $9, $5 + $6, $2 + $3; exit }' /proc/stat
+	awk '$1 == "cpu" { b = $2 + $3 + $4 + $7 + $8 + $9; i = $5 + $6; u = $2 + $3 }
+		$1 == "processes" { print b, i, u, $2; exit }' /proc/stat
 }
 
 # The test programs: kverbs.progs=a.sh,b.sh on the command line (one guest
@@ -68,11 +76,12 @@ cpu_ticks() {
 # empty line when the programs of every guest are given out.  The KTAP plan
 # comes first when the programs are known, else last.  After each
 # program a line of where its time went: "# kverbs-time: PROG SECONDS
-# busy PCT slept SECONDS user PCT": the vCPUs' busy share of the time (the
+# busy PCT slept SECONDS user PCT procs N": the vCPUs' busy share of the time (the
 # work; the rest is waiting: sleeps, polls, timeouts, TCG wake-ups), the
 # seconds its shell slept (kverbs_lib.sh's sleep, in /tmp/kverbs-slept),
-# and the share of the work done in user space (shells, tools, peers;
-# the rest is the kernel's).
+# the share of the work done in user space (shells, tools, peers; the rest
+# is the kernel's), and the processes it made (under TCG a fork and an
+# exec cost 0.07-0.2 s of a vCPU).
 run_check() {
 	cd /kselftest/kverbs || return 1
 	progs=$(cat TEST_PROGS)
@@ -138,8 +147,9 @@ run_prog() {
 	rm -f /tmp/rc
 	slept=$(awk '{ s += $1 } END { printf "%.1f", s }' /tmp/kverbs-slept 2>/dev/null)
 	echo "# kverbs-time: $p $(awk -v t0="$t0" '{ printf "%.1f", $1 - t0 }' /proc/uptime)" \
-		"$(echo "$c0 $(cpu_ticks)" | awk -v slept="${slept:-0.0}" '{ b = $4 - $1; t = b + $5 - $2; u = $6 - $3
-			printf "busy %d slept %s user %d", (t > 0 ? 100 * b / t + 0.5 : 0), slept, (b > 0 ? 100 * u / b + 0.5 : 0) }')"
+		"$(echo "$c0 $(cpu_ticks)" | awk -v slept="${slept:-0.0}" '{ b = $5 - $1; t = b + $6 - $2; u = $7 - $3
+			printf "busy %d slept %s user %d procs %d", (t > 0 ? 100 * b / t + 0.5 : 0), slept,
+				(b > 0 ? 100 * u / b + 0.5 : 0), $8 - $4 }')"
 	if [ "$rc" = 0 ]; then
 		echo "ok $i selftests: kverbs: $p"
 	elif [ "$rc" = 4 ]; then

@@ -10,7 +10,8 @@
 #   <program> <seconds> s <ok|not ok|SKIP|never ran|died> [busy <pct> %, slept <s> s]
 #                                                             one line each
 #   kverbs-time: where the time went (the programs' seconds, the vCPUs'
-#                busy share, the seconds slept, kmemleak's checks, boots)
+#                busy share, the seconds slept, user space's share, the
+#                processes made, kmemleak's checks, boots)
 #   kverbs: <why>                                             for each problem
 #                                (each failed case is one: "<program>: case failed: <name>")
 #   N passed, N failed[, N skipped]                           last
@@ -87,8 +88,12 @@ function close_prog(result,    missing) {
 		}
 	}
 	if (busy != "") {
-		printf "%-28s %7s s  %-8s busy %3d %%, slept %6.1f s, kmemleak %5.1f s%s\n", prog, secs, result, busy, slept, kml,
-			(user != "" ? sprintf(", user space %d %% of the busy", user) : "")
+		printf "%-28s %7s s  %-8s busy %3d %%, slept %6.1f s, kmemleak %5.1f s%s%s\n", prog, secs, result, busy, slept, kml,
+			(user != "" ? sprintf(", user space %d %% of the busy", user) : ""),
+			(procs != "" ? sprintf(", %d processes", procs) : "")
+		if (procs != "") {
+			t_procs += procs; n_procs++
+		}
 		b_secs += secs; t_busy += secs * busy / 100; t_slept += slept
 		if (user != "") {
 			u_busy += secs * busy / 100; t_user += secs * busy / 100 * user / 100
@@ -104,7 +109,7 @@ function close_prog(result,    missing) {
 	close_prog("")
 	prog = $4; started++
 	have_totals = 0; sub_plan = 0; sub_seen = 0; sub_ok = 0; sub_notok = 0; sub_skip = 0
-	secs = ""; busy = ""; slept = ""; user = ""; kml = 0; skip_why = "no reason given"
+	secs = ""; busy = ""; slept = ""; user = ""; procs = ""; kml = 0; skip_why = "no reason given"
 	next
 }
 prog != "" && /^# # kmemleak_clean_[a-z0-9_]+: [0-9.]+ s(, |$)/ { kml += $4; next }
@@ -133,7 +138,13 @@ prog != "" && /^# # Totals: / {
 	have_totals = 1
 	next
 }
-prog != "" && /^# kverbs-time: / { secs = $4; if ($5 == "busy") { busy = $6; slept = $8 }; user = ($9 == "user") ? $10 : ""; next }
+prog != "" && /^# kverbs-time: / {
+	secs = $4
+	if ($5 == "busy") { busy = $6; slept = $8 }
+	user = ($9 == "user") ? $10 : ""
+	procs = ($11 == "procs") ? $12 : ""
+	next
+}
 /^kverbs-boot: [0-9.]+ s/ { boots++; boot_secs += $2; next }
 /^(not )?ok [0-9]+ selftests: kverbs: / {
 	r = ($1 == "not") ? "not ok" : ($0 ~ /# SKIP/ ? "ok # SKIP" : "ok")
@@ -160,6 +171,8 @@ END {
 		if (u_busy > 0)
 			line = line sprintf("; user space (shells, tools, peers) %.0f s of %.0f s busy (%.0f %%), the rest in the kernel",
 				t_user, u_busy, 100 * t_user / u_busy)
+		if (n_procs > 0)
+			line = line sprintf("; %d processes", t_procs)
 		print line sprintf("; kmemleak checks %.0f s; %d boot(s) %.0f s", t_kml, boots, boot_secs)
 	}
 	if (!plan) {
