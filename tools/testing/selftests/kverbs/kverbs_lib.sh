@@ -286,7 +286,8 @@ kv_case_splat() {
 	kv_kmsg_pull || { kv_msg "reading the kernel log through /dev/kmsg failed"; return 0; }
 	mapfile -t lines <"$KV_CASE_LOG"
 	# Records overwritten before they were read may have held a report.
-	[[ ${lines[*]} == *"[kv_kmsg: records lost"* ]] && return 0
+	[[ ${lines[*]} == *"[kv_kmsg: records lost"* ]] &&
+		{ kv_msg "records of the kernel log were lost before they were read"; return 0; }
 	# The marker is near the top: kv_case empties the file before it.
 	for ((i = 0; i < ${#lines[@]}; i++)); do
 		[[ ${lines[i]} == *"kverbs-selftest: begin $1" ]] && break
