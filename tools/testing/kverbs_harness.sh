@@ -51,10 +51,21 @@ vm=1
 n=0 pass=0 fail=0 skip=0
 msg() { echo "# $*"; }
 diag() { sed 's/^/# /'; }
-# t NAME FUNC [ARGS...]: one KTAP case; with KVERBS_HARNESS_ONLY=REGEX,
-# the cases whose name does not match are skipped.
+# cpu_ticks: the CPU time (USER_HZ ticks) of this shell and of its
+# children it has waited for, from /proc/PID/stat (utime, stime, cutime,
+# cstime): a case's processes, the guests' QEMU among them.
+cpu_ticks() {
+	local s f
+	read -r s </proc/$$/stat
+	read -r -a f <<<"${s##*) }"
+	echo $((f[11] + f[12] + f[13] + f[14]))
+}
+
+# t NAME FUNC [ARGS...]: one KTAP case, with its wall and CPU seconds; with
+# KVERBS_HARNESS_ONLY=REGEX, the cases whose name does not match are
+# skipped.
 t() {
-	local name=$1 start=$SECONDS
+	local name=$1 start=$SECONDS cpu
 	shift
 	n=$((n + 1))
 	if [ -n "${KVERBS_HARNESS_ONLY:-}" ] && ! [[ $name =~ $KVERBS_HARNESS_ONLY ]]; then
@@ -62,11 +73,12 @@ t() {
 		skip=$((skip + 1))
 		return
 	fi
+	cpu=$(cpu_ticks)
 	if "$@"; then
-		echo "ok $n $name # $((SECONDS - start)) s"
+		echo "ok $n $name # $((SECONDS - start)) s, CPU $((($(cpu_ticks) - cpu) / 100)) s"
 		pass=$((pass + 1))
 	else
-		echo "not ok $n $name # $((SECONDS - start)) s"
+		echo "not ok $n $name # $((SECONDS - start)) s, CPU $((($(cpu_ticks) - cpu) / 100)) s"
 		fail=$((fail + 1))
 	fi
 }
