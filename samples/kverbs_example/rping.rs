@@ -125,8 +125,19 @@ fn wait_recv(
     }
 }
 
-/// Sends the 16 bytes in `send_buf`: `Ok(false)` if the peer went away
-/// (see [`complete_or_gone`]).
+/// How a send request of a connection ended (see [`complete_or_gone`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Sent {
+    /// It completed.
+    Acked,
+    /// It failed, and the peer disconnected: the peer went away under it.
+    Gone,
+    /// The peer disconnected, and it was still outstanding [`GONE_MS`]
+    /// later: the peer may or may not have had it.
+    Unacked,
+}
+
+/// Sends the 16 bytes in `send_buf` (see [`complete_or_gone`]).
 fn send_info(
     qp: &Qp<Rts>,
     cm: &CmId,
@@ -134,20 +145,27 @@ fn send_info(
     cfg: &Config,
     cancel: &Cancel,
     rep: &mut Report,
-) -> Result<bool> {
+) -> Result<Sent> {
     let id = qp.post_send(SendOp::Send, send_buf, 0, INFO_LEN, true)?;
     complete_or_gone(qp, cm, id, "SEND", cfg, cancel, rep)
 }
 
-/// Waits for the send request `wr`: `Ok(false)` if the peer went away
-/// under it. A peer killed in the middle of a ping can take its QP down
+/// Waits for the send request `wr`: how it ended, or an error if it failed
+/// and the peer did not disconnect, or if it is outstanding after the run's
+/// timeout. A peer killed in the middle of a ping can take its QP down
 /// before its disconnect gets out: the request then fails with a remote
 /// error (the DISCONNECTED event follows within [`GONE_MS`]), or is never
-/// answered (the event comes while it is outstanding; waiting for the
-/// retries would take 7 x 1.07 s). A request the peer did get can also be
-/// outstanding when the event comes: rping disconnects as soon as the last
-/// go-ahead arrives, and its disconnect can overtake the acknowledgement.
-/// So an outstanding request gets [`GONE_MS`] more to complete.
+/// answered (the event comes while it is outstanding; the retries would
+/// take 7 x 1.07 s, and rxe never ends them for rping's retry count, 7,
+/// which the connection manager gives this side's QP). A request the peer
+/// did get can also be outstanding when the event comes: rping
+/// disconnects as soon as the last go-ahead arrives, and its disconnect
+/// can overtake the acknowledgement -- or stop it: rxe's responder sends
+/// no acknowledgement once the QP is in ERR, and rping moves it there as
+/// soon as it has the completion, which rxe gives before the
+/// acknowledgement goes out. So an outstanding request gets [`GONE_MS`]
+/// more to complete, counted from the event (taken once), and is then
+/// [`Sent::Unacked`].
 fn complete_or_gone(
     qp: &Qp<Rts>,
     cm: &CmId,
@@ -156,38 +174,39 @@ fn complete_or_gone(
     cfg: &Config,
     cancel: &Cancel,
     rep: &mut Report,
-) -> Result<bool> {
+) -> Result<Sent> {
     let end = kverbs::now_ns() + u64::from(cfg.timeout_ms) * 1_000_000;
     let mut gone_end = None;
     let mut wr = wr;
     loop {
         match qp.wait_for(wr, 200, cancel)? {
-            Waited::Done(wc) if wc.result().is_ok() => return Ok(true),
+            Waited::Done(wc) if wc.result().is_ok() => return Ok(Sent::Acked),
             Waited::Done(wc) => {
                 let _ = writeln!(
                     rep,
                     "{}: completion with error: {} (vendor error {:#x})",
                     what, wc.status, wc.vendor_err
                 );
-                if cm.wait_disconnected(GONE_MS, cancel) {
-                    break;
+                if gone_end.is_some() || cm.wait_disconnected(GONE_MS, cancel) {
+                    return Ok(Sent::Gone);
                 }
                 return Err(EIO);
             }
             Waited::Pending(pending) => {
-                if cm.disconnected() {
-                    let now = kverbs::now_ns();
-                    let gone = *gone_end.get_or_insert(now + u64::from(GONE_MS) * 1_000_000);
-                    if now >= gone {
-                        let _ = writeln!(
-                            rep,
-                            "{}: outstanding {} ms after the peer disconnected",
-                            what, GONE_MS
-                        );
-                        break;
-                    }
+                let now = kverbs::now_ns();
+                // The event is taken once: from then on, the deadline it set.
+                if gone_end.is_none() && cm.disconnected() {
+                    gone_end = Some(now + u64::from(GONE_MS) * 1_000_000);
                 }
-                if kverbs::now_ns() >= end {
+                if gone_end.is_some_and(|gone| now >= gone) {
+                    let _ = writeln!(
+                        rep,
+                        "{}: outstanding {} ms after the peer disconnected",
+                        what, GONE_MS
+                    );
+                    return Ok(Sent::Unacked);
+                }
+                if now >= end {
                     let _ = writeln!(rep, "{}: no completion in {} ms", what, cfg.timeout_ms);
                     return Err(errno::etimedout());
                 }
@@ -195,7 +214,6 @@ fn complete_or_gone(
             }
         }
     }
-    Ok(false)
 }
 
 /// rping's server or client, on the device whose `rc` file was written.
@@ -346,7 +364,7 @@ impl Ping<'_> {
             recv = qp.post_recv(recv_buf, 0, INFO_LEN)?;
             src.len = src.len.min(size as u32);
             let rd = qp.post_send(SendOp::Read(src), rdma_buf, 0, src.len as usize, true)?;
-            if !complete_or_gone(qp, id, rd, "RDMA READ", cfg, cancel, rep)? {
+            if complete_or_gone(qp, id, rd, "RDMA READ", cfg, cancel, rep)? != Sent::Acked {
                 break true;
             }
             add(&stats.read_msgs, 1);
@@ -360,7 +378,7 @@ impl Ping<'_> {
                 }
             }
             // Go ahead.
-            if !send_info(qp, id, send_buf, cfg, cancel, rep)? {
+            if send_info(qp, id, send_buf, cfg, cancel, rep)? != Sent::Acked {
                 break true;
             }
             // The client's sink buffer.
@@ -382,17 +400,30 @@ impl Ping<'_> {
                 .map_or(data.len(), |p| p + 1);
             sink.len = sink.len.min(n as u32);
             let wr = qp.post_send(SendOp::Write(sink), rdma_buf, 0, sink.len as usize, true)?;
-            if !complete_or_gone(qp, id, wr, "RDMA WRITE", cfg, cancel, rep)? {
+            if complete_or_gone(qp, id, wr, "RDMA WRITE", cfg, cancel, rep)? != Sent::Acked {
                 break true;
             }
             add(&stats.write_msgs, 1);
             add(&stats.write_bytes, sink.len.into());
-            if !send_info(qp, id, send_buf, cfg, cancel, rep)? {
+            // The ping's last go-ahead: rping disconnects as soon as it
+            // has the last one, perhaps before its acknowledgement went
+            // out. Outstanding at the disconnect, it ends the run after
+            // its ping, as krping's server, which never waits for it.
+            let sent = send_info(qp, id, send_buf, cfg, cancel, rep)?;
+            if sent == Sent::Gone {
                 break true;
             }
             add(&stats.send_msgs, 2);
             add(&stats.send_bytes, 2 * INFO_LEN as u64);
             pings += 1;
+            if sent == Sent::Unacked {
+                let _ = writeln!(
+                    rep,
+                    "rdma_cm: the go-ahead of ping {} unacknowledged when the client disconnected",
+                    pings
+                );
+                break false;
+            }
         };
         if mid_ping {
             let _ = writeln!(rep, "rdma_cm: the client went away in the middle of a ping");
@@ -457,7 +488,7 @@ impl Ping<'_> {
             rdma_buf.write(0, &KVec::from_elem(0u8, size, GFP_KERNEL)?)?;
 
             send_buf.write(0, &info_bytes(&start_remote))?;
-            if !send_info(&qp, id, send_buf, cfg, cancel, rep)?
+            if send_info(&qp, id, send_buf, cfg, cancel, rep)? != Sent::Acked
                 || wait_recv(&qp, id, recv, cfg, cancel, rep)?.is_none()
             {
                 let _ = writeln!(rep, "ping {}: the server went away", ping);
@@ -466,7 +497,7 @@ impl Ping<'_> {
             recv = qp.post_recv(recv_buf, 0, INFO_LEN)?;
 
             send_buf.write(0, &info_bytes(&sink_remote))?;
-            if !send_info(&qp, id, send_buf, cfg, cancel, rep)?
+            if send_info(&qp, id, send_buf, cfg, cancel, rep)? != Sent::Acked
                 || wait_recv(&qp, id, recv, cfg, cancel, rep)?.is_none()
             {
                 let _ = writeln!(rep, "ping {}: the server went away", ping);
