@@ -15,7 +15,7 @@ use crate::conn::{cm_device_check, cm_listen, cm_on_device};
 use crate::control::Run;
 use crate::report::Report;
 use crate::stats::{add, Stats};
-use core::fmt::Write;
+use core::{cell::Cell, fmt::Write};
 use kernel::{prelude::*, sync::Arc};
 use kverbs::{
     cm::{CmEvents, CmId},
@@ -88,11 +88,44 @@ fn fill_ping(buf: &DmaBuf, size: usize, ping: u32, start: u8) -> Result {
 /// out: our request then fails with a remote error) from a failure.
 const GONE_MS: u32 = 1000;
 
+/// The peer of a connection, as its events tell: its DISCONNECTED event is
+/// taken once ([`CmId::disconnected`]), and remembered here, so that every
+/// later wait of the run knows the peer is gone.
+struct Peer<'a> {
+    cm: &'a CmId,
+    gone: Cell<bool>,
+}
+
+impl<'a> Peer<'a> {
+    fn new(cm: &'a CmId) -> Self {
+        Peer {
+            cm,
+            gone: Cell::new(false),
+        }
+    }
+
+    /// Whether the peer has disconnected, now or before.
+    fn disconnected(&self) -> bool {
+        if !self.gone.get() && self.cm.disconnected() {
+            self.gone.set(true);
+        }
+        self.gone.get()
+    }
+
+    /// Whether the peer disconnects within [`GONE_MS`] (or did before).
+    fn wait_disconnected(&self, cancel: &Cancel) -> bool {
+        if !self.gone.get() && self.cm.wait_disconnected(GONE_MS, cancel) {
+            self.gone.set(true);
+        }
+        self.gone.get()
+    }
+}
+
 /// Waits for the receive `id`; `None` if the connection went away first
 /// (a flushed receive, or the DISCONNECTED event), which ends a server.
 fn wait_recv(
     qp: &Qp<Rts>,
-    cm: &CmId,
+    peer: &Peer<'_>,
     id: WrId,
     cfg: &Config,
     cancel: &Cancel,
@@ -106,13 +139,13 @@ fn wait_recv(
             Waited::Done(wc) if wc.result().is_ok() => return Ok(Some(wc.byte_len)),
             Waited::Done(wc) => {
                 let _ = writeln!(rep, "RECV: completion with error: {}", wc.status);
-                if cm.wait_disconnected(GONE_MS, cancel) {
+                if peer.wait_disconnected(cancel) {
                     return Ok(None);
                 }
                 return Err(EIO);
             }
             Waited::Pending(pending) => {
-                if cm.disconnected() {
+                if peer.disconnected() {
                     return Ok(None);
                 }
                 if kverbs::now_ns() >= end {
@@ -140,14 +173,14 @@ enum Sent {
 /// Sends the 16 bytes in `send_buf` (see [`complete_or_gone`]).
 fn send_info(
     qp: &Qp<Rts>,
-    cm: &CmId,
+    peer: &Peer<'_>,
     send_buf: &Arc<DmaBuf>,
     cfg: &Config,
     cancel: &Cancel,
     rep: &mut Report,
 ) -> Result<Sent> {
     let id = qp.post_send(SendOp::Send, send_buf, 0, INFO_LEN, true)?;
-    complete_or_gone(qp, cm, id, "SEND", cfg, cancel, rep)
+    complete_or_gone(qp, peer, id, "SEND", cfg, cancel, rep)
 }
 
 /// Waits for the send request `wr`: how it ended, or an error if it failed
@@ -155,20 +188,20 @@ fn send_info(
 /// timeout. A peer killed in the middle of a ping can take its QP down
 /// before its disconnect gets out: the request then fails with a remote
 /// error (the DISCONNECTED event follows within [`GONE_MS`]), or is never
-/// answered (the event comes while it is outstanding; the retries would
-/// take 7 x 1.07 s, and rxe never ends them for rping's retry count, 7,
-/// which the connection manager gives this side's QP). A request the peer
+/// answered (the event comes while it is outstanding; rxe retries it for
+/// ever: the connection manager gives this side's QP the client's retry
+/// count, rping's 7, which rxe never counts down). A request the peer
 /// did get can also be outstanding when the event comes: rping
 /// disconnects as soon as the last go-ahead arrives, and its disconnect
 /// can overtake the acknowledgement -- or stop it: rxe's responder sends
 /// no acknowledgement once the QP is in ERR, and rping moves it there as
 /// soon as it has the completion, which rxe gives before the
 /// acknowledgement goes out. So an outstanding request gets [`GONE_MS`]
-/// more to complete, counted from the event (taken once), and is then
-/// [`Sent::Unacked`].
+/// more to complete, counted from the event, and is then
+/// [`Sent::Unacked`]. The event is taken once: [`Peer`] remembers it.
 fn complete_or_gone(
     qp: &Qp<Rts>,
-    cm: &CmId,
+    peer: &Peer<'_>,
     wr: WrId,
     what: &str,
     cfg: &Config,
@@ -187,15 +220,14 @@ fn complete_or_gone(
                     "{}: completion with error: {} (vendor error {:#x})",
                     what, wc.status, wc.vendor_err
                 );
-                if gone_end.is_some() || cm.wait_disconnected(GONE_MS, cancel) {
+                if peer.wait_disconnected(cancel) {
                     return Ok(Sent::Gone);
                 }
                 return Err(EIO);
             }
             Waited::Pending(pending) => {
                 let now = kverbs::now_ns();
-                // The event is taken once: from then on, the deadline it set.
-                if gone_end.is_none() && cm.disconnected() {
+                if gone_end.is_none() && peer.disconnected() {
                     gone_end = Some(now + u64::from(GONE_MS) * 1_000_000);
                 }
                 if gone_end.is_some_and(|gone| now >= gone) {
@@ -261,6 +293,7 @@ pub(crate) fn run(cfg: &Config, ctx: Run<'_>) -> Result {
 
     let ping = Ping {
         id: &id,
+        peer: Peer::new(&id),
         recv_buf: &recv_buf,
         send_buf: &send_buf,
         rdma_buf: &rdma_buf,
@@ -334,6 +367,7 @@ fn bind_client(
 /// `rping_rdma_info` messages) and its RDMA buffer.
 struct Ping<'a> {
     id: &'a CmId,
+    peer: Peer<'a>,
     recv_buf: &'a Arc<DmaBuf>,
     send_buf: &'a Arc<DmaBuf>,
     rdma_buf: &'a Arc<DmaBuf>,
@@ -346,6 +380,7 @@ impl Ping<'_> {
     /// rping_test_server: serves pings until the client disconnects.
     fn test_server(&self, qp: &Qp<Rts>, recv: WrId, rep: &mut Report) -> Result {
         let (id, cfg, cancel, stats) = (self.id, self.cfg, self.cancel, self.stats);
+        let peer = &self.peer;
         let (recv_buf, send_buf, rdma_buf) = (self.recv_buf, self.send_buf, self.rdma_buf);
         let size = cfg.size;
         let mut recv = recv;
@@ -353,7 +388,7 @@ impl Ping<'_> {
         // The client's start buffer, until the client disconnects; `true`
         // if it went under a READ, WRITE or SEND of ours.
         let mid_ping = loop {
-            let Some(len) = wait_recv(qp, id, recv, cfg, cancel, rep)? else {
+            let Some(len) = wait_recv(qp, peer, recv, cfg, cancel, rep)? else {
                 break false;
             };
             if len as usize != INFO_LEN {
@@ -364,7 +399,7 @@ impl Ping<'_> {
             recv = qp.post_recv(recv_buf, 0, INFO_LEN)?;
             src.len = src.len.min(size as u32);
             let rd = qp.post_send(SendOp::Read(src), rdma_buf, 0, src.len as usize, true)?;
-            if complete_or_gone(qp, id, rd, "RDMA READ", cfg, cancel, rep)? != Sent::Acked {
+            if complete_or_gone(qp, peer, rd, "RDMA READ", cfg, cancel, rep)? != Sent::Acked {
                 break true;
             }
             add(&stats.read_msgs, 1);
@@ -378,11 +413,11 @@ impl Ping<'_> {
                 }
             }
             // Go ahead.
-            if send_info(qp, id, send_buf, cfg, cancel, rep)? != Sent::Acked {
+            if send_info(qp, peer, send_buf, cfg, cancel, rep)? != Sent::Acked {
                 break true;
             }
             // The client's sink buffer.
-            let Some(len) = wait_recv(qp, id, recv, cfg, cancel, rep)? else {
+            let Some(len) = wait_recv(qp, peer, recv, cfg, cancel, rep)? else {
                 break false;
             };
             if len as usize != INFO_LEN {
@@ -400,7 +435,7 @@ impl Ping<'_> {
                 .map_or(data.len(), |p| p + 1);
             sink.len = sink.len.min(n as u32);
             let wr = qp.post_send(SendOp::Write(sink), rdma_buf, 0, sink.len as usize, true)?;
-            if complete_or_gone(qp, id, wr, "RDMA WRITE", cfg, cancel, rep)? != Sent::Acked {
+            if complete_or_gone(qp, peer, wr, "RDMA WRITE", cfg, cancel, rep)? != Sent::Acked {
                 break true;
             }
             add(&stats.write_msgs, 1);
@@ -409,7 +444,7 @@ impl Ping<'_> {
             // has the last one, perhaps before its acknowledgement went
             // out. Outstanding at the disconnect, it ends the run after
             // its ping, as krping's server, which never waits for it.
-            let sent = send_info(qp, id, send_buf, cfg, cancel, rep)?;
+            let sent = send_info(qp, peer, send_buf, cfg, cancel, rep)?;
             if sent == Sent::Gone {
                 break true;
             }
@@ -451,6 +486,7 @@ impl Ping<'_> {
         rep: &mut Report,
     ) -> Result {
         let (id, cfg, cancel, stats) = (self.id, self.cfg, self.cancel, self.stats);
+        let peer = &self.peer;
         let (recv_buf, send_buf, rdma_buf) = (self.recv_buf, self.send_buf, self.rdma_buf);
         let (t, size) = (cfg.timeout_ms, cfg.size);
         let mut recv = recv;
@@ -488,8 +524,8 @@ impl Ping<'_> {
             rdma_buf.write(0, &KVec::from_elem(0u8, size, GFP_KERNEL)?)?;
 
             send_buf.write(0, &info_bytes(&start_remote))?;
-            if send_info(&qp, id, send_buf, cfg, cancel, rep)? != Sent::Acked
-                || wait_recv(&qp, id, recv, cfg, cancel, rep)?.is_none()
+            if send_info(&qp, peer, send_buf, cfg, cancel, rep)? != Sent::Acked
+                || wait_recv(&qp, peer, recv, cfg, cancel, rep)?.is_none()
             {
                 let _ = writeln!(rep, "ping {}: the server went away", ping);
                 return Err(errno::econnreset());
@@ -497,8 +533,8 @@ impl Ping<'_> {
             recv = qp.post_recv(recv_buf, 0, INFO_LEN)?;
 
             send_buf.write(0, &info_bytes(&sink_remote))?;
-            if send_info(&qp, id, send_buf, cfg, cancel, rep)? != Sent::Acked
-                || wait_recv(&qp, id, recv, cfg, cancel, rep)?.is_none()
+            if send_info(&qp, peer, send_buf, cfg, cancel, rep)? != Sent::Acked
+                || wait_recv(&qp, peer, recv, cfg, cancel, rep)?.is_none()
             {
                 let _ = writeln!(rep, "ping {}: the server went away", ping);
                 return Err(errno::econnreset());

@@ -93,7 +93,7 @@ kernel_server_rping_client_killed() {
 		}
 		if grep -q "^rdma_cm: the client went away in the middle" "$RC"; then
 			kv_msg "run $i: the client went away in the middle of a ping:"
-			grep -E "completion with error|outstanding when" "$RC" | kv_diag
+			grep -E "completion with error|outstanding [0-9]+ ms after" "$RC" | kv_diag
 		fi
 	done
 	return $r
