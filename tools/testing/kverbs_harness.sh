@@ -65,7 +65,7 @@ cpu_ticks() {
 # KVERBS_HARNESS_ONLY=REGEX, the cases whose name does not match are
 # skipped.
 t() {
-	local name=$1 start=$SECONDS cpu
+	local name=$1 start=$SECONDS cpu ok=ok
 	shift
 	n=$((n + 1))
 	if [ -n "${KVERBS_HARNESS_ONLY:-}" ] && ! [[ $name =~ $KVERBS_HARNESS_ONLY ]]; then
@@ -75,12 +75,12 @@ t() {
 	fi
 	cpu=$(cpu_ticks)
 	if "$@"; then
-		echo "ok $n $name # $((SECONDS - start)) s, CPU $((($(cpu_ticks) - cpu) / 100)) s"
 		pass=$((pass + 1))
 	else
-		echo "not ok $n $name # $((SECONDS - start)) s, CPU $((($(cpu_ticks) - cpu) / 100)) s"
+		ok="not ok"
 		fail=$((fail + 1))
 	fi
+	echo "$ok $n $name # $((SECONDS - start)) s, CPU $((($(cpu_ticks) - cpu) / 100)) s"
 }
 
 # --- tools/vm/ktap-totals.sh on recorded console logs ---------------------
