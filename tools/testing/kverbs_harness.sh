@@ -678,6 +678,124 @@ kmemleak_filter_splits_by_allocation_jiffies() {
 		{ msg "an object allocated at the jiffies given counted as after"; return 1; }
 }
 
+# --- kverbs_lib.sh's grep -------------------------------------------------
+
+# The test programs' grep (kverbs_lib.sh: done by the shell for the forms
+# they use most, else the guest's grep, busybox's) against busybox's grep,
+# the guest's, on a file of lines and on stdin: the same status and
+# output for every case. The forms the shell does itself run with no grep
+# in PATH (so a fall back to grep(1) would fail them); the others with
+# busybox's as the only grep, and must fall back.
+lib_grep_agrees_with_busybox() {
+	local fn tmp in args want got wst gst bad=0 n=0 line src
+	command -v busybox >/dev/null || { msg "no busybox on this machine"; return 1; }
+	fn=$(awk '/^KV_GREP_LINES=/ { p = 1 } p { print } p && /^kv_bre_to_ere\(\) \{/ { e = 1 } e && /^}$/ { exit }' \
+		"$top/tools/testing/selftests/kverbs/kverbs_lib.sh")
+	[ -n "$fn" ] || { msg "no grep in kverbs_lib.sh"; return 1; }
+	tmp=$(mktemp -d)
+	mkdir "$tmp/bin"
+	ln -s "$(command -v busybox)" "$tmp/bin/grep"
+	in=$tmp/in
+	cat >"$in" <<-'EOF'
+	result: ok
+	validate: ok
+	  result: ok
+	   4096   100    1.23
+	a+b (x) a|b {2} ^x y$z *star
+	abc
+	aaa
+	ab
+	[bracket] ]x
+	inet 169.254.1.1/24 brd 169.254.1.255
+	inet 169x254.1.1/24
+	RDMA $probe with the stale rkey
+	kverbs 1798344 0 - Live 0xffffffffa0000000
+	kverbs_example 1099224 0 - Live 0xffffffffa0200000
+	attached: 239.3.0.1 qpn 17
+	digits 0123 end
+	EOF
+	# "S|ARGS..." the shell's own; "F|ARGS..." grep(1)'s (fall back).
+	while IFS= read -r line; do
+		[ -n "$line" ] || continue
+		n=$((n + 1))
+		eval "args=(${line#?|})"
+		for src in file stdin; do
+			if [ $src = file ]; then
+				want=$(busybox grep "${args[@]}" "$in" 2>&1); wst=$?
+			else
+				want=$(busybox grep "${args[@]}" <"$in" 2>&1); wst=$?
+			fi
+			(
+				eval "$fn"
+				if [ "${line:0:1}" = S ]; then PATH=$tmp/none; else PATH=$tmp/bin:$PATH; fi
+				if [ $src = file ]; then grep "${args[@]}" "$in"; else grep "${args[@]}" <"$in"; fi
+			) >"$tmp/out" 2>&1
+			gst=$?
+			got=$(cat "$tmp/out")
+			if [ "$gst" != "$wst" ] || [ "$got" != "$want" ]; then
+				msg "grep ${line#?|} ($src): status $gst, want $wst"
+				diff <(echo "$want") <(echo "$got") | diag
+				bad=1
+			fi
+		done
+	done <<-'EOF'
+	S|-q 'result: ok'
+	S|-q '^result: ok'
+	S|-q '^validate: ok$'
+	S|-qx 'validate: ok'
+	S|-qx 'result'
+	S|-c ok
+	S|-c '^ *result'
+	S|'^kverbs '
+	S|-q '^kverbs_minimal '
+	S|-qE '^ +4096 +100 '
+	S|-q '^ +4096 +100 '
+	S|-c 'a+b'
+	S|-q '(x)'
+	S|-q 'a|b'
+	S|-c '{2}'
+	S|-q '^x'
+	S|-q 'y$z'
+	S|-q '*star'
+	S|-q '^*star'
+	S|-c 'a*b'
+	S|-cE 'a+b?'
+	S|-E 'a|^ab$'
+	S|-E '(ab|aa)a'
+	S|-cx 'a*'
+	S|-q '[]x]'
+	S|-c '[^a-z ]'
+	S|-c '[[:digit:]]'
+	S|'[[:digit:]][[:digit:]]*$'
+	S|-q 'inet 169.254.1.1/24'
+	S|-c 'inet 169.254'
+	S|-q -- '-x'
+	S|-q 'RDMA $probe'
+	S|-qE 'x{2}'
+	S|-c '^attached: 239.3.0.1 '
+	S|-q 'nothing like this'
+	S|-c 'nothing like this'
+	S|'nothing like this'
+	F|-q 'a\|b'
+	F|-q '\(x\)'
+	F|-c 'ok\.'
+	F|-qi 'RESULT'
+	F|-m1 ok
+	F|-v ok
+	F|-qE '('
+	F|-q ''
+	EOF
+	# A missing file and two files: grep(1)'s messages.
+	for args in "-q ok $tmp/missing" "-c ok $in $in"; do
+		want=$(cd "$tmp" && busybox grep $args 2>&1); wst=$?
+		got=$(cd "$tmp" && eval "$fn" && PATH=$tmp/bin:$PATH && grep $args 2>&1); gst=$?
+		[ "$gst" = "$wst" ] && [ "$got" = "$want" ] || { msg "grep $args: status $gst, want $wst"; bad=1; }
+	done
+	rm -rf "$tmp"
+	[ "$n" -ge 40 ] || { msg "only $n cases read"; return 1; }
+	return $bad
+}
+
 # --- make bench's report --------------------------------------------------
 
 # report.py on the fixture: the medians of three rounds and their ratios,
@@ -795,7 +913,7 @@ compile_fail_unlisted() {
 
 echo "TAP version 13"
 mapfile -t examples < <(extract_compile_fail)
-nplan=$((${#TOTALS_FIXTURES[@]} + 1 + 9 + 1 + 4 + 4 + 1 + ${#COMPILE_FAIL_EXAMPLES[@]} + (vm ? 5 : 0)))
+nplan=$((${#TOTALS_FIXTURES[@]} + 1 + 9 + 2 + 4 + 4 + 1 + ${#COMPILE_FAIL_EXAMPLES[@]} + (vm ? 5 : 0)))
 echo "1..$nplan"
 for name in "${TOTALS_FIXTURES[@]}"; do
 	t "totals_$name" totals_listed_case "$name"
@@ -811,6 +929,7 @@ t build_kernel_other_kernels_build_not_waited_for build_kernel_other_kernels_bui
 t build_kernel_perf_flavor_has_no_debug_options build_kernel_perf_flavor_has_no_debug_options
 t build_kernel_trace_flavor_patches_a_copy build_kernel_trace_flavor_patches_a_copy
 t kmemleak_filter_splits_by_allocation_jiffies kmemleak_filter_splits_by_allocation_jiffies
+t lib_grep_agrees_with_busybox lib_grep_agrees_with_busybox
 t bench_report_medians_and_ratios bench_report_medians_and_ratios
 t bench_report_figures_above_the_limit_listed bench_report_figures_above_the_limit_listed
 t bench_report_inv_req_loops_counted bench_report_inv_req_loops_counted

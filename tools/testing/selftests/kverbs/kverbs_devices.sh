@@ -55,7 +55,7 @@ all_devices_deleted_while_loaded() {
 add_del_cycles_while_loaded() {
 	local i
 	kv_load || return 1
-	for i in $(seq 10); do
+	for i in {1..10}; do
 		kv_rxe_add rxe_cycle lo || return 1
 		has_dir rxe_cycle || { kv_msg "cycle $i: not added"; return 1; }
 		kv_rxe_del rxe_cycle || return 1

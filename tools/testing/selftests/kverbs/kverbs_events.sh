@@ -44,7 +44,7 @@ gid_change_on_address() {
 # newest 64 and counts the dropped.
 ring_bounded() {
 	local total dropped lines
-	for _ in $(seq 40); do
+	for _ in {1..40}; do
 		ip link set $NET down && ip link set $NET up || return 1
 	done
 	# Events are delivered from a workqueue: let the last ones come.

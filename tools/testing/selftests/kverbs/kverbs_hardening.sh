@@ -263,7 +263,7 @@ write_alone() {
 }
 # A client retried (for 3 s) until the server here listens.
 rc_peer_client() {
-	(for _ in $(seq 15); do
+	(for _ in {1..15}; do
 		rc_peer -d rxe_lo -g 1 -s 4096 -v 127.0.0.1 >/dev/null 2>&1 && exit 0
 		sleep 0.2
 	done) &
@@ -276,7 +276,7 @@ rc_peer_server() {
 	kv_wait grep -q ":4DA3 00000000:0000 0A" /proc/net/tcp
 }
 rping_client() {
-	(for _ in $(seq 15); do
+	(for _ in {1..15}; do
 		rping -c -a 169.254.1.1 -C 3 -S 64 -V >/dev/null 2>&1 && exit 0
 		sleep 0.2
 	done) &
@@ -297,7 +297,7 @@ cm_normal() {
 # The SRQ example's server (2 QPs on one SRQ) against srq_peer.
 SRQ_SERVER="role=server,addr=169.254.1.1,qps=2,max_wr=8,count=20,size=256,timeout_ms=3000"
 srq_peer_client() {
-	(for _ in $(seq 15); do
+	(for _ in {1..15}; do
 		srq_peer -q 2 -w 8 -c 20 -s 256 169.254.1.1 >/dev/null 2>&1 && exit 0
 		sleep 0.2
 	done) &
@@ -509,7 +509,7 @@ removal_loop() {
 	vpid=$!
 	kv_wait grep -q "^status: running" "$vfile" || { kv_msg "loop $i: the run on $vfile did not start"; r=1; }
 	sleep "0.$delay"
-	t0=$(cut -d' ' -f1 /proc/uptime)
+	read -r t0 _ </proc/uptime
 	echo "kverbs-selftest: loop $i: removal of victim $victim (how $how) begins" >/dev/kmsg
 	case "$victim.$how" in
 	0.*) kv_rxe_del rxe_lo || r=1 ;;
@@ -557,7 +557,7 @@ removal_loop() {
 removal_under_traffic() {
 	local loops=3 i
 	[ $FULL = 1 ] && loops=50
-	for i in $(seq 1 $loops); do
+	for ((i = 1; i <= loops; i++)); do
 		removal_loop "$i" || return 1
 	done
 	kv_msg "$loops removal loops survived"
@@ -580,9 +580,9 @@ concurrent_writers() {
 	done
 	(printf 'role=both,group=239.1.1.1,qps=2,count=3' >"$MC") 2>/tmp/cw.mc &
 	local mc=$!
-	for _ in $(seq 20); do cat "$RC" >/dev/null || r=1; done
+	for _ in {1..20}; do cat "$RC" >/dev/null || r=1; done
 	# The three that lost have ended (EBUSY at once); the winner waits.
-	for _ in $(seq 100); do
+	for _ in {1..100}; do
 		busy=0
 		for i in 1 2 3 4; do grep -q "Device or resource busy" "/tmp/cw.$i" && busy=$((busy + 1)); done
 		[ $busy -ge 3 ] && break
@@ -674,7 +674,7 @@ wanted() {
 	local n
 	[ -z "$ONLY" ] && return 0
 	for n; do
-		echo "$n" | grep -qE -- "$ONLY" && return 0
+		grep -qE -- "$ONLY" <<<"$n" && return 0
 	done
 	return 1
 }

@@ -61,7 +61,7 @@ compare_rdma_link() {
 	link=$(rdma link show "$dev/1")
 	ours=$(normalize <"$KV_DEBUGFS/$dev/info")
 	kv_msg "$link"
-	echo "$link" | grep -qE "state ${3:-ACTIVE} physical_state LINK_UP netdev $ndev *\$" ||
+	grep -qE "state ${3:-ACTIVE} physical_state LINK_UP netdev $ndev *\$" <<<"$link" ||
 		{ kv_msg "unexpected rdma link output"; return 1; }
 	[ "$(echo "$ours" | value state)" = "PORT_${3:-ACTIVE} (4)" ] || return 1
 	[ "$(echo "$ours" | value phys_state)" = "LINK_UP (5)" ] || return 1

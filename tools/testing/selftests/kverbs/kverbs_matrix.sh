@@ -106,7 +106,7 @@ rc_loopback_atomics() {
 }
 rc_server_rc_peer_client() {
 	local kind=$1 gid=1 pid r=0
-	(for _ in $(seq 15); do
+	(for _ in {1..15}; do
 		rc_peer -d "rxe_$kind" -g $gid -s 4096 -v "${ADDR[$kind]}" >/dev/null 2>&1 && exit 0
 		sleep 0.2
 	done
@@ -118,7 +118,7 @@ rc_server_rc_peer_client() {
 }
 rc_cm_server_rping_client() {
 	local kind=$1 pid r=0
-	(for _ in $(seq 15); do
+	(for _ in {1..15}; do
 		rping -c -a "${ADDR[$kind]}" -C 3 -S 64 -V >/dev/null 2>&1 && exit 0
 		sleep 0.2
 	done
@@ -133,7 +133,7 @@ rc_cm_client_rping_server() {
 	rping -s -a "${ADDR[$kind]}" -C 3 -S 64 -V >/tmp/matrix_rping.out 2>&1 &
 	pid=$!
 	# Until rping listens: a connection refused first is no failure.
-	for _ in $(seq 30); do
+	for _ in {1..30}; do
 		run "$kind" rc "role=cm_client,addr=${ADDR[$kind]},size=64,iters=3,validate,timeout_ms=5000" || break
 		[ "$ERRNO" = 0 ] && break
 		sleep 0.3
@@ -148,7 +148,7 @@ rc_cm_client_rping_server() {
 }
 srq_server_srq_peer_client() {
 	local kind=$1 pid r=0
-	(for _ in $(seq 15); do
+	(for _ in {1..15}; do
 		srq_peer -q 2 -w 8 -c 20 -s 256 "${ADDR[$kind]}" >/dev/null 2>&1 && exit 0
 		sleep 0.2
 	done

@@ -109,7 +109,7 @@ bad() {
 bad_garbage() {
 	local out
 	out=$( (printf 'role=loopback\xff\xfe\x00\x01' >"$RC") 2>&1) && return 1
-	echo "$out" | grep -q "Invalid argument" || { kv_msg "$out"; return 1; }
+	grep -q "Invalid argument" <<<"$out" || { kv_msg "$out"; return 1; }
 	kv_logged "rxe_lo: rc: the control string is not text" || return 1
 	loopback 64
 }
@@ -119,7 +119,7 @@ bad_too_long() {
 	local out
 	head -c 5000 /dev/zero | tr '\0' 'a' >/tmp/big
 	out=$(dd if=/tmp/big of="$RC" bs=5000 count=1 2>&1) && { kv_msg "accepted: $out"; return 1; }
-	echo "$out" | grep -q "Invalid argument" || { kv_msg "$out"; return 1; }
+	grep -q "Invalid argument" <<<"$out" || { kv_msg "$out"; return 1; }
 	kv_logged "write of 5000 bytes refused" || { kv_msg "not logged"; return 1; }
 	loopback 64
 }

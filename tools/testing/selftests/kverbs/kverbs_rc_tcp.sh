@@ -28,9 +28,9 @@ kernel_run() {
 # rc_peer, retried while its server is not listening yet.
 peer_client() {
 	local out
-	for _ in $(seq 50); do
+	for _ in {1..50}; do
 		out=$(rc_peer -d rxe_lo -g $GID "$@" 127.0.0.1 2>&1) && { echo "$out"; return 0; }
-		echo "$out" | grep -q "connect failed" || { echo "$out"; return 1; }
+		grep -q "connect failed" <<<"$out" || { echo "$out"; return 1; }
 		sleep 0.2
 	done
 	echo "$out"
@@ -76,7 +76,7 @@ peer_server_kernel_client() {
 	shift
 	rc_peer -d rxe_lo -g $GID "$@" >/tmp/peer.out 2>&1 &
 	local peer=$!
-	for _ in $(seq 50); do
+	for _ in {1..50}; do
 		printf '%s' "role=client,addr=127.0.0.1,gid_idx=$GID,$opts" >"$RC" 2>/tmp/run.err && break
 		grep -q "Connection refused" /tmp/run.err || break
 		sleep 0.2
@@ -130,7 +130,7 @@ server_no_client() {
 client_without_addr() {
 	local err
 	err=$( (printf 'role=client' >"$RC") 2>&1) && return 1
-	echo "$err" | grep -q "Invalid argument" && kv_logged "role=client needs addr="
+	grep -q "Invalid argument" <<<"$err" && kv_logged "role=client needs addr="
 }
 
 peer_closes_early() {
@@ -195,7 +195,7 @@ atomics_peer_server() {
 linger_without_peer() {
 	local err
 	err=$( (printf 'role=loopback,linger' >"$RC") 2>&1) && return 1
-	echo "$err" | grep -q "Invalid argument" && kv_logged "linger needs role=server or role=client"
+	grep -q "Invalid argument" <<<"$err" && kv_logged "linger needs role=server or role=client"
 }
 
 # A misbehaving peer: whatever it sends, the kernel ends with an errno

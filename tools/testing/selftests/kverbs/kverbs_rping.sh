@@ -21,14 +21,14 @@ kernel_server_rping_client() {
 	bash -c "printf '%s' 'role=cm_server,addr=$ADDR,size=$size,validate,timeout_ms=20000' >$RC" 2>/tmp/run.err &
 	local pid=$!
 	kv_wait grep -q "^status: running" "$RC"
-	for _ in $(seq 20); do
+	for _ in {1..20}; do
 		out=$(rping -c -a $ADDR -C 10 -S "$size" -V -v 2>&1) && break
 		sleep 0.3
 	done
 	echo "$out" | tail -n 3 | kv_diag
 	wait $pid || { kv_msg "kernel server: $(cat /tmp/run.err)"; r=1; }
 	kv_diag <"$RC"
-	[ "$(echo "$out" | grep -c '^ping data: rdma-ping-')" = 10 ] || { kv_msg "rping did not get 10 pings back"; r=1; }
+	[ "$(grep -c '^ping data: rdma-ping-' <<<"$out")" = 10 ] || { kv_msg "rping did not get 10 pings back"; r=1; }
 	grep -qx "pings: 10" "$RC" || r=1
 	grep -q "^result: ok" "$RC" || r=1
 	return $r
@@ -38,7 +38,7 @@ rping_server_kernel_client() {
 	local size=$1 r=0
 	rping -s -a $ADDR -C 10 -S "$size" -V >/tmp/rping.out 2>&1 &
 	local pid=$!
-	for _ in $(seq 30); do
+	for _ in {1..30}; do
 		printf '%s' "role=cm_client,addr=$ADDR,size=$size,iters=10,validate" >"$RC" 2>/tmp/run.err && break
 		sleep 0.3
 	done
@@ -69,7 +69,7 @@ writes_past() {
 # it served and the disconnect (seen once in CI between two VMs).
 kernel_server_rping_client_killed() {
 	local r=0 i pid rp before
-	for i in $(seq 20); do
+	for i in {1..20}; do
 		bash -c "printf '%s' 'role=cm_server,addr=$ADDR,timeout_ms=20000' >$RC" 2>/tmp/run.err &
 		pid=$!
 		kv_wait grep -q "^status: running" "$RC"

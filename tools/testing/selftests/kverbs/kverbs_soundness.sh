@@ -31,7 +31,7 @@ selftest() {
 	printf '%s' "$ENV $1" >"$ST" || { kv_msg "run $1: write failed"; return 1; }
 	out=$(cat "$ST")
 	echo "$out" | kv_diag
-	echo "$out" | grep -qx "ok 1 $1"
+	grep -qx "ok 1 $1" <<<"$out"
 }
 
 # rxe_dummy added again after a case removed it, and the example given it.
@@ -95,11 +95,11 @@ selftest_bad_input() {
 # failed or took 5 s or more.
 removed_within_5s() {
 	local t0 t1 r=0
-	t0=$(cut -d' ' -f1 /proc/uptime)
+	read -r t0 _ </proc/uptime
 	echo "kverbs-selftest: removal of $1 begins" >/dev/kmsg
 	kv_rxe_del "$1" || r=1
 	[ -n "${2:-}" ] && wait "$2"
-	t1=$(cut -d' ' -f1 /proc/uptime)
+	read -r t1 _ </proc/uptime
 	kv_msg "removal took $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }') s"
 	[ $r = 0 ] && awk -v a="$t0" -v b="$t1" 'BEGIN { exit !(b - a < 5) }' && return 0
 	# Where the time went, for a removal that took too long.
@@ -169,11 +169,11 @@ drain_failure_leaks_slots_only() {
 # SECS for the removal to end: a removal that waits for a reference nobody
 # will drop never ends (a task left in D state), and must not hang the run.
 removal_bounded() {
-	local t0 pid
-	t0=$(cut -d' ' -f1 /proc/uptime)
+	local t0 pid k
+	read -r t0 _ </proc/uptime
 	rdma link del "$1" &
 	pid=$!
-	for _ in $(seq $(($2 * 10))); do
+	for ((k = 0; k < $2 * 10; k++)); do
 		if ! kill -0 "$pid" 2>/dev/null; then
 			wait "$pid" || { kv_msg "rdma link del $1 failed"; return 1; }
 			kv_msg "removal took $(kv_secs_since "$t0") s"
@@ -232,7 +232,7 @@ sigkill_writer_drains_on_softirq_cq() {
 	pid=$!
 	kv_wait grep -q "^status: running" "$rc" || { kv_msg "the run did not start"; r=1; }
 	sleep 1
-	t0=$(cut -d' ' -f1 /proc/uptime)
+	read -r t0 _ </proc/uptime
 	kill -9 "$pid"
 	wait "$pid" 2>/dev/null
 	kv_msg "the killed writer ended $(kv_secs_since "$t0") s after SIGKILL"

@@ -25,7 +25,7 @@ kernel_server() {
 	bash -c "printf '%s' 'role=server,addr=$ADDR,timeout_ms=20000,$opts' >$SRQ" 2>/tmp/run.err &
 	local pid=$!
 	kv_wait grep -q "^status: running" "$SRQ"
-	for _ in $(seq 20); do
+	for _ in {1..20}; do
 		# shellcheck disable=SC2086 # the options are words
 		out=$(srq_peer $peer_opts $ADDR 2>&1) && break
 		sleep 0.3
@@ -33,7 +33,7 @@ kernel_server() {
 	echo "$out" | kv_diag
 	wait $pid || { kv_msg "kernel server: $(cat /tmp/run.err)"; r=1; }
 	kv_diag <"$SRQ"
-	echo "$out" | grep -q "SENDs of .* each acknowledged" || r=1
+	grep -q "SENDs of .* each acknowledged" <<<"$out" || r=1
 	grep -q "^srq: ok: .* through one SRQ in .* every sequence number once" "$SRQ" || r=1
 	[ "$(grep -c "^qp 0x[0-9a-f]*: $per_qp receives" "$SRQ")" = "$qps" ] ||
 		{ kv_msg "not $per_qp receives on each of $qps QPs"; r=1; }
@@ -46,7 +46,7 @@ kernel_client() {
 	srq_peer -q 4 -w 16 -c 100 -s 4096 >/tmp/peer.out 2>&1 &
 	local peer=$!
 	sleep 0.5
-	for _ in $(seq 50); do
+	for _ in {1..50}; do
 		printf '%s' "role=client,addr=$ADDR,qps=4,max_wr=16,count=100,size=4096,timeout_ms=20000" >"$SRQ" 2>/tmp/run.err && break
 		grep -q "Connection refused" /tmp/run.err || break
 		sleep 0.2

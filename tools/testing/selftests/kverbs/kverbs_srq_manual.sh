@@ -43,7 +43,7 @@ receives_of() {
 manual_client_run() {
 	local file=$1 out=$2 addr=$3 args=$4 secs=${5:-120}
 	kv_wait grep -q "^status: running" "$file"
-	for _ in $(seq 20); do
+	for _ in {1..20}; do
 		# shellcheck disable=SC2086 # the options are words
 		timeout "$secs" srq_peer -M -a "$addr" $args >"$out" 2>&1 && return 0
 		grep -q "REJECTED\|UNREACHABLE" "$out" || return 1
@@ -88,7 +88,7 @@ kernel_client_manual() {
 	timeout 120 srq_peer -M -s -c "$count" -l "$size" -q "$qps" -w "$max_wr" >/tmp/peer.out 2>&1 &
 	local peer=$!
 	sleep 0.5
-	for _ in $(seq 50); do
+	for _ in {1..50}; do
 		printf '%s' "role=client,addr=$ADDR,flow=manual,count=$count,size=$size,qps=$qps,max_wr=$max_wr,timeout_ms=30000" >"$SRQ" 2>/tmp/run.err && break
 		grep -q "Connection refused" /tmp/run.err || break
 		sleep 0.2
@@ -131,7 +131,7 @@ kverbs_client_refuses_manual_server() {
 	timeout 20 srq_peer -M -s -c 20 -l 256 -w 8 >/tmp/peer.out 2>&1 &
 	local peer=$!
 	sleep 0.5
-	for _ in $(seq 50); do
+	for _ in {1..50}; do
 		printf '%s' "role=client,addr=$ADDR,count=20,size=256,max_wr=8,timeout_ms=10000" >"$SRQ" 2>/tmp/run.err && break
 		grep -q "Connection refused" /tmp/run.err || break
 		sleep 0.2
@@ -153,7 +153,7 @@ kernel_server_kverbs() {
 	bash -c "printf '%s' 'role=server,addr=$ADDR,flow=kverbs,qps=2,max_wr=8,count=20,size=512,timeout_ms=30000' >$SRQ" 2>/tmp/run.err &
 	local pid=$!
 	kv_wait grep -q "^status: running" "$SRQ"
-	for _ in $(seq 20); do
+	for _ in {1..20}; do
 		timeout 60 srq_peer -q 2 -w 8 -c 20 -s 512 $ADDR >/tmp/peer.out 2>&1 && break
 		sleep 0.3
 	done
@@ -189,7 +189,7 @@ two_hosts_setup() {
 	kv_rxe_add rxe_eth eth0 || return 1
 	kv_wait [ -e "$SRQ_ETH" ] || return 1
 	# The peer boots beside us: give it up to a minute.
-	for _ in $(seq 60); do
+	for _ in {1..60}; do
 		peer true >/dev/null 2>&1 && break
 		sleep 1
 	done
@@ -208,9 +208,9 @@ peer_srq_peer() {
 # starting with LAST (at most 20 s); then the peer's srq_peer is stopped.
 peer_srq_peer_output() {
 	local out
-	for _ in $(seq 40); do
+	for _ in {1..40}; do
 		out=$(peer "cat /tmp/srq_manual.out")
-		echo "$out" | grep -q "^$1" && break
+		grep -q "^$1" <<<"$out" && break
 		sleep 0.5
 	done
 	peer "kill \$(cat /tmp/srq_manual.pid) 2>/dev/null" >/dev/null
@@ -233,7 +233,7 @@ two_hosts_kernel_server_here() {
 	grep -q "^result: ok" "$SRQ_ETH" || r=1
 	grep -q "^srq: ok: 100 messages of 8192 bytes from 4 QPs through one SRQ in 2 rounds, the manual's flow" "$SRQ_ETH" || r=1
 	[ "$(receives_of <"$SRQ_ETH")" = "25 25 25 25" ] || { kv_msg "not 25 receives per connection"; r=1; }
-	echo "$out" | grep -qx "srq_peer: manual client: 100 SENDs of 8192 bytes over 4 QPs in 2 rounds, 2 replies (2 on the first connection, 0 not of 8192 bytes)" ||
+	grep -qx "srq_peer: manual client: 100 SENDs of 8192 bytes over 4 QPs in 2 rounds, 2 replies (2 on the first connection, 0 not of 8192 bytes)" <<<"$out" ||
 		{ kv_msg "the peer's replies are not 2 of 8192 bytes on its first connection"; r=1; }
 	return $r
 }
@@ -244,7 +244,7 @@ two_hosts_kernel_client_here() {
 	local r=0 out
 	peer_srq_peer "-M -s -c 37 -l 4096 -q 3 -w 8"
 	sleep 1
-	for _ in $(seq 50); do
+	for _ in {1..50}; do
 		printf '%s' "role=client,addr=$THERE,flow=manual,count=37,size=4096,qps=3,max_wr=8,timeout_ms=60000" >"$SRQ_ETH" 2>/tmp/run.err && break
 		grep -q "Connection refused" /tmp/run.err || break
 		sleep 0.3
@@ -255,7 +255,7 @@ two_hosts_kernel_client_here() {
 	out=$(peer_srq_peer_output "srq_peer: manual server:")
 	echo "$out" | kv_diag
 	[ "$(echo "$out" | receives_of)" = "13 12 12" ] || { kv_msg "the peer's receives per connection are not 13 12 12"; r=1; }
-	echo "$out" | grep -q "^srq_peer: manual server: 37 messages (0 not of 4096 bytes) in 5 rounds, 5 replies of 4096 bytes" || r=1
+	grep -q "^srq_peer: manual server: 37 messages (0 not of 4096 bytes) in 5 rounds, 5 replies of 4096 bytes" <<<"$out" || r=1
 	return $r
 }
 

@@ -41,7 +41,7 @@ setup() {
 	ip link set eth0 multicast on
 	kv_load || return 1
 	# The peer boots beside us: give it up to a minute.
-	for _ in $(seq 60); do
+	for _ in {1..60}; do
 		peer_ready && break
 		sleep 1
 	done
@@ -71,7 +71,7 @@ gid_index_of() {
 kernel_to_kernel_client_here() {
 	local size=$1 opts=${2:-} r=0 out
 	peer "bash -c \"printf 'role=server,size=$size,validate,timeout_ms=20000$opts' >$RC\" >/dev/null 2>&1 &" >/dev/null
-	for _ in $(seq 50); do
+	for _ in {1..50}; do
 		printf '%s' "role=client,addr=$THERE,size=$size,validate$opts" >"$RC" 2>/tmp/run.err && break
 		grep -q "Connection refused" /tmp/run.err || break
 		sleep 0.2
@@ -81,19 +81,19 @@ kernel_to_kernel_client_here() {
 	grep -qx "Message is: 'SEND operation      '" "$RC" || r=1
 	grep -qx "Contents of server's buffer: 'RDMA read operation '" "$RC" || r=1
 	# The peer's server finishes right after the last sync.
-	for _ in $(seq 20); do
+	for _ in {1..20}; do
 		out=$(peer "cat $RC")
-		echo "$out" | grep -q "^result:" && break
+		grep -q "^result:" <<<"$out" && break
 		sleep 0.5
 	done
 	echo "$out" | kv_diag
-	echo "$out" | grep -q "^result: ok" || r=1
-	echo "$out" | grep -qx "Contents of server buffer: 'RDMA write operation'" || r=1
-	echo "$out" | grep -q "^validate: ok" || r=1
+	grep -q "^result: ok" <<<"$out" || r=1
+	grep -qx "Contents of server buffer: 'RDMA write operation'" <<<"$out" || r=1
+	grep -q "^validate: ok" <<<"$out" || r=1
 	case $opts in
 	*atomics=*)
 		grep -q "^atomics: ok: ${opts##*atomics=} fetch-and-adds and 2 compare-and-swaps" "$RC" || r=1
-		echo "$out" | grep -q "^atomics: ok: the server's 8 bytes hold 'kverbs!!'" || r=1
+		grep -q "^atomics: ok: the server's 8 bytes hold 'kverbs!!'" <<<"$out" || r=1
 		;;
 	esac
 	return $r
@@ -109,9 +109,9 @@ kernel_to_kernel_server_here() {
 	echo "$out" | kv_diag
 	wait $pid || { kv_msg "server: $(cat /tmp/run.err)"; r=1; }
 	kv_diag <"$RC"
-	echo "$out" | grep -q "^result: ok" || r=1
-	echo "$out" | grep -qx "Message is: 'SEND operation      '" || r=1
-	echo "$out" | grep -qx "Contents of server's buffer: 'RDMA read operation '" || r=1
+	grep -q "^result: ok" <<<"$out" || r=1
+	grep -qx "Message is: 'SEND operation      '" <<<"$out" || r=1
+	grep -qx "Contents of server's buffer: 'RDMA read operation '" <<<"$out" || r=1
 	grep -q "^result: ok" "$RC" || r=1
 	grep -qx "Contents of server buffer: 'RDMA write operation'" "$RC" || r=1
 	return $r
@@ -121,21 +121,21 @@ userspace_here_kernel_there() {
 	local r=0 out gid
 	gid=$(gid_index_of rxe_eth $HERE) || { kv_msg "no GID for $HERE"; return 1; }
 	peer "bash -c \"printf 'role=server,validate,timeout_ms=20000' >$RC\" >/dev/null 2>&1 &" >/dev/null
-	for _ in $(seq 50); do
+	for _ in {1..50}; do
 		out=$(rc_peer -d rxe_eth -g "$gid" -v $THERE 2>&1) && break
-		echo "$out" | grep -q "connect failed" || break
+		grep -q "connect failed" <<<"$out" || break
 		sleep 0.2
 	done
 	echo "$out" | kv_diag
-	echo "$out" | grep -qx "test result is 0" || r=1
-	echo "$out" | grep -qx "Message is: 'SEND operation      '" || r=1
-	for _ in $(seq 20); do
+	grep -qx "test result is 0" <<<"$out" || r=1
+	grep -qx "Message is: 'SEND operation      '" <<<"$out" || r=1
+	for _ in {1..20}; do
 		out=$(peer "cat $RC")
-		echo "$out" | grep -q "^result:" && break
+		grep -q "^result:" <<<"$out" && break
 		sleep 0.5
 	done
-	echo "$out" | grep -q "^result: ok" || { echo "$out" | kv_diag; r=1; }
-	echo "$out" | grep -qx "Contents of server buffer: 'RDMA write operation'" || r=1
+	grep -q "^result: ok" <<<"$out" || { echo "$out" | kv_diag; r=1; }
+	grep -qx "Contents of server buffer: 'RDMA write operation'" <<<"$out" || r=1
 	return $r
 }
 
@@ -146,7 +146,7 @@ MC=$KV_DEBUGFS/rxe_eth/mcast
 mcast_across() {
 	local role=$1 group=$2 r=0 out
 	peer "ip link set eth0 multicast on; bash -c \"printf 'role=receiver,group=$group,qps=2,count=5,timeout_ms=30000' >$MC\" >/dev/null 2>&1 &" >/dev/null
-	for _ in $(seq 50); do
+	for _ in {1..50}; do
 		peer "grep -q '^status: running' $MC" >/dev/null && break
 		sleep 0.2
 	done
@@ -156,21 +156,21 @@ mcast_across() {
 	# A read during the peer's run shows "status: running" and the report
 	# of the run before (the previous case's): wait for this run to end
 	# (its receivers' timeout_ms is 30 s), then read its report.
-	for _ in $(seq 80); do
+	for _ in {1..80}; do
 		out=$(peer "cat $MC")
-		echo "$out" | grep -q "^status: running" || break
+		grep -q "^status: running" <<<"$out" || break
 		sleep 0.5
 	done
 	echo "$out" | kv_diag
-	echo "$out" | grep -q "^status: running" && { kv_msg "the peer's run did not end"; r=1; }
-	echo "$out" | grep -q "^result: ok" || r=1
+	grep -q "^status: running" <<<"$out" && { kv_msg "the peer's run did not end"; r=1; }
+	grep -q "^result: ok" <<<"$out" || r=1
 	# This run's group, joined by the peer's two receivers, which saw this
 	# VM as the source in the GRH.
 	local src="::ffff:$HERE" mgid="::ffff:$group"
 	case $group in *:*) src=fe80: mgid=$group ;; esac
-	[ "$(echo "$out" | grep -c "^joined dgid: $mgid qpn ")" = 2 ] ||
+	[ "$(grep -c "^joined dgid: $mgid qpn " <<<"$out")" = 2 ] ||
 		{ kv_msg "the peer's report is not of a run on $group"; r=1; }
-	[ "$(echo "$out" | grep -c "^qp 0x[0-9a-f]*: received 5 messages from $src")" = 2 ] || r=1
+	[ "$(grep -c "^qp 0x[0-9a-f]*: received 5 messages from $src" <<<"$out")" = 2 ] || r=1
 	grep -q "^result: ok" "$MC" || r=1
 	if [ "$role" = both ]; then
 		[ "$(grep -c "^joined dgid: $mgid qpn " "$MC")" = 2 ] || r=1
@@ -182,7 +182,7 @@ mcast_across() {
 # bench_rows OUT WANT: OUT (a bench report) ended well and has one table
 # row of SIZE with ITERS iterations, numbers positive: "SIZE ITERS".
 bench_rows() {
-	echo "$1" | grep -q "^result: ok" || return 1
+	grep -q "^result: ok" <<<"$1" || return 1
 	echo "$1" | awk -v want="$2" '
 		BEGIN { split(want, w, " ") }
 		/^ [0-9]+ / && $3 ~ /^[0-9.]+$/ {
@@ -231,7 +231,7 @@ bench_across() {
 	fi
 	if [ "$where" = here ]; then
 		peer "bash -c \"printf '%s' 'role=server,$opts' >$BENCH\" >/dev/null 2>&1 &" >/dev/null
-		for _ in $(seq 50); do
+		for _ in {1..50}; do
 			printf '%s' "role=client,addr=$THERE,$opts" >"$BENCH" 2>/tmp/run.err && break
 			grep -q "Connection refused" /tmp/run.err || break
 			sleep 0.2
@@ -240,15 +240,15 @@ bench_across() {
 		bench_rows "$(cat "$BENCH")" "$rows" || { kv_msg "client: $(cat /tmp/run.err)"; r=1; }
 		# The server ends after its last handshake; wait for it, so that
 		# the next case finds its file free.
-		for _ in $(seq 120); do
+		for _ in {1..120}; do
 			out=$(peer "cat $BENCH")
-			echo "$out" | grep -q "^status: running" || break
+			grep -q "^status: running" <<<"$out" || break
 			sleep 0.5
 		done
-		echo "$out" | grep -q "^result: ok" || { echo "$out" | kv_diag; r=1; }
+		grep -q "^result: ok" <<<"$out" || { echo "$out" | kv_diag; r=1; }
 		if [ $bidir = 1 ]; then
 			grep -q "^ *Bidirectional " "$BENCH" || { kv_msg "our header is not bidirectional"; r=1; }
-			echo "$out" | grep -q "^ *Bidirectional " || { kv_msg "the server's header is not bidirectional"; r=1; }
+			grep -q "^ *Bidirectional " <<<"$out" || { kv_msg "the server's header is not bidirectional"; r=1; }
 			case $opts in
 			*test=send_bw*)
 				local sent got
@@ -277,7 +277,7 @@ bench_across() {
 bench_mismatch_refused() {
 	local r=0
 	peer "bash -c \"printf '%s' 'role=server,test=read_bw,size=64,iters=100' >$BENCH\" >/dev/null 2>&1 &" >/dev/null
-	for _ in $(seq 50); do
+	for _ in {1..50}; do
 		printf '%s' "role=client,addr=$THERE,test=write_bw,size=64,iters=100" >"$BENCH" 2>/tmp/run.err && break
 		grep -q "Connection refused" /tmp/run.err || break
 		sleep 0.2
@@ -286,12 +286,12 @@ bench_mismatch_refused() {
 	kv_logged "bench: the peer's test parameters differ" || r=1
 	# The server side's run ends with the same error.
 	local out
-	for _ in $(seq 40); do
+	for _ in {1..40}; do
 		out=$(peer "cat $BENCH")
-		echo "$out" | grep -q "^result:" && break
+		grep -q "^result:" <<<"$out" && break
 		sleep 0.5
 	done
-	echo "$out" | grep -q "^result: error -71" || { echo "$out" | kv_diag; r=1; }
+	grep -q "^result: error -71" <<<"$out" || { echo "$out" | kv_diag; r=1; }
 	return $r
 }
 
@@ -315,7 +315,7 @@ dead_peer_device_gone() {
 	pid=$DEAD_PID
 	kv_wait grep -q "^status: running" "$BENCH" || { kv_msg "$BENCH never said 'status: running'"; r=1; }
 	sleep 4
-	t0=$(cut -d' ' -f1 /proc/uptime)
+	read -r t0 _ </proc/uptime
 	peer "rdma link del rxe_eth" >/dev/null || { kv_msg "rdma link del on the peer failed"; r=1; }
 	wait $pid && { kv_msg "the run went on to the end"; r=1; }
 	local took
@@ -345,7 +345,7 @@ dead_peer_process_killed() {
 	peer "bash -c \"printf '%s' 'role=client,addr=$HERE,$DEAD_OPTS' >$BENCH\" >/dev/null 2>&1 & echo \$! >/tmp/dead.pid" >/dev/null
 	sleep 4
 	peer "grep -q '^status: running' $BENCH" || { kv_msg "the peer's client is not running"; r=1; }
-	t0=$(cut -d' ' -f1 /proc/uptime)
+	read -r t0 _ </proc/uptime
 	peer "kill -9 \$(cat /tmp/dead.pid)" >/dev/null || { kv_msg "kill -9 in the peer failed"; r=1; }
 	wait $pid && { kv_msg "the run went on to the end"; r=1; }
 	local took
@@ -365,7 +365,7 @@ dead_peer_process_killed() {
 # not listening yet.
 bench_client_here() {
 	(
-		for _ in $(seq 50); do
+		for _ in {1..50}; do
 			printf '%s' "role=client,addr=$THERE,$1" >"$BENCH" 2>/tmp/dead.err && exit 0
 			grep -q "Connection refused" /tmp/dead.err || exit 1
 			sleep 0.2
@@ -405,7 +405,7 @@ dead_peer_device_gone_server_here() {
 	peer "bash -c \"printf '%s' 'role=client,addr=$HERE,$DEAD_OPTS' >$BENCH\" >/dev/null 2>&1 &" >/dev/null
 	sleep 4
 	peer "grep -q '^status: running' $BENCH" || { kv_msg "the peer's client is not running"; r=1; }
-	t0=$(cut -d' ' -f1 /proc/uptime)
+	read -r t0 _ </proc/uptime
 	peer "rdma link del rxe_eth" >/dev/null || { kv_msg "rdma link del on the peer failed"; r=1; }
 	dead_peer_wait "$t0" "$BOUND" "Connection reset by peer" || r=1
 	peer "rdma link add rxe_eth type rxe netdev eth0" >/dev/null || { kv_msg "rdma link add in the peer failed"; r=1; }
@@ -421,7 +421,7 @@ dead_peer_process_killed_client_here() {
 	bench_client_here "$DEAD_OPTS"
 	kv_wait grep -q "^status: running" "$BENCH" || { kv_msg "$BENCH never said 'status: running'"; r=1; }
 	sleep 4
-	t0=$(cut -d' ' -f1 /proc/uptime)
+	read -r t0 _ </proc/uptime
 	peer "kill -9 \$(cat /tmp/dead.pid)" >/dev/null || { kv_msg "kill -9 in the peer failed"; r=1; }
 	dead_peer_wait "$t0" "$BOUND" "Input/output error" || r=1
 	return $r
@@ -435,7 +435,7 @@ CM_DEAD_OPTS="iters=1000000,size=64,timeout_ms=60000"
 # as bench_client_here.
 cm_client_here() {
 	(
-		for _ in $(seq 50); do
+		for _ in {1..50}; do
 			printf '%s' "role=cm_client,addr=$THERE,$CM_DEAD_OPTS" >"$RC" 2>/tmp/dead.err && exit 0
 			grep -q "Connection refused" /tmp/dead.err || exit 1
 			sleep 0.2
@@ -453,7 +453,7 @@ dead_peer_rping_server_killed_cm_client_here() {
 	cm_client_here
 	kv_wait grep -q "^status: running" "$RC" || { kv_msg "$RC never said 'status: running'"; r=1; }
 	sleep 4
-	t0=$(cut -d' ' -f1 /proc/uptime)
+	read -r t0 _ </proc/uptime
 	peer "kill -9 \$(cat /tmp/dead.pid)" >/dev/null || { kv_msg "kill -9 in the peer failed"; r=1; }
 	dead_peer_wait "$t0" "$BOUND" "Connection reset by peer" || r=1
 	kv_diag <"$RC"
@@ -473,7 +473,7 @@ dead_peer_rping_client_killed_cm_server_here() {
 	sleep 1
 	peer "rping -c -a $HERE -C 1000000 >/dev/null 2>&1 & echo \$! >/tmp/dead.pid" >/dev/null
 	sleep 5
-	t0=$(cut -d' ' -f1 /proc/uptime)
+	read -r t0 _ </proc/uptime
 	peer "kill -9 \$(cat /tmp/dead.pid)" >/dev/null || { kv_msg "kill -9 in the peer failed"; r=1; }
 	wait "$DEAD_PID" || { kv_msg "the server failed: $(cat /tmp/dead.err)"; r=1; }
 	took=$(kv_secs_since "$t0")
@@ -506,7 +506,7 @@ dead_peer_device_gone_cm_client_here() {
 	cm_client_here
 	kv_wait grep -q "^status: running" "$RC" || { kv_msg "$RC never said 'status: running'"; r=1; }
 	sleep 4
-	t0=$(cut -d' ' -f1 /proc/uptime)
+	read -r t0 _ </proc/uptime
 	peer "rdma link del rxe_eth" >/dev/null || { kv_msg "rdma link del on the peer failed"; r=1; }
 	dead_peer_wait "$t0" "$BOUND" "Connection reset by peer|Input/output error|Connection timed out" || r=1
 	if grep -q "Connection timed out" /tmp/dead.err; then
@@ -526,7 +526,7 @@ SRQ=$KV_DEBUGFS/rxe_eth/srq
 srq_across() {
 	local r=0 out
 	peer "bash -c \"printf 'role=server,addr=$THERE,qps=4,max_wr=16,count=200,size=8192,timeout_ms=30000' >$SRQ\" >/dev/null 2>&1 &" >/dev/null
-	for _ in $(seq 50); do
+	for _ in {1..50}; do
 		printf '%s' "role=client,addr=$THERE,qps=4,max_wr=16,count=200,size=8192,timeout_ms=30000" >"$SRQ" 2>/tmp/run.err && break
 		grep -q "Connection refused" /tmp/run.err || break
 		sleep 0.2
@@ -534,14 +534,14 @@ srq_across() {
 	kv_diag <"$SRQ"
 	grep -q "^srq: ok: 200 SENDs of 8192 bytes over 4 QPs in 13 rounds, each acknowledged" "$SRQ" ||
 		{ kv_msg "client: $(cat /tmp/run.err)"; r=1; }
-	for _ in $(seq 20); do
+	for _ in {1..20}; do
 		out=$(peer "cat $SRQ")
-		echo "$out" | grep -q "^result:" && break
+		grep -q "^result:" <<<"$out" && break
 		sleep 0.5
 	done
 	echo "$out" | kv_diag
-	echo "$out" | grep -q "^srq: ok: 200 messages of 8192 bytes from 4 QPs through one SRQ" || r=1
-	[ "$(echo "$out" | grep -c "^qp 0x[0-9a-f]*: 50 receives")" = 4 ] || r=1
+	grep -q "^srq: ok: 200 messages of 8192 bytes from 4 QPs through one SRQ" <<<"$out" || r=1
+	[ "$(grep -c "^qp 0x[0-9a-f]*: 50 receives" <<<"$out")" = 4 ] || r=1
 	return $r
 }
 

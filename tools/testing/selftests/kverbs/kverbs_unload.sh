@@ -39,7 +39,7 @@ read_after_device_removed_fails() {
 	err=$(cat <&3 2>&1 >/dev/null)
 	exec 3<&-
 	kv_msg "read after removal: $err"
-	echo "$err" | grep -q "Input/output error"
+	grep -q "Input/output error" <<<"$err"
 }
 
 # readers FILE ID: reads FILE until /tmp/readers_run goes; then writes
@@ -86,7 +86,7 @@ rmmod_under_readers() {
 	sleep 1
 	# The readers' open files pin the module: retry until a moment when
 	# none is open.
-	for _ in $(seq 200); do
+	for _ in {1..200}; do
 		if kv_unload 2>/dev/null; then
 			unloaded=1
 			break
