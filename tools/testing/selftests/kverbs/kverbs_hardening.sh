@@ -252,7 +252,21 @@ peer_stop() {
 	[ -n "$PEER_PID" ] && wait "$PEER_PID" 2>/dev/null
 	PEER_PID=
 	# The retry loops' peers themselves.
-	killall rc_peer rping srq_peer 2>/dev/null
+	kill_peers rc_peer rping srq_peer
+	return 0
+}
+
+# kill_peers NAME...: SIGTERM to every process whose command name
+# (/proc/PID/comm) is a NAME, as killall(1), found by the shell itself:
+# this runs at every sweep point, and a process costs 0.1 s under TCG.
+kill_peers() {
+	local f c pid
+	for f in /proc/[0-9]*/comm; do
+		{ read -r c <"$f"; } 2>/dev/null || continue
+		[[ " $* " == *" $c "* ]] || continue
+		pid=${f#/proc/}
+		kill "${pid%/comm}" 2>/dev/null
+	done
 	return 0
 }
 # write_alone FILE STRING: a write from a process of its own. This shell

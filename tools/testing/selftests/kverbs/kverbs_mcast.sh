@@ -60,7 +60,7 @@ sent_pkts() {
 # sent_pkts counter must show some left, and the kernel must receive one.
 kernel_receives_mckey() {
 	local r=0 before sent
-	bash -c "printf 'role=receiver,group=239.1.2.4,count=1,size=100,timeout_ms=15000' >$MC" 2>/tmp/run.err &
+	(printf 'role=receiver,group=239.1.2.4,count=1,size=100,timeout_ms=15000' >"$MC") 2>/tmp/run.err &
 	local pid=$!
 	kv_wait grep -q "^status: running" "$MC"
 	sleep 1
@@ -83,7 +83,7 @@ kernel_receives_mckey() {
 # Device removal and rmmod while QPs are attached and waiting.
 link_del_while_attached() {
 	local r=0
-	bash -c "printf 'role=receiver,group=239.1.2.5,count=100,qps=3,timeout_ms=60000' >$MC" 2>/tmp/run.err &
+	(printf 'role=receiver,group=239.1.2.5,count=100,qps=3,timeout_ms=60000' >"$MC") 2>/tmp/run.err &
 	local pid=$!
 	kv_wait grep -q "^status: running" "$MC" || r=1
 	sleep 1
@@ -148,7 +148,7 @@ attach_twice() {
 # Device removal while a sender is sending (1000 messages to itself).
 link_del_while_sending() {
 	local r=0
-	bash -c "printf 'role=both,group=239.1.4.1,count=1000,timeout_ms=60000' >$MC" 2>/tmp/run.err &
+	(printf 'role=both,group=239.1.4.1,count=1000,timeout_ms=60000' >"$MC") 2>/tmp/run.err &
 	local pid=$!
 	kv_wait grep -q "^status: running" "$MC" || r=1
 	kv_rxe_del rxe_dummy || r=1
@@ -165,7 +165,7 @@ link_del_while_sending() {
 # netdev deleted); up again, a run passes.
 netdev_down_while_sending() {
 	local r=0 t0 took
-	bash -c "printf 'role=both,group=239.1.4.1,count=1000,timeout_ms=60000' >$MC" 2>/tmp/run.err &
+	(printf 'role=both,group=239.1.4.1,count=1000,timeout_ms=60000' >"$MC") 2>/tmp/run.err &
 	local pid=$!
 	kv_wait grep -q "^status: running" "$MC" || r=1
 	read -r t0 _ </proc/uptime

@@ -129,7 +129,7 @@ bad_too_long() {
 # vCPU, the run timed out while `rdma link del` held the CPU, before the
 # removal could cancel it; 2026-11-26.)
 long_run() {
-	bash -c "printf 'role=loopback,size=65536,iters=1000000,timeout_ms=20000' >$KV_DEBUGFS/$1/rc" \
+	(printf 'role=loopback,size=65536,iters=1000000,timeout_ms=20000' >"$KV_DEBUGFS/$1/rc") \
 		2>/tmp/long_run.err &
 	LONG_PID=$!
 	kv_wait grep -q "^status: running" "$KV_DEBUGFS/$1/rc"

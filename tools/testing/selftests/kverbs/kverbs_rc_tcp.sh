@@ -20,7 +20,7 @@ setup() {
 # A kernel run in the background: its pid in $RUN_PID, its errors in
 # /tmp/run.err.
 kernel_run() {
-	bash -c "printf '%s' '$1' >$RC" 2>/tmp/run.err &
+	(printf '%s' "$1" >"$RC") 2>/tmp/run.err &
 	RUN_PID=$!
 	kv_wait grep -q "^status: running" "$RC"
 }
@@ -133,11 +133,19 @@ client_without_addr() {
 	grep -q "Invalid argument" <<<"$err" && kv_logged "role=client needs addr="
 }
 
+# listening: a TCP connection to the kernel server's port opens (and is
+# closed at once).
+listening() {
+	local fd
+	exec {fd}<>/dev/tcp/127.0.0.1/19875 || return 1
+	exec {fd}<&-
+}
+
 peer_closes_early() {
 	# A TCP peer that connects and goes away without a word.
 	# "status: running" comes before the listen: retry while refused.
 	kernel_run "role=server,timeout_ms=5000"
-	kv_wait bash -c 'exec 3<>/dev/tcp/127.0.0.1/19875; exec 3<&-' 2>/dev/null ||
+	kv_wait listening 2>/dev/null ||
 		{ kv_msg "the server never listened"; return 1; }
 	wait $RUN_PID && { kv_msg "the server succeeded"; return 1; }
 	kv_msg "$(cat /tmp/run.err)"

@@ -18,7 +18,7 @@ setup() {
 
 kernel_server_rping_client() {
 	local size=$1 r=0 out
-	bash -c "printf '%s' 'role=cm_server,addr=$ADDR,size=$size,validate,timeout_ms=20000' >$RC" 2>/tmp/run.err &
+	(printf '%s' "role=cm_server,addr=$ADDR,size=$size,validate,timeout_ms=20000" >"$RC") 2>/tmp/run.err &
 	local pid=$!
 	kv_wait grep -q "^status: running" "$RC"
 	for _ in {1..20}; do
@@ -70,7 +70,7 @@ writes_past() {
 kernel_server_rping_client_killed() {
 	local r=0 i pid rp before
 	for i in {1..20}; do
-		bash -c "printf '%s' 'role=cm_server,addr=$ADDR,timeout_ms=20000' >$RC" 2>/tmp/run.err &
+		(printf '%s' "role=cm_server,addr=$ADDR,timeout_ms=20000" >"$RC") 2>/tmp/run.err &
 		pid=$!
 		kv_wait grep -q "^status: running" "$RC"
 		before=$(writes)
