@@ -137,7 +137,7 @@ kv_grep_lines() {
 	local l n=0
 	shift
 	if [ "${#kv_lines[@]}" -gt "$KV_GREP_LINES" ]; then
-		((${#kv_lines[@]})) && printf '%s\n' "${kv_lines[@]}" | command grep "${@:1:KV_GREP_SHIFT}"
+		printf '%s\n' "${kv_lines[@]}" | command grep "${@:1:KV_GREP_SHIFT}"
 		return
 	fi
 	for l in "${kv_lines[@]}"; do
@@ -461,7 +461,7 @@ kv_logged() {
 	if kv_grep_opts -q -- "$1"; then
 		kv_grep_lines KV_LINES -q -- "$1"
 	else
-		kv_log_since "$KV_CASE" | command grep -q -- "$1"
+		((${#KV_LINES[@]})) && printf '%s\n' "${KV_LINES[@]}" | command grep -q -- "$1"
 	fi
 }
 
