@@ -1,12 +1,17 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * kv_kmsg end|pull: the kernel log through /dev/kmsg open on standard
- * input (kverbs_lib.sh: kv_kmsg_open, kv_kmsg_pull), shared with the shell
- * that opened it, so that its reading position stays between calls.
+ * kv_kmsg end|cleared|pull|clear: the kernel log through /dev/kmsg open on
+ * standard input (kverbs_lib.sh: kv_kmsg_open, kv_kmsg_pull), shared with
+ * the shell that opened it, so that its reading position stays between
+ * calls.
  *
  * end:  moves the position to the end of the log (the next record to be
  *       written) and makes reads non-blocking: a shell can do neither, and
  *       /dev/kmsg opened anew is read from the oldest record of the log.
+ * cleared: the same, to the first record after the last clear (syslog's
+ *       SYSLOG_ACTION_CLEAR, dmesg -c's, or kv_kmsg clear's).
+ * clear: clears the log for syslog readers (dmesg) and "cleared" (no
+ *       standard input needed); the records stay for /dev/kmsg's readers.
  * pull: prints the records logged since the position, as dmesg prints
  *       them ("[    5.123456] text"), and moves the position past them.
  *       A record is "PRIO,SEQ,USEC,FLAGS;TEXT" with non-printable bytes and
@@ -15,19 +20,25 @@
  *
  * Exit status 0, or 1 with a message.
  */
+#define _GNU_SOURCE /* SEEK_DATA */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/klog.h>
 #include <unistd.h>
 
-static int end(void)
+/* include/linux/syslog.h: not in the C library's headers. */
+#define SYSLOG_ACTION_CLEAR 5
+
+/* WHENCE: SEEK_END (the end of the log) or SEEK_DATA (after the clear). */
+static int position(int whence)
 {
 	int flags = fcntl(0, F_GETFL);
 
 	if (flags < 0 || fcntl(0, F_SETFL, flags | O_NONBLOCK) < 0 ||
-	    lseek(0, 0, SEEK_END) < 0) {
-		perror("kv_kmsg end: /dev/kmsg on standard input");
+	    lseek(0, 0, whence) < 0) {
+		perror("kv_kmsg: /dev/kmsg on standard input");
 		return 1;
 	}
 	return 0;
@@ -85,9 +96,18 @@ static int pull(void)
 int main(int argc, char **argv)
 {
 	if (argc == 2 && !strcmp(argv[1], "end"))
-		return end();
+		return position(SEEK_END);
+	if (argc == 2 && !strcmp(argv[1], "cleared"))
+		return position(SEEK_DATA);
 	if (argc == 2 && !strcmp(argv[1], "pull"))
 		return pull();
-	fprintf(stderr, "usage: kv_kmsg end|pull < /dev/kmsg\n");
+	if (argc == 2 && !strcmp(argv[1], "clear")) {
+		if (klogctl(SYSLOG_ACTION_CLEAR, NULL, 0) < 0) {
+			perror("kv_kmsg clear: syslog(SYSLOG_ACTION_CLEAR)");
+			return 1;
+		}
+		return 0;
+	}
+	fprintf(stderr, "usage: kv_kmsg end|cleared|pull < /dev/kmsg, kv_kmsg clear\n");
 	return 2;
 }
