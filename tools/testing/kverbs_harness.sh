@@ -602,6 +602,73 @@ guests_merge_split_run_same_totals() {
 	"$top/tools/vm/ktap-totals.sh" "$tmp/merged.log" 9 | grep -q '2 boot(s) 60 s' || { msg "boots not summed"; return 1; }
 }
 
+# kml_block PROG... FAILED: the block of kverbs_kmemleak.sh in a guest that
+# ran PROG...: one kmemleak_clean_ case each, FAILED's failed; 12.5 s.
+kml_block() {
+	local i=0 n=$(($# - 1)) failed=${*: -1} p
+	echo "# selftests: kverbs: kverbs_kmemleak.sh"
+	echo "# TAP version 13"
+	echo "# 1..$n"
+	for p in "${@:1:n}"; do
+		i=$((i + 1))
+		echo "# # kmemleak_clean_${p%.sh}: 0.1 s"
+		if [ "$p" = "$failed" ]; then echo "# not ok $i kmemleak_clean_${p%.sh}"; else echo "# ok $i kmemleak_clean_${p%.sh}"; fi
+	done
+	if [ -n "$failed" ]; then
+		echo "# # Totals: pass:$((n - 1)) fail:1 xfail:0 xpass:0 skip:0 error:0"
+		echo "# kverbs-time: kverbs_kmemleak.sh 12.5 busy 100 slept 0.0 user 3 procs 20"
+		echo "not ok 9 selftests: kverbs: kverbs_kmemleak.sh # exit=1"
+	else
+		echo "# # Totals: pass:$n fail:0 xfail:0 xpass:0 skip:0 error:0"
+		echo "# kverbs-time: kverbs_kmemleak.sh 12.5 busy 100 slept 0.0 user 3 procs 20"
+		echo "ok 9 selftests: kverbs: kverbs_kmemleak.sh"
+	fi
+}
+
+# Each guest ends with its kverbs_kmemleak.sh (tools/vm/guest-init.sh),
+# the kmemleak cases of the programs it ran: the merge keeps each guest's
+# (kverbs_kmemleak.sh@G in the order, after the programs), the totals count
+# their cases, the programs and kmemleak's time are both guests', and a
+# leak fails the case named for its program.
+guests_merge_kmemleak_block_per_guest() {
+	local log=$here/logs/clean.log order out status n g progs one kml
+	order=$(sed -n 's/^# selftests: kverbs: //p' "$log" | tr '\n' ' ')
+	n=$(wc -w <<<"$order")
+	for g in 1 2; do
+		split_log "$log" 2 $g | sed '/^kverbs-vm: done$/d' >"$tmp/k$g.log"
+		read -r -a progs <<<"$(sed -n 's/^# selftests: kverbs: //p' "$tmp/k$g.log" | paste -sd' ')"
+		{
+			kml_block "${progs[@]}" "$([ $g = 2 ] && echo "${progs[1]}")"
+			echo "kverbs-vm: done"
+		} >>"$tmp/k$g.log"
+	done
+	out=$("$top/tools/vm/ktap-merge.sh" "$tmp/kmerged.log" "$order kverbs_kmemleak.sh@1 kverbs_kmemleak.sh@2" \
+		"$tmp/k1.log:a.sh" "$tmp/k2.log:b.sh") || { msg "ktap-merge.sh failed"; return 1; }
+	[ -z "$out" ] || { diag <<<"$out"; msg "it reported a problem"; return 1; }
+	[ "$(grep -c '^# selftests: kverbs: kverbs_kmemleak.sh$' "$tmp/kmerged.log")" = 2 ] ||
+		{ msg "not both guests' kverbs_kmemleak.sh"; return 1; }
+	if ! grep -qxF "ok $((n + 1)) selftests: kverbs: kverbs_kmemleak.sh" "$tmp/kmerged.log" ||
+		! grep -qxF "not ok $((n + 2)) selftests: kverbs: kverbs_kmemleak.sh # exit=1" "$tmp/kmerged.log"; then
+		msg "the two blocks are not numbered after the programs, guest 1's first"
+		return 1
+	fi
+	out=$("$top/tools/vm/ktap-totals.sh" "$tmp/kmerged.log" $((n + 2)))
+	status=$?
+	echo "$out" | diag
+	[ "$status" = 1 ] || { msg "status $status"; return 1; }
+	grep -qxF "kverbs: kverbs_kmemleak.sh: case failed: kmemleak_clean_${progs[1]%.sh}" <<<"$out" ||
+		{ msg "the leak is not named for its program"; return 1; }
+	# The clean run's (its programs' own kmemleak cases) and 12.5 s a block.
+	one=$("$top/tools/vm/ktap-totals.sh" "$log" "$n")
+	kml=$(sed -n 's/.*; kmemleak checks \([0-9]*\) s;.*/\1/p' <<<"$one")
+	grep -q "; kmemleak checks $((kml + 25)) s; " <<<"$out" || { msg "kmemleak's time is not $kml s and the two blocks' 25 s"; return 1; }
+	# Every program's case and the kmemleak cases: the clean run's passes,
+	# and one kmemleak case a program, less the one failed.
+	one=$(tail -n 1 <<<"$one")
+	[ "$(tail -n 1 <<<"$out")" = "$((${one%% *} + n - 1)) passed, 1 failed" ] ||
+		{ msg "totals: want $((${one%% *} + n - 1)) passed, 1 failed"; return 1; }
+}
+
 # Guest 2 died inside its second program: that program and the rest of
 # guest 2's count as failed, and the guest is named with its log.
 guests_merge_dead_guest_counted() {
@@ -690,6 +757,36 @@ kmemleak_filter_splits_by_allocation_jiffies() {
 		{ msg "after does not begin with the object's header"; return 1; }
 	[ -z "$(kv_kmemleak_objects_before 4295039773 after <"$rep")" ] ||
 		{ msg "an object allocated at the jiffies given counted as after"; return 1; }
+}
+
+# kverbs_kmemleak.sh's split_report on the same report: each object goes,
+# whole, to the window whose end is the first at or after its allocation
+# (an end equal to its jiffies holds it), the last window takes whatever is
+# later, and a window with none has no file.
+kmemleak_split_gives_each_object_its_window() {
+	local rep=$here/kmemleak/report.txt fn SPLIT WINDOWS counts f
+	fn=$(sed -n '/^split_report() {/,/^}/p' "$top/tools/testing/selftests/kverbs/kverbs_kmemleak.sh")
+	[ -n "$fn" ] || { msg "no split_report in kverbs_kmemleak.sh"; return 1; }
+	eval "$fn"
+	SPLIT=$tmp/split WINDOWS=$tmp/windows
+	# want WINDOWS... -- COUNTS: the objects of each window's file ("-" none).
+	want() {
+		local w=() c=() i
+		while [ "$1" != -- ]; do w+=("$1"); shift; done
+		shift
+		printf '%s\n' "${w[@]}" >"$WINDOWS"
+		split_report "$rep" || { msg "split_report failed"; return 1; }
+		for i in "${!w[@]}"; do
+			f=$SPLIT/$((i + 1))
+			if [ -e "$f" ]; then c+=("$(grep -c '^unreferenced object' "$f")"); else c+=(-); fi
+		done
+		counts="${c[*]}"
+		[ "$counts" = "$*" ] || { msg "windows ${w[*]}: objects $counts, want $*"; return 1; }
+	}
+	want "a 4295000000" "b 4295030000" "c 4295035000" "d 4295040000" -- - 3 - 3 || return 1
+	want "a 4295000000" "b 4295030000" -- - 6 || return 1
+	want "a 4295023683" "b 4295039773" "c 1" -- 3 3 - || return 1
+	cat "$SPLIT"/* | cmp -s - "$rep" || { msg "the windows' files are not the report, whole and in order"; return 1; }
 }
 
 # --- kverbs_lib.sh's grep -------------------------------------------------
@@ -935,7 +1032,7 @@ compile_fail_unlisted() {
 
 echo "TAP version 13"
 mapfile -t examples < <(extract_compile_fail)
-nplan=$((${#TOTALS_FIXTURES[@]} + 1 + 9 + 2 + 4 + 4 + 1 + ${#COMPILE_FAIL_EXAMPLES[@]} + (vm ? 5 : 0)))
+nplan=$((${#TOTALS_FIXTURES[@]} + 1 + 9 + 3 + 4 + 5 + 1 + ${#COMPILE_FAIL_EXAMPLES[@]} + (vm ? 5 : 0)))
 echo "1..$nplan"
 for name in "${TOTALS_FIXTURES[@]}"; do
 	t "totals_$name" totals_listed_case "$name"
@@ -951,6 +1048,7 @@ t build_kernel_other_kernels_build_not_waited_for build_kernel_other_kernels_bui
 t build_kernel_perf_flavor_has_no_debug_options build_kernel_perf_flavor_has_no_debug_options
 t build_kernel_trace_flavor_patches_a_copy build_kernel_trace_flavor_patches_a_copy
 t kmemleak_filter_splits_by_allocation_jiffies kmemleak_filter_splits_by_allocation_jiffies
+t kmemleak_split_gives_each_object_its_window kmemleak_split_gives_each_object_its_window
 t lib_grep_agrees_with_busybox lib_grep_agrees_with_busybox
 t bench_report_medians_and_ratios bench_report_medians_and_ratios
 t bench_report_figures_above_the_limit_listed bench_report_figures_above_the_limit_listed
@@ -958,6 +1056,7 @@ t bench_report_inv_req_loops_counted bench_report_inv_req_loops_counted
 t bench_report_counts_runs_without_result bench_report_counts_runs_without_result
 t guests_plan_shares_programs_peer_on_one guests_plan_shares_programs_peer_on_one
 t guests_merge_split_run_same_totals guests_merge_split_run_same_totals
+t guests_merge_kmemleak_block_per_guest guests_merge_kmemleak_block_per_guest
 t guests_merge_dead_guest_counted guests_merge_dead_guest_counted
 t guests_merge_no_guest_booted guests_merge_no_guest_booted
 t compile_fail_control_builds compile_fail_control_builds

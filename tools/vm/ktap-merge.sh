@@ -11,7 +11,9 @@
 #   TAP version 13
 #   1..N                                  N: the programs of "PROG..."
 #   each program's block, in the order of "PROG...": from its
-#   "# selftests: kverbs: PROG" line to its result line, renumbered
+#   "# selftests: kverbs: PROG" line to its result line, renumbered;
+#   kverbs_kmemleak.sh's, which each guest runs last (tools/vm/
+#   guest-init.sh), named kverbs_kmemleak.sh@G in "PROG..." for guest G
 #   kverbs-vm: done                       only if every guest finished
 #
 # Each LOG:PROGS argument is a guest's console log and what it was given
@@ -43,7 +45,15 @@ for arg in "$@"; do
 	sed 's/\r$//' "$log" 2>/dev/null | awk -v dir="$tmp" -v g="$g" '
 	/^kverbs-boot: / { printf "%s (guest %d)\n", $0, g >> (dir "/boot") }
 	/^TAP version 13$/ && !plan { plan = 1; next }
-	/^# selftests: kverbs: [^ ]+$/ { if (f) close(f); f = dir "/" $4; print > f; next }
+	/^# selftests: kverbs: [^ ]+$/ {
+		if (f) close(f)
+		f = dir "/" $4
+		# Every guest has one: its own, by guest.
+		if ($4 == "kverbs_kmemleak.sh")
+			f = f "@" g
+		print > f
+		next
+	}
 	f != "" && /^(not )?ok [0-9]+ selftests: kverbs: / { print > f; close(f); f = ""; next }
 	f != "" { print > f }
 	END { if (plan) print "" > (dir "/plan." g) }'

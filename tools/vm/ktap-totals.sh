@@ -140,6 +140,10 @@ prog != "" && /^# # Totals: / {
 }
 prog != "" && /^# kverbs-time: / {
 	secs = $4
+	# The kmemleak cases of the programs, deferred to the end of the
+	# guest: this program is the check, its scans and its verdicts.
+	if (prog == "kverbs_kmemleak.sh")
+		kml = secs
 	if ($5 == "busy") { busy = $6; slept = $8 }
 	user = ($9 == "user") ? $10 : ""
 	procs = ($11 == "procs") ? $12 : ""

@@ -258,6 +258,10 @@ serve() {
 # as one run below.
 guests=${KVERBS_GUESTS:-2}
 [ "$guests" -ge 1 ] || guests=1
+# With kmemleak each guest ends with kverbs_kmemleak.sh, the kmemleak cases
+# of the programs it ran (tools/vm/guest-init.sh): one program more a guest.
+kml=0
+grep -qx CONFIG_DEBUG_KMEMLEAK=y "$kdir/.config" && kml=1
 h0=$(host_ticks) t0=$SECONDS c0=$(awk '{ print $16 + $17 }' /proc/$$/stat)
 mapfile -t plan < <(if [ "$mode" = check ]; then
 	# shellcheck disable=SC2086 # one word a program
@@ -281,6 +285,7 @@ if [ $((${#timed[@]} + ${#queue[@]})) = 0 ]; then
 	set +e
 	guest "$log" "$peer_log" "$order$(break_append 1)"
 	set -e
+	nprogs=$((nprogs + kml))
 else
 	# The first guest and as many more as the lists have programs.
 	nshared=$((${#timed[@]} + ${#queue[@]}))
@@ -337,7 +342,15 @@ else
 	# Should the merge itself fail, the totals below count what is in
 	# $log, at worst nothing: the run fails, never passes.
 	: >"$log"
-	"$top/tools/vm/ktap-merge.sh" "$log" "$progs" "${merge[@]}" ||
+	# Each guest's kverbs_kmemleak.sh after all the programs, by guest.
+	order=$progs
+	if [ "$kml" = 1 ]; then
+		for g in $(seq 1 "$guests"); do
+			order="$order kverbs_kmemleak.sh@$g"
+		done
+		nprogs=$((nprogs + guests))
+	fi
+	"$top/tools/vm/ktap-merge.sh" "$log" "$order" "${merge[@]}" ||
 		echo "kverbs: merging the guests' console logs failed (status $?)"
 	cat "$log"
 fi

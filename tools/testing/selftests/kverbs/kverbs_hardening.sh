@@ -676,7 +676,7 @@ summary() {
 	# reports of injected failures aside).
 	echo scan >"$KV_KMEMLEAK"
 	echo scan >"$KV_KMEMLEAK"
-	leaks=$(grep -c "^unreferenced object" "$KV_KMEMLEAK")
+	leaks=$(kv_kmemleak_ours | grep -c "^unreferenced object")
 	splats=$(dmesg | sed -n '/kverbs-selftest: begin setup_rxe_lo_rxe_dummy_and_load$/,$p' |
 		kv_drop_alloc_warnings | grep -cE "$KV_SPLAT")
 	kv_msg "  $sweeps sweeps, $points points armed, $fuzzed strings fuzzed, leaks $leaks, splats $splats"
