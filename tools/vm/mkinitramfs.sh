@@ -105,6 +105,17 @@ fi
 chmod +x "$root/init" "$root"/kselftest/kverbs/*.sh "$root/kverbs/demo.sh" "$root/kverbs/peer-cmd.sh" \
 	"$root/kverbs/bench.sh"
 
+# break_programs LINE...: every test program's script replaced by LINEs.
+break_programs() {
+	local p
+	for p in "$root"/kselftest/kverbs/kverbs_*.sh; do
+		case ${p##*/} in
+		kverbs_lib.sh | kverbs_kmemleak.sh) continue ;;
+		esac
+		printf '%s\n' "$@" >"$p"
+	done
+}
+
 # KVERBS_BREAK breaks the guest on purpose, for the harness's own tests
 # (tools/testing/kverbs_harness.sh): "module" modules (kverbs.ko, the
 # samples, the self-test) that fail to load, "skip" test programs that all
@@ -118,16 +129,11 @@ case "${KVERBS_BREAK:-}" in
 "" | init) ;;
 module) for m in "$root"/kverbs/*.ko; do head -c 4096 "$m" >"$m.cut" && mv "$m.cut" "$m"; done ;;
 skip)
-	for p in "$root"/kselftest/kverbs/kverbs_*.sh; do
-		[ "${p##*/}" = kverbs_lib.sh ] || [ "${p##*/}" = kverbs_kmemleak.sh ] && continue
-		printf '#!/bin/bash\necho "TAP version 13"\necho "1..0 # SKIP broken on purpose (KVERBS_BREAK=skip)"\nexit 4\n' >"$p"
-	done
+	break_programs '#!/bin/bash' 'echo "TAP version 13"' 'echo "1..0 # SKIP broken on purpose (KVERBS_BREAK=skip)"' 'exit 4'
 	;;
 fail)
-	for p in "$root"/kselftest/kverbs/kverbs_*.sh; do
-		[ "${p##*/}" = kverbs_lib.sh ] || [ "${p##*/}" = kverbs_kmemleak.sh ] && continue
-		printf '#!/bin/bash\necho "TAP version 13"\necho "1..2"\necho "ok 1 runs"\necho "not ok 2 broken_on_purpose"\necho "# Totals: pass:1 fail:1 xfail:0 xpass:0 skip:0 error:0"\nexit 1\n' >"$p"
-	done
+	break_programs '#!/bin/bash' 'echo "TAP version 13"' 'echo "1..2"' 'echo "ok 1 runs"' \
+		'echo "not ok 2 broken_on_purpose"' 'echo "# Totals: pass:1 fail:1 xfail:0 xpass:0 skip:0 error:0"' 'exit 1'
 	;;
 *) echo "kverbs: unknown KVERBS_BREAK=$KVERBS_BREAK (init, module, skip, fail)" >&2; exit 1 ;;
 esac

@@ -113,8 +113,6 @@ kmemleak_reports_forgotten() {
 	local n
 	kv_kmemleak_scan || return 1
 	kv_kmemleak_clear
-	[ -n "$KV_DEFERRED" ] &&
-		KV_KMEMLEAK_REPORT=$(kv_kmemleak_objects_before "$KV_WINDOW_START" after <<<"$KV_KMEMLEAK_REPORT")
 	n=$(grep -c "^unreferenced object" <<<"$KV_KMEMLEAK_REPORT")
 	kv_msg "kmemleak: $n objects"
 	head -n 40 <<<"$KV_KMEMLEAK_REPORT" | kv_diag

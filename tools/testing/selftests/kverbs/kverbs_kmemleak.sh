@@ -47,7 +47,7 @@ window() {
 	local r=0 gap=$WINDOWS.$1.log
 	if [ -e "$gap" ]; then
 		kv_msg "kernel report after $1 ended (its teardown's, before the next program began):"
-		grep -E -m1 -B20 -A40 "$KV_SPLAT|\[kv_kmsg: " "$gap" | kv_diag
+		kv_diag <"$gap"
 		r=1
 	fi
 	KV_KMEMLEAK_REPORT=

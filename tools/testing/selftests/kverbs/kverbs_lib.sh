@@ -584,7 +584,6 @@ kv_case() {
 # fail the case.
 kv_kmemleak_check() {
 	kv_kmemleak_scan || return 1
-	[ -n "$KV_DEFERRED" ] && KV_KMEMLEAK_REPORT=$(kv_kmemleak_objects_before "$KV_WINDOW_START" after <<<"$KV_KMEMLEAK_REPORT")
 	kv_kmemleak_verdict
 }
 
@@ -631,7 +630,8 @@ kv_jiffies() {
 }
 
 # kv_kmemleak_scan: the unreferenced objects kmemleak reports, in
-# KV_KMEMLEAK_REPORT (empty if none); fails without kmemleak.
+# KV_KMEMLEAK_REPORT (empty if none): those of this program's window when
+# the check is deferred (kv_kmemleak_ours); fails without kmemleak.
 kv_kmemleak_scan() {
 	[ -e "$KV_KMEMLEAK" ] || {
 		kv_msg "no kmemleak in this kernel"
@@ -653,7 +653,7 @@ kv_kmemleak_scan() {
 	kv_msg "kmemleak: first scan $(kv_secs_since "$t0") s, then $left s to wait"
 	sleep "$left"
 	echo scan >"$KV_KMEMLEAK"
-	KV_KMEMLEAK_REPORT=$(cat "$KV_KMEMLEAK")
+	KV_KMEMLEAK_REPORT=$(kv_kmemleak_ours)
 }
 
 # The deferred check. In the test VM (tools/vm/guest-init.sh, make check)
@@ -705,17 +705,19 @@ kv_window_start() {
 # syslog's readers) to now: late reports of its teardown (an RCU callback,
 # a work item) come then, which its own kmemleak case, run last, used to
 # see during its scans. A report there (or records lost before they were
-# read) is kept in KV_KMEMLEAK_WINDOWS.PROG.log for that program's
-# kmemleak_clean_PROG in kverbs_kmemleak.sh, which fails it.
+# read), with the lines around it, is kept in KV_KMEMLEAK_WINDOWS.PROG.log
+# for that program's kmemleak_clean_PROG in kverbs_kmemleak.sh, which
+# fails it.
 kv_kmsg_gap() {
-	local fd log
+	local fd log report="$KV_SPLAT|\\[kv_kmsg: "
 	[ -n "$KV_WINDOW_PREV" ] || return 0
 	log=$KV_KMEMLEAK_WINDOWS.$KV_WINDOW_PREV.log
 	exec {fd}</dev/kmsg && kv_kmsg cleared <&"$fd" && kv_kmsg pull <&"$fd" >"$log.all" ||
 		echo "[kv_kmsg: reading the kernel log failed]" >>"$log.all"
 	[ -n "$fd" ] && exec {fd}<&-
-	if grep -qE "$KV_SPLAT|\\[kv_kmsg: " "$log.all"; then
-		cat "$log.all" >>"$log"
+	# (-q is the shell's grep; the excerpt's options are grep(1)'s.)
+	if grep -qE "$report" "$log.all"; then
+		grep -E -m1 -B20 -A40 "$report" "$log.all" >>"$log"
 	fi
 	rm -f "$log.all"
 }
