@@ -40,10 +40,12 @@
 //! comes with its listener's context, gets one of its own in the handler.
 
 mod events;
+mod param;
 mod sink;
 
 pub use events::CmEvents;
 use events::{event_msg, handler, EventsInner, IdCtx};
+pub use param::{ConnParam, ConnectError, PrivateData, Rejection};
 pub use sink::{CmEvent, CmEventKind, CmSink};
 
 use crate::bindings;
@@ -77,6 +79,8 @@ pub(crate) struct CmIdInner {
     /// A connection request's ID, taken from the queue: it gives its place
     /// back to the listener when it goes.
     child: bool,
+    /// A connection request's private data.
+    request_data: PrivateData,
 }
 
 // SAFETY: The connection manager's calls are thread safe; the context is
@@ -125,6 +129,10 @@ impl Drop for CmIdInner {
     }
 }
 
+/// `IB_CM_REJ_CONSUMER_DEFINED` (`enum ib_cm_rej_reason`,
+/// include/rdma/ib_cm.h): a rejection by the peer's ULP.
+const IB_CM_REJ_CONSUMER_DEFINED: u8 = 28;
+
 /// A reference to a connection manager ID, as QPs hold it.
 pub(crate) type CmIdRef = Arc<CmIdInner>;
 
@@ -159,6 +167,7 @@ impl CmId {
                 events: events.0.clone(),
                 has_qp: AtomicBool::new(false),
                 child: false,
+                request_data: PrivateData::EMPTY,
             },
             GFP_KERNEL,
         )?))
@@ -217,6 +226,7 @@ impl CmId {
                         events: events.clone(),
                         has_qp: AtomicBool::new(false),
                         child: true,
+                        request_data: e.private,
                     },
                     GFP_KERNEL,
                 )?));
@@ -273,45 +283,100 @@ impl CmId {
         unsafe { (*self.as_raw()).port_num }
     }
 
-    fn conn_param() -> bindings::rdma_conn_param {
-        bindings::rdma_conn_param {
-            responder_resources: 1,
-            initiator_depth: 1,
-            // Not 7: rxe never counts 7 down ("retry forever"), so a
-            // request to a peer that is gone would stay outstanding until
-            // the caller's timeout. 6 retries end it with "transport
-            // retry counter exceeded" (as the benchmark's QPs do).
-            retry_count: 6,
-            rnr_retry_count: 7,
-            ..Default::default()
-        }
+    /// Connects (client side) with `qp`, created on this ID, and waits for
+    /// the connection: the QP is then in RTS. [`ConnParam::default`]'s
+    /// parameters, no private data.
+    pub fn connect(&self, qp: Qp<Init>, timeout_ms: u32, cancel: &Cancel) -> Result<Qp<Rts>> {
+        let (qp, _) = self.connect_with(qp, &ConnParam::default(), timeout_ms, cancel)?;
+        Ok(qp)
     }
 
-    /// Connects (client side) with `qp`, created on this ID, and waits for
-    /// the connection: the QP is then in RTS.
-    pub fn connect(&self, qp: Qp<Init>, timeout_ms: u32, cancel: &Cancel) -> Result<Qp<Rts>> {
+    /// As [`CmId::connect`], with `param` (its private data sent with the
+    /// request); gives the private data of the peer's reply, or the peer's
+    /// rejection with the error `ECONNREFUSED`.
+    pub fn connect_with(
+        &self,
+        qp: Qp<Init>,
+        param: &ConnParam<'_>,
+        timeout_ms: u32,
+        cancel: &Cancel,
+    ) -> core::result::Result<(Qp<Rts>, PrivateData), ConnectError> {
         self.check_own(&qp)?;
-        let mut param = Self::conn_param();
-        // SAFETY: The ID is live, resolved, and has its QP.
-        kernel::error::to_result(unsafe { bindings::rdma_connect(self.as_raw(), &mut param) })?;
+        let dev = self.device().ok_or(EINVAL)?;
+        let mut raw = param.as_raw(dev)?;
+        // SAFETY: The ID is live, resolved, and has its QP; `raw`'s private
+        // data borrows `param`'s for the call, which copies it.
+        kernel::error::to_result(unsafe { bindings::rdma_connect(self.as_raw(), &mut raw) })?;
         self.established(qp, timeout_ms, cancel)
     }
 
     /// Accepts the connection request of this (child) ID with `qp`, and
     /// waits for the connection: the QP is then in RTS.
+    /// [`ConnParam::default`]'s parameters, no private data.
     pub fn accept(&self, qp: Qp<Init>, timeout_ms: u32, cancel: &Cancel) -> Result<Qp<Rts>> {
+        self.accept_with(qp, &ConnParam::default(), timeout_ms, cancel)
+    }
+
+    /// As [`CmId::accept`], with `param` (its private data sent with the
+    /// reply). `EINVAL` for an ID that is not a connection request's.
+    pub fn accept_with(
+        &self,
+        qp: Qp<Init>,
+        param: &ConnParam<'_>,
+        timeout_ms: u32,
+        cancel: &Cancel,
+    ) -> Result<Qp<Rts>> {
         self.check_own(&qp)?;
-        let mut param = Self::conn_param();
+        if !self.0.child {
+            return Err(EINVAL);
+        }
+        let dev = self.device().ok_or(EINVAL)?;
+        let mut raw = param.as_raw(dev)?;
         // SAFETY: The ID is live and has its QP; `rdma_accept` wants the
-        // handler lock held.
+        // handler lock held; `raw`'s private data borrows `param`'s for the
+        // call, which copies it.
         let ret = unsafe {
             bindings::rdma_lock_handler(self.as_raw());
-            let ret = bindings::rdma_accept(self.as_raw(), &mut param);
+            let ret = bindings::rdma_accept(self.as_raw(), &mut raw);
             bindings::rdma_unlock_handler(self.as_raw());
             ret
         };
         kernel::error::to_result(ret)?;
-        self.established(qp, timeout_ms, cancel)
+        Ok(self.established(qp, timeout_ms, cancel)?.0)
+    }
+
+    /// The private data of the connection request of this ID, taken by
+    /// [`CmId::get_request`] (empty for an ID of [`CmId::new`]).
+    pub fn request_data(&self) -> &PrivateData {
+        &self.0.request_data
+    }
+
+    /// Rejects the connection request of this ID, taken by
+    /// [`CmId::get_request`], sending `private_data` with a
+    /// consumer-defined reason, as a ULP's target does; the ID goes with
+    /// it, and its place in the listener's [`CmEvents`] is free again.
+    /// `EINVAL` for an ID of [`CmId::new`], an ID already accepted, or
+    /// private data longer than the transport takes (148 bytes over
+    /// InfiniBand and RoCE).
+    pub fn reject(self, private_data: &[u8]) -> Result {
+        if !self.0.child {
+            return Err(EINVAL);
+        }
+        let len = u8::try_from(private_data.len()).map_err(|_| EINVAL)?;
+        let data = if len == 0 {
+            core::ptr::null()
+        } else {
+            private_data.as_ptr().cast()
+        };
+        // SAFETY: The ID is live (a connection request's); done under its
+        // handler lock, as `rdma_accept`; the call copies the data.
+        let ret = unsafe {
+            bindings::rdma_lock_handler(self.as_raw());
+            let ret = bindings::rdma_reject(self.as_raw(), data, len, IB_CM_REJ_CONSUMER_DEFINED);
+            bindings::rdma_unlock_handler(self.as_raw());
+            ret
+        };
+        kernel::error::to_result(ret)
     }
 
     /// Waits for the connection of `qp`, which the connection manager then
@@ -325,14 +390,29 @@ impl CmId {
         Err(EINVAL)
     }
 
-    fn established(&self, qp: Qp<Init>, timeout_ms: u32, cancel: &Cancel) -> Result<Qp<Rts>> {
-        self.0.events.wait(
+    fn established(
+        &self,
+        qp: Qp<Init>,
+        timeout_ms: u32,
+        cancel: &Cancel,
+    ) -> core::result::Result<(Qp<Rts>, PrivateData), ConnectError> {
+        match self.0.events.wait_event(
             self.0.token(),
             bindings::RDMA_CM_EVENT_ESTABLISHED,
             timeout_ms,
             cancel,
-        )?;
-        Ok(qp.retype())
+        ) {
+            Ok(e) => Ok((qp.retype(), e.private)),
+            Err((error, e)) => Err(ConnectError {
+                error,
+                rejection: e
+                    .filter(|e| e.kind == bindings::RDMA_CM_EVENT_REJECTED)
+                    .map(|e| Rejection {
+                        reason: e.status,
+                        consumer_data: e.consumer_reject.then_some(e.private),
+                    }),
+            }),
+        }
     }
 
     /// Whether the peer has disconnected (the event is consumed).

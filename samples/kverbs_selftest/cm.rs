@@ -3,12 +3,16 @@
 //! Cases of the connection manager: one QP per ID, a QP of another ID,
 //! the events of destroyed IDs, a listener held until its device goes.
 
-use crate::common::{caps, ok, pd_cq, refused, Env, Held, Outcome, Text, TIMEOUT_MS};
-use core::fmt::Write;
-use kernel::{prelude::*, sync::Arc};
+use crate::common::{caps, cq, ok, pd_cq, refused, Env, Held, Outcome, Text, TIMEOUT_MS};
+use core::{
+    fmt::Write,
+    sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering},
+};
+use kernel::{prelude::*, sync::Arc, workqueue};
 use kverbs::{
-    cm::{CmEvent, CmEventKind, CmEvents, CmId, CmSink},
+    cm::{CmEvent, CmEventKind, CmEvents, CmId, CmSink, ConnParam},
     cq::Cq,
+    device::Device,
     pd::Pd,
     qp::{Access, Cancel, InitAttr, Qp},
 };
@@ -173,5 +177,207 @@ pub(crate) fn cm_listener_dropped_by_its_removal_sink(env: &Env, out: &mut Text)
     // A listener held before (by an earlier run of this case) goes.
     let old = env.held.listener.lock().replace(id);
     drop(old);
+    Ok(())
+}
+
+/// The port of `cm_private_data_both_ways_and_consumer_rejection`.
+const PRIVATE_PORT: u16 = 7997;
+/// What its client sends with its two requests, and what the server
+/// answers: a rejection, then a reply.
+const REQ1: &[u8] = b"kverbs request 1";
+const REQ2: &[u8] = b"kverbs request 2";
+const REJ1: &[u8] = b"no: 1";
+const REP2: &[u8] = b"kverbs reply 2";
+
+/// What the client of `cm_private_data_both_ways_and_consumer_rejection`
+/// saw: each a step it reached, or a failure's errno.
+struct PrivateClient {
+    ip: kverbs::tcp::Ipv4,
+    /// The first connect's errno (want `ECONNREFUSED`).
+    refused: AtomicI32,
+    /// Its rejection's reason (want 28, consumer defined).
+    reason: AtomicI32,
+    /// Its rejection carried the server's data.
+    rej_data: AtomicBool,
+    /// The second connect's errno (want 0).
+    connected: AtomicI32,
+    /// Its reply carried the server's data.
+    rep_data: AtomicBool,
+    /// Steps done (2: both connects).
+    done: AtomicU32,
+}
+
+/// Connects with `data`: the error and rejection, or the reply's data.
+fn private_connect(
+    cl: &PrivateClient,
+    data: &[u8],
+) -> core::result::Result<kverbs::cm::PrivateData, kverbs::cm::ConnectError> {
+    let c = Cancel::new();
+    let events = CmEvents::new()?;
+    let id = CmId::new(&events)?;
+    id.resolve(cl.ip, PRIVATE_PORT, TIMEOUT_MS, &c)?;
+    let dev: &Device = id.device().ok_or(ENODEV)?;
+    let pd = Pd::new(dev)?;
+    let cq = cq(dev)?;
+    let qp = Qp::new_cm(&id, &pd, &cq, &cq, caps(2))?;
+    let param = ConnParam {
+        private_data: data,
+        ..ConnParam::default()
+    };
+    let (_qp, reply) = id.connect_with(qp, &param, TIMEOUT_MS, &c)?;
+    Ok(reply)
+}
+
+fn private_client(cl: &PrivateClient) {
+    match private_connect(cl, REQ1) {
+        Ok(_) => cl.refused.store(0, Ordering::Release),
+        Err(e) => {
+            if let Some(r) = e.rejection {
+                cl.reason.store(r.reason, Ordering::Release);
+                let data = r.consumer_data.map(|d| d.as_bytes().starts_with(REJ1));
+                cl.rej_data.store(data == Some(true), Ordering::Release);
+            }
+            cl.refused.store(e.error.to_errno(), Ordering::Release);
+        }
+    }
+    cl.done.fetch_add(1, Ordering::AcqRel);
+    match private_connect(cl, REQ2) {
+        Ok(reply) => {
+            cl.rep_data
+                .store(reply.as_bytes().starts_with(REP2), Ordering::Release);
+            cl.connected.store(0, Ordering::Release);
+        }
+        Err(e) => cl.connected.store(e.error.to_errno(), Ordering::Release),
+    }
+    cl.done.fetch_add(1, Ordering::AcqRel);
+}
+
+/// Waits until the client's two connects have ended, each within three
+/// waits of `TIMEOUT_MS` (address, route, connection), and some more;
+/// whether they did.
+fn client_done(cl: &PrivateClient) -> bool {
+    let bound = 8 * 1_000_000 * u64::from(TIMEOUT_MS);
+    let start = kverbs::now_ns();
+    while cl.done.load(Ordering::Acquire) < 2 && kverbs::now_ns() - start < bound {
+        kverbs::msleep(10);
+    }
+    cl.done.load(Ordering::Acquire) >= 2
+}
+
+/// Private data goes with a connection request, a consumer-defined
+/// rejection and a reply, each seen by the other side as sent (over RoCE
+/// padded with zeroes to the message's size): the client's first request
+/// is rejected with data, its second accepted with data. What a ULP's
+/// wire protocol needs (NVMe over RDMA: the queue's number and sizes in
+/// the request, the target's status in a rejection).
+pub(crate) fn cm_private_data_both_ways_and_consumer_rejection(
+    env: &Env,
+    out: &mut Text,
+) -> Outcome {
+    let c = Cancel::new();
+    // Two: the second request may come before the rejected ID has gone
+    // (with one, the handler would refuse it: a rejection without data).
+    let events = ok(CmEvents::with_requests(2), "events", out)?;
+    let listener = ok(CmId::new(&events), "listener", out)?;
+    ok(listener.listen(env.ip, PRIVATE_PORT), "listen", out)?;
+    let cl = ok(
+        Arc::new(
+            PrivateClient {
+                ip: env.ip,
+                refused: AtomicI32::new(1),
+                reason: AtomicI32::new(0),
+                rej_data: AtomicBool::new(false),
+                connected: AtomicI32::new(1),
+                rep_data: AtomicBool::new(false),
+                done: AtomicU32::new(0),
+            },
+            GFP_KERNEL,
+        )
+        .map_err(Error::from),
+        "client",
+        out,
+    )?;
+    let task = cl.clone();
+    if workqueue::system_unbound()
+        .try_spawn(GFP_KERNEL, move || private_client(&task))
+        .is_err()
+    {
+        return Err("cannot spawn the client");
+    }
+    // The server's side: whatever fails, the client's connects end within
+    // their timeouts, and the case waits for them.
+    let served = (|| -> Outcome {
+        let first = ok(listener.get_request(TIMEOUT_MS, &c), "first request", out)?;
+        if !first.request_data().as_bytes().starts_with(REQ1) {
+            let _ = write!(
+                out,
+                "first request's data: {:?}",
+                first.request_data().as_bytes()
+            );
+            return Err("the first request's private data is not the client's");
+        }
+        ok(first.reject(REJ1), "reject", out)?;
+        let second = ok(listener.get_request(TIMEOUT_MS, &c), "second request", out)?;
+        if !second.request_data().as_bytes().starts_with(REQ2) {
+            let _ = write!(
+                out,
+                "second request's data: {:?}",
+                second.request_data().as_bytes()
+            );
+            return Err("the second request's private data is not the client's");
+        }
+        let dev: &Device = second.device().ok_or("no device of the request")?;
+        let (pd, cq) = pd_cq(dev, out)?;
+        let qp = ok(Qp::new_cm(&second, &pd, &cq, &cq, caps(2)), "QP", out)?;
+        let param = ConnParam {
+            private_data: REP2,
+            ..ConnParam::default()
+        };
+        let qp = ok(
+            second.accept_with(qp, &param, TIMEOUT_MS, &c),
+            "accept",
+            out,
+        )?;
+        // Held until the client has seen its reply.
+        client_done(&cl);
+        drop(qp);
+        Ok(())
+    })();
+    let in_time = client_done(&cl);
+    // The client runs this module's code: the case never returns before
+    // it has ended (its every wait is bounded, so it ends).
+    while cl.done.load(Ordering::Acquire) < 2 {
+        kverbs::msleep(10);
+    }
+    drop(listener);
+    if !in_time {
+        return Err("the client's connects did not end in time");
+    }
+    served?;
+    let (refused, reason) = (
+        cl.refused.load(Ordering::Acquire),
+        cl.reason.load(Ordering::Acquire),
+    );
+    let _ = write!(
+        out,
+        "first connect: errno {}, reason {}, data {}; second: errno {}, reply data {}",
+        refused,
+        reason,
+        cl.rej_data.load(Ordering::Acquire),
+        cl.connected.load(Ordering::Acquire),
+        cl.rep_data.load(Ordering::Acquire)
+    );
+    if refused != kverbs::errno::econnrefused().to_errno() || reason != 28 {
+        return Err("the first connect was not rejected by the consumer");
+    }
+    if !cl.rej_data.load(Ordering::Acquire) {
+        return Err("the rejection's data is not the server's");
+    }
+    if cl.connected.load(Ordering::Acquire) != 0 {
+        return Err("the second connect failed");
+    }
+    if !cl.rep_data.load(Ordering::Acquire) {
+        return Err("the reply's data is not the server's");
+    }
     Ok(())
 }

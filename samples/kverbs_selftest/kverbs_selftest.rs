@@ -230,6 +230,10 @@ const CASES: &[(&str, Case)] = &[
         "mr_given_up_registration_refuses_every_call",
         mr::mr_given_up_registration_refuses_every_call,
     ),
+    (
+        "cm_private_data_both_ways_and_consumer_rejection",
+        cm::cm_private_data_both_ways_and_consumer_rejection,
+    ),
 ];
 
 /// `selftest`: the control file.

@@ -3,7 +3,7 @@
 //! The event queue of a connection ([`CmEvents`]) and the handler of every
 //! kverbs ID, which fills it (see [`crate::cm`]).
 
-use super::{CmEvent, CmSink};
+use super::{CmEvent, CmSink, PrivateData};
 use crate::bindings;
 use crate::event::EventQueue;
 use crate::layer_ref::LayerRef;
@@ -97,6 +97,12 @@ pub(super) struct Event {
     /// A connection request's new ID's context, owned by this event until
     /// the request is taken.
     pub(super) child: Option<NonNull<IdCtx>>,
+    /// The private data of a connection request, a reply (`ESTABLISHED`
+    /// of the connecting side) or a consumer-defined rejection (then
+    /// `consumer_reject`), copied during the handler's call: the
+    /// connection manager's copy is only valid then.
+    pub(super) private: PrivateData,
+    pub(super) consumer_reject: bool,
 }
 
 /// The events of the IDs of one connection, oldest first.
@@ -267,13 +273,26 @@ impl EventsInner {
         timeout_ms: u32,
         cancel: &Cancel,
     ) -> Result<Event> {
+        self.wait_event(token, want, timeout_ms, cancel)
+            .map_err(|(err, _)| err)
+    }
+
+    /// As [`EventsInner::wait`], with the error event that failed the wait,
+    /// if one did.
+    pub(super) fn wait_event(
+        &self,
+        token: u64,
+        want: u32,
+        timeout_ms: u32,
+        cancel: &Cancel,
+    ) -> core::result::Result<Event, (Error, Option<Event>)> {
         let deadline = Deadline::new(timeout_ms, cancel);
         loop {
             // Cancelled: no more events are taken, even one already there,
             // so that a cancelled multi-step operation (`resolve`) stops
             // at the step it is in, however fast the events come.
             if cancel.is_cancelled() {
-                return Err(crate::errno::ecanceled());
+                return Err((crate::errno::ecanceled(), None));
             }
             let seen = self.count.load(Ordering::Acquire);
             let found = {
@@ -301,10 +320,10 @@ impl EventsInner {
                         e.status,
                         event_msg(want)
                     );
-                    return Err(err);
+                    return Err((err, Some(e)));
                 }
             }
-            deadline.check()?;
+            deadline.check().map_err(|err| (err, None))?;
             self.wait_next(seen);
         }
     }
@@ -372,6 +391,9 @@ pub(super) unsafe extern "C" fn handler(
     let events = unsafe { &*ctx.events };
     // SAFETY: `ev` is valid during the call.
     let (kind, status) = unsafe { ((*ev).event, (*ev).status) };
+    // SAFETY: `ev` and `id` are valid during the call, which is when the
+    // private data they point to is.
+    let (private, consumer_reject) = unsafe { private_data(id, ev, kind) };
     let mut child = None;
     let mut token = ctx.token;
     if kind == bindings::RDMA_CM_EVENT_DEVICE_REMOVAL {
@@ -446,6 +468,8 @@ pub(super) unsafe extern "C" fn handler(
             kind,
             status,
             child,
+            private,
+            consumer_reject,
         },
         GFP_KERNEL,
     );
@@ -483,4 +507,50 @@ pub(super) unsafe extern "C" fn handler(
         };
     }
     0
+}
+
+/// The private data of the event `ev` of kind `kind` for `id`, copied: a
+/// connection request's or reply's, or a consumer-defined rejection's
+/// (then `true`); none for the other events.
+///
+/// # Safety
+///
+/// `id` and `ev` are the arguments of a call of the ID's event handler,
+/// made by the connection manager, during that call.
+unsafe fn private_data(
+    id: *mut bindings::rdma_cm_id,
+    ev: *mut bindings::rdma_cm_event,
+    kind: u32,
+) -> (PrivateData, bool) {
+    match kind {
+        bindings::RDMA_CM_EVENT_CONNECT_REQUEST
+        | bindings::RDMA_CM_EVENT_CONNECT_RESPONSE
+        | bindings::RDMA_CM_EVENT_ESTABLISHED => {
+            // SAFETY: For these events of an RC ID the union's member is
+            // `conn`, whose private data (if any) is valid for its length
+            // during the call (the caller's guarantee).
+            let pd = unsafe {
+                let conn = &(*ev).param.conn;
+                PrivateData::copy_from(conn.private_data.cast(), usize::from(conn.private_data_len))
+            };
+            (pd, false)
+        }
+        bindings::RDMA_CM_EVENT_REJECTED => {
+            let mut len = 0u8;
+            // SAFETY: A `REJECTED` event during its handler's call, as
+            // `rdma_consumer_reject_data` requires; it gives null unless
+            // the rejection is consumer defined, else data valid for `len`
+            // bytes during the call.
+            let data = unsafe { bindings::rdma_consumer_reject_data(id, ev, &mut len) };
+            if data.is_null() {
+                return (PrivateData::EMPTY, false);
+            }
+            // SAFETY: As above.
+            (
+                unsafe { PrivateData::copy_from(data.cast(), usize::from(len)) },
+                true,
+            )
+        }
+        _ => (PrivateData::EMPTY, false),
+    }
 }

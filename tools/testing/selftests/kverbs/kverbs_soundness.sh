@@ -289,6 +289,7 @@ CASES=(
 	mul_div_saturates_past_u64
 	cm_listener_dropped_by_its_removal_sink
 	mr_given_up_registration_refuses_every_call
+	cm_private_data_both_ways_and_consumer_rejection
 )
 n=${#CASES[@]}
 
