@@ -529,7 +529,7 @@ order_ok() {
 		data=0
 		if [ "$by_data" = 1 ]; then
 			case $p in
-			kverbs_rc.sh | kverbs_rc_tcp.sh | kverbs_rping.sh | kverbs_srq.sh | kverbs_matrix.sh) data=1 ;;
+			kverbs_rc.sh | kverbs_rc_tcp.sh | kverbs_rping.sh | kverbs_srq.sh | kverbs_matrix.sh | kverbs_nvme_target.sh) data=1 ;;
 			esac
 		fi
 		if [ -n "$prev" ]; then

@@ -110,7 +110,7 @@ break_programs() {
 	local p
 	for p in "$root"/kselftest/kverbs/kverbs_*.sh; do
 		case ${p##*/} in
-		kverbs_lib.sh | kverbs_kmemleak.sh) continue ;;
+		kverbs_lib.sh | kverbs_nvme_lib.sh | kverbs_kmemleak.sh) continue ;;
 		esac
 		printf '%s\n' "$@" >"$p"
 	done

@@ -82,7 +82,7 @@ fi
 guests=$1
 shift
 here=$(cd "$(dirname "$0")" && pwd)
-DATA_PROGS="kverbs_rc.sh kverbs_rc_tcp.sh kverbs_rping.sh kverbs_srq.sh kverbs_matrix.sh"
+DATA_PROGS="kverbs_rc.sh kverbs_rc_tcp.sh kverbs_rping.sh kverbs_srq.sh kverbs_matrix.sh kverbs_nvme_target.sh"
 LAST_PROGS="kverbs_forget.sh"
 
 [ "${KVERBS_TWO_HOSTS:-1}" = 1 ] || PEER_PROGS=

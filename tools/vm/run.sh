@@ -30,7 +30,7 @@ mkdir -p "$work"
 # for check the ULP built outside the tree against them (tools/ulp_template:
 # make ulp).
 ulp=$top/tools/ulp_template/kverbs_ulp.ko
-default_mods="$top/kverbs.ko $top/kverbs_example.ko $top/kverbs_minimal.ko $top/kverbs_selftest.ko $top/kverbs_exerciser.ko"
+default_mods="$top/kverbs.ko $top/kverbs_example.ko $top/kverbs_minimal.ko $top/kverbs_selftest.ko $top/kverbs_exerciser.ko $top/kverbs_nvme.ko"
 [ "$mode" = check ] && default_mods="$default_mods $ulp"
 read -r -a mods <<<"${KVERBS_MODULES:-$default_mods}"
 for m in "${mods[@]}"; do

@@ -16,6 +16,8 @@ KV_MODDIR=${KV_MODDIR:-/kverbs}
 KV_LAYER=kverbs
 KV_MOD=kverbs_example
 KV_MINIMAL=kverbs_minimal
+# The NVMe over Fabrics host (samples/kverbs_nvme).
+KV_NVME=kverbs_nvme
 KV_SELFTEST=kverbs_selftest
 KV_EXERCISER=kverbs_exerciser
 # shellcheck disable=SC2034 # used by the test programs
@@ -241,8 +243,8 @@ kv_selftest_loaded() {
 	kv_mod_loaded "$KV_SELFTEST"
 }
 
-# kv_unload_layer: unloads the self-test and exerciser modules if they are
-# loaded (they hold the layer), then the layer. The layer's last reference from a closed
+# kv_unload_layer: unloads the self-test, exerciser and NVMe host modules
+# if they are loaded (they hold the layer), then the layer. The layer's last reference from a closed
 # file of the example is dropped just after the example's (debugfs' proxy
 # puts the fops' owner last): retry for a second. KV_KEEP_LAYER=1: the
 # layer stays (an object leaked on purpose holds it: kverbs_forget.sh).
@@ -253,6 +255,9 @@ kv_unload_layer() {
 	fi
 	if kv_mod_loaded "$KV_EXERCISER"; then
 		rmmod "$KV_EXERCISER" || return 1
+	fi
+	if kv_mod_loaded "$KV_NVME"; then
+		rmmod "$KV_NVME" || return 1
 	fi
 	[ "${KV_KEEP_LAYER:-0}" = 1 ] && return 0
 	for _ in {1..10}; do
@@ -370,6 +375,8 @@ kv_used_by() {
 }
 
 kv_cleanup() {
+	# The NVMe fixture's hosts and target (kverbs_nvme_lib.sh), if sourced.
+	! declare -F kv_nvme_cleanup >/dev/null || kv_nvme_cleanup
 	! kv_minimal_loaded || rmmod "$KV_MINIMAL"
 	! kv_mod_loaded kverbs_ulp || rmmod kverbs_ulp
 	kv_loaded && kv_unload

@@ -1,0 +1,345 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! kverbs_nvme: an NVMe over Fabrics RDMA host on the kverbs layer, the
+//! Rust twin of drivers/nvme/host/rdma.c (Documentation/kverbs_nvme-design.rst).
+//!
+//! This is its first stage: a controller is its admin queue's connection,
+//! made with the NVMe/RDMA private data (queue 0, 32 entries) and the
+//! target's reply (its receive queue size) or its rejection (an NVMe/RDMA
+//! status) read back. No command is sent yet.
+//!
+//! Its debugfs directory, `kverbs_nvme/`:
+//!
+//! - `connect`: takes nvme-cli's option string (`transport=rdma,
+//!   traddr=169.254.1.1,trsvcid=4420,nqn=NQN[,...]`, as /dev/nvme-fabrics
+//!   does); reads back `instance=N` of the last connect, or why it failed;
+//! - `disconnect`: takes an instance number, or `all`;
+//! - `controllers`: one line a controller.
+//!
+//! A controller goes when its device is removed, and with the module.
+
+#![deny(unsafe_code)]
+
+mod options;
+mod queue;
+mod wire;
+
+use core::fmt::Write;
+use kernel::{c_str, new_mutex, prelude::*, sync::Arc, sync::Mutex};
+use kverbs::{
+    cm::{CmEvent, CmEventKind, CmSink},
+    debugfs::{Dir, File},
+    Show, Store,
+};
+use options::{Options, Text};
+use queue::{Queue, AQ_DEPTH};
+
+module! {
+    type: KverbsNvme,
+    name: "kverbs_nvme",
+    description: "kverbs_nvme: an NVMe over Fabrics RDMA host in safe Rust",
+    license: "GPL",
+}
+
+/// A controller: for now, its admin queue's connection.
+struct Ctrl {
+    instance: u32,
+    opts: Options,
+    admin: Queue,
+    /// The target disconnected (the controller is kept, not reconnected:
+    /// that is a later stage).
+    disconnected: bool,
+}
+
+/// The controllers, and what the last connect said.
+#[pin_data]
+struct Ctrls {
+    #[pin]
+    list: Mutex<KVec<Ctrl>>,
+    #[pin]
+    next_instance: Mutex<u32>,
+    #[pin]
+    last: Mutex<KVec<u8>>,
+}
+
+/// Takes the controllers `pick` chooses out of `list`, keeping the others
+/// in their order.
+fn take_where(list: &mut KVec<Ctrl>, pick: impl Fn(&Ctrl) -> bool) -> Result<KVec<Ctrl>> {
+    let mut keep = KVec::with_capacity(list.len(), GFP_KERNEL)?;
+    let mut gone = KVec::with_capacity(list.len(), GFP_KERNEL)?;
+    for c in core::mem::take(list) {
+        // Room was made for every one: neither push fails.
+        let _ = if pick(&c) {
+            gone.push(c, GFP_KERNEL)
+        } else {
+            keep.push(c, GFP_KERNEL)
+        };
+    }
+    *list = keep;
+    Ok(gone)
+}
+
+/// The sink of a controller's connection events: on its device's removal
+/// it drops the controller (the removal waits for that), on a disconnect
+/// it marks it.
+struct CtrlSink {
+    ctrls: Arc<Ctrls>,
+    instance: u32,
+}
+
+impl CmSink for CtrlSink {
+    fn event(&self, ev: &CmEvent) {
+        let gone = {
+            let mut list = self.ctrls.list.lock();
+            let Some(c) = list.iter_mut().find(|c| c.instance == self.instance) else {
+                return;
+            };
+            let removed = match ev.kind() {
+                CmEventKind::DeviceRemoval => c.admin.is_of(ev),
+                CmEventKind::EventsLost => c.admin.device_removed(),
+                CmEventKind::Disconnected => {
+                    c.disconnected |= c.admin.is_of(ev);
+                    false
+                }
+                _ => false,
+            };
+            if !removed {
+                return;
+            }
+            take_where(&mut list, |c| c.instance == self.instance)
+        };
+        match gone {
+            Ok(gone) => {
+                for c in gone.iter() {
+                    pr_info!("kvnvme{}: device removed: controller deleted\n", c.instance);
+                }
+                // Dropped outside the list's lock: its queue's drop waits
+                // for the drain and destroys the ID, which lets the
+                // removal go on.
+                drop(gone);
+            }
+            Err(_) => pr_err!(
+                "kvnvme{}: device removed, out of memory: kept\n",
+                self.instance
+            ),
+        }
+    }
+}
+
+impl Ctrls {
+    /// Connects a controller with the options `input`.
+    fn connect(this: &Arc<Self>, input: &[u8]) -> Result {
+        let opts = match Options::parse(input) {
+            Ok(o) => o,
+            Err(r) => {
+                let why = core::str::from_utf8(&r.why).unwrap_or("?");
+                pr_err!("connect: {}\n", why);
+                this.said(format_args!("error: {}", why));
+                return Err(r.errno);
+            }
+        };
+        let instance = {
+            let mut n = this.next_instance.lock();
+            let i = *n;
+            *n += 1;
+            i
+        };
+        let sink = Arc::new(
+            CtrlSink {
+                ctrls: this.clone(),
+                instance,
+            },
+            GFP_KERNEL,
+        )?;
+        let admin = match Queue::connect(&opts, 0, AQ_DEPTH, sink) {
+            Ok(q) => q,
+            Err(f) => {
+                pr_err!(
+                    "kvnvme{}: {}:{}: admin queue: {}\n",
+                    instance,
+                    opts.traddr,
+                    opts.trsvcid,
+                    f
+                );
+                this.said(format_args!("error: admin queue: {}", f));
+                return Err(f.errno());
+            }
+        };
+        pr_info!(
+            "kvnvme{}: admin queue connected to {}:{}, the controller's receive queue {}\n",
+            instance,
+            opts.traddr,
+            opts.trsvcid,
+            admin.crqsize
+        );
+        this.list.lock().push(
+            Ctrl {
+                instance,
+                opts,
+                admin,
+                disconnected: false,
+            },
+            GFP_KERNEL,
+        )?;
+        // A removal of its device told to the sink before the controller
+        // was in the list found nothing to drop: the removal waits for it.
+        let removed = {
+            let mut list = this.list.lock();
+            if list
+                .iter()
+                .any(|c| c.instance == instance && c.admin.device_removed())
+            {
+                take_where(&mut list, |c| c.instance == instance)?
+            } else {
+                KVec::new()
+            }
+        };
+        if !removed.is_empty() {
+            drop(removed);
+            this.said(format_args!("error: the device went"));
+            return Err(ENODEV);
+        }
+        this.said(format_args!("instance={}", instance));
+        Ok(())
+    }
+
+    fn said(&self, args: core::fmt::Arguments<'_>) {
+        let mut t = Text(KVec::new());
+        let _ = t.write_fmt(args);
+        let _ = t.write_str("\n");
+        *self.last.lock() = t.0;
+    }
+
+    /// Removes `instance`, or every controller; `ENOENT` if there is no
+    /// such controller.
+    fn disconnect(&self, input: &[u8]) -> Result {
+        let text = core::str::from_utf8(input).map_err(|_| EINVAL)?.trim();
+        let gone: KVec<Ctrl> = {
+            let mut list = self.list.lock();
+            if text == "all" {
+                core::mem::take(&mut *list)
+            } else {
+                let Ok(n) = text.parse::<u32>() else {
+                    pr_err!(
+                        "disconnect: want an instance number or 'all', not '{}'\n",
+                        text
+                    );
+                    return Err(EINVAL);
+                };
+                if !list.iter().any(|c| c.instance == n) {
+                    pr_err!("disconnect: no controller kvnvme{}\n", n);
+                    return Err(ENOENT);
+                }
+                take_where(&mut list, |c| c.instance == n)?
+            }
+        };
+        for c in gone.iter() {
+            pr_info!("kvnvme{}: disconnected\n", c.instance);
+        }
+        // Outside the lock: the queues' drops wait for their drains.
+        drop(gone);
+        Ok(())
+    }
+}
+
+/// `connect`.
+struct ConnectFile(Arc<Ctrls>);
+
+impl Store for ConnectFile {
+    fn store(&self, input: &[u8]) -> Result {
+        Ctrls::connect(&self.0, input)
+    }
+}
+
+impl Show for ConnectFile {
+    fn show(&self, out: &mut dyn Write) -> Result {
+        let last = self.0.last.lock();
+        out.write_str(core::str::from_utf8(&last).unwrap_or("?\n"))?;
+        Ok(())
+    }
+}
+
+/// `disconnect`.
+struct DisconnectFile(Arc<Ctrls>);
+
+impl Store for DisconnectFile {
+    fn store(&self, input: &[u8]) -> Result {
+        self.0.disconnect(input)
+    }
+}
+
+impl Show for DisconnectFile {
+    fn show(&self, out: &mut dyn Write) -> Result {
+        out.write_str("instance number, or all\n")?;
+        Ok(())
+    }
+}
+
+/// `controllers`.
+struct CtrlsFile(Arc<Ctrls>);
+
+impl Show for CtrlsFile {
+    fn show(&self, out: &mut dyn Write) -> Result {
+        for c in self.0.list.lock().iter() {
+            write!(out, "kvnvme{}: ", c.instance)?;
+            out.write_str(if c.disconnected {
+                "disconnected"
+            } else {
+                "connected"
+            })?;
+            write!(
+                out,
+                ", {}:{}, subsysnqn {}, admin queue: qid {}, QP {}, controller's receive queue {}, device ",
+                c.opts.traddr,
+                c.opts.trsvcid,
+                c.opts.nqn.as_str(),
+                c.admin.qid,
+                c.admin.qp_num(),
+                c.admin.crqsize
+            )?;
+            c.admin.device_name(out)?;
+            out.write_str("\n")?;
+        }
+        Ok(())
+    }
+}
+
+struct KverbsNvme {
+    ctrls: Arc<Ctrls>,
+    _connect: File<ConnectFile>,
+    _disconnect: File<DisconnectFile>,
+    _controllers: File<CtrlsFile>,
+}
+
+impl kernel::Module for KverbsNvme {
+    fn init(module: &'static ThisModule) -> Result<Self> {
+        let ctrls = Arc::pin_init(
+            pin_init!(Ctrls {
+                list <- new_mutex!(KVec::new()),
+                next_instance <- new_mutex!(0),
+                last <- new_mutex!(KVec::new()),
+            }),
+            GFP_KERNEL,
+        )?;
+        let root = Dir::new(c_str!("kverbs_nvme"), module)?;
+        let connect = root.control_file(c_str!("connect"), ConnectFile(ctrls.clone()))?;
+        let disconnect = root.control_file(c_str!("disconnect"), DisconnectFile(ctrls.clone()))?;
+        let controllers = root.file(c_str!("controllers"), CtrlsFile(ctrls.clone()))?;
+        Ok(KverbsNvme {
+            ctrls,
+            _connect: connect,
+            _disconnect: disconnect,
+            _controllers: controllers,
+        })
+    }
+}
+
+impl Drop for KverbsNvme {
+    fn drop(&mut self) {
+        // The controllers, whose sinks hold `ctrls` (a cycle this breaks),
+        // then the deliveries of their sinks still ending.
+        let all = core::mem::take(&mut *self.ctrls.list.lock());
+        drop(all);
+        let _ = kverbs::event::wait_for_deliveries();
+    }
+}

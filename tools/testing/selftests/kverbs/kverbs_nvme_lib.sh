@@ -1,0 +1,106 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+#
+# The NVMe over Fabrics fixture of the kverbs selftests, sourced after
+# kverbs_lib.sh: the kernel's own RDMA target (nvmet-rdma, configured in
+# configfs) exporting a RAM disk (brd's /dev/ram0) on rxe over dummy0
+# (169.254.1.1, port 4420), and the kernel's C host (nvme-rdma) connected
+# to it through /dev/nvme-fabrics, as nvme-cli's "nvme connect -t rdma"
+# does. kverbs_nvme is tested against the same target and compared with
+# the same host.
+
+KV_CONFIGFS=/sys/kernel/config
+KV_NVMET=$KV_CONFIGFS/nvmet
+KV_NVME_NQN=nqn.2026-11.org.kverbs:ram0
+KV_NVME_ADDR=169.254.1.1
+KV_NVME_SVCID=4420
+# The target's port (a configfs directory name) and its backing store.
+KV_NVMET_PORT=1
+KV_NVMET_DISK=/dev/ram0
+
+# kv_nvmet_up: the target listening: rxe on dummy0, the subsystem
+# $KV_NVME_NQN open to any host with namespace 1 on $KV_NVMET_DISK, linked
+# into an RDMA port at $KV_NVME_ADDR:$KV_NVME_SVCID.
+kv_nvmet_up() {
+	local sub=$KV_NVMET/subsystems/$KV_NVME_NQN port=$KV_NVMET/ports/$KV_NVMET_PORT
+	kv_dummy_up || return 1
+	[ -e /sys/class/infiniband/rxe_dummy ] || kv_rxe_add rxe_dummy dummy0 || return 1
+	if [ ! -d "$KV_NVMET" ]; then
+		mount -t configfs none "$KV_CONFIGFS" ||
+			{ kv_msg "cannot mount configfs on $KV_CONFIGFS"; return 1; }
+	fi
+	[ -d "$KV_NVMET" ] || { kv_msg "no $KV_NVMET: CONFIG_NVME_TARGET?"; return 1; }
+	[ -b "$KV_NVMET_DISK" ] || { kv_msg "no $KV_NVMET_DISK: CONFIG_BLK_DEV_RAM?"; return 1; }
+	mkdir "$sub" || return 1
+	echo 1 >"$sub/attr_allow_any_host" || return 1
+	mkdir "$sub/namespaces/1" || return 1
+	echo "$KV_NVMET_DISK" >"$sub/namespaces/1/device_path" || return 1
+	echo 1 >"$sub/namespaces/1/enable" || return 1
+	mkdir "$port" || return 1
+	echo rdma >"$port/addr_trtype" || return 1
+	echo ipv4 >"$port/addr_adrfam" || return 1
+	echo "$KV_NVME_ADDR" >"$port/addr_traddr" || return 1
+	echo "$KV_NVME_SVCID" >"$port/addr_trsvcid" || return 1
+	# Linking enables the port: nvmet-rdma listens from here.
+	ln -s "$sub" "$port/subsystems/$KV_NVME_NQN"
+}
+
+# kv_nvmet_down: the target's port, namespace and subsystem removed, each
+# if there (a failed setup leaves part of them); fails if one stays.
+kv_nvmet_down() {
+	local sub=$KV_NVMET/subsystems/$KV_NVME_NQN port=$KV_NVMET/ports/$KV_NVMET_PORT
+	[ -d "$KV_NVMET" ] || return 0
+	[ -L "$port/subsystems/$KV_NVME_NQN" ] && rm "$port/subsystems/$KV_NVME_NQN"
+	[ -d "$port" ] && rmdir "$port"
+	if [ -d "$sub/namespaces/1" ]; then
+		echo 0 >"$sub/namespaces/1/enable"
+		rmdir "$sub/namespaces/1"
+	fi
+	[ -d "$sub" ] && rmdir "$sub"
+	[ ! -e "$port" ] && [ ! -e "$sub" ]
+}
+
+# kv_nvme_c_connect OPTIONS: the C host connected with nvme-cli's option
+# string, less transport, traddr, trsvcid and nqn, which are the
+# fixture's; KV_NVME_INSTANCE is its controller's instance (nvme<N>), as
+# /dev/nvme-fabrics answers on the file written.
+kv_nvme_c_connect() {
+	local fd line opts="transport=rdma,traddr=$KV_NVME_ADDR,trsvcid=$KV_NVME_SVCID,nqn=$KV_NVME_NQN${1:+,$1}"
+	KV_NVME_INSTANCE=
+	[ -c /dev/nvme-fabrics ] || { kv_msg "no /dev/nvme-fabrics: CONFIG_NVME_RDMA?"; return 1; }
+	exec {fd}<>/dev/nvme-fabrics || return 1
+	if ! printf '%s' "$opts" >&"$fd"; then
+		kv_msg "/dev/nvme-fabrics refused '$opts'"
+		exec {fd}>&-
+		return 1
+	fi
+	read -r line <&"$fd"
+	exec {fd}>&-
+	[[ $line =~ ^instance=([0-9]+),cntlid=([0-9]+)$ ]] ||
+		{ kv_msg "/dev/nvme-fabrics answered '$line'"; return 1; }
+	KV_NVME_INSTANCE=${BASH_REMATCH[1]}
+}
+
+# kv_nvme_c_disconnect [INSTANCE]: the C host's controller deleted, as
+# nvme-cli's "nvme disconnect" does; waits until it is gone.
+kv_nvme_c_disconnect() {
+	local c=/sys/class/nvme/nvme${1:-$KV_NVME_INSTANCE}
+	[ -e "$c" ] || return 0
+	echo 1 >"$c/delete_controller" || return 1
+	kv_wait test ! -e "$c"
+}
+
+# kv_nvme_c_disconnect_all: every controller of the C host deleted.
+kv_nvme_c_disconnect_all() {
+	local c
+	for c in /sys/class/nvme/nvme*; do
+		[ -e "$c" ] && kv_nvme_c_disconnect "${c##*/nvme}"
+	done
+	return 0
+}
+
+# kv_nvme_cleanup: the fixture gone: hosts disconnected, target removed.
+kv_nvme_cleanup() {
+	kv_nvme_c_disconnect_all
+	kv_nvmet_down
+}
