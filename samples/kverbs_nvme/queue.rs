@@ -68,6 +68,8 @@ impl fmt::Display for ConnectFailure {
     }
 }
 
+kverbs::kernel_display!(ConnectFailure);
+
 impl From<Error> for ConnectFailure {
     fn from(e: Error) -> Self {
         ConnectFailure::Error(e)
