@@ -3,7 +3,9 @@
 //! Cases of the connection manager: one QP per ID, a QP of another ID,
 //! the events of destroyed IDs, a listener held until its device goes.
 
-use crate::common::{caps, cq, ok, pd_cq, refused, Env, Held, Outcome, Text, TIMEOUT_MS};
+use crate::common::{
+    caps, cq, ok, pd_cq, refused, wait_until, Env, Held, Outcome, Text, TIMEOUT_MS,
+};
 use core::{
     fmt::Write,
     sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering},
@@ -256,12 +258,9 @@ fn private_client(cl: &PrivateClient) {
 /// waits of `TIMEOUT_MS` (address, route, connection), and some more;
 /// whether they did.
 fn client_done(cl: &PrivateClient) -> bool {
-    let bound = 8 * 1_000_000 * u64::from(TIMEOUT_MS);
-    let start = kverbs::now_ns();
-    while cl.done.load(Ordering::Acquire) < 2 && kverbs::now_ns() - start < bound {
-        kverbs::msleep(10);
-    }
-    cl.done.load(Ordering::Acquire) >= 2
+    wait_until(8 * u64::from(TIMEOUT_MS), || {
+        cl.done.load(Ordering::Acquire) >= 2
+    })
 }
 
 /// Private data goes with a connection request, a consumer-defined

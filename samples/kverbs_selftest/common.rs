@@ -278,3 +278,15 @@ pub(crate) fn seg(b: &Arc<DmaBuf>, len: usize) -> Segment {
         len,
     }
 }
+
+/// Waits up to `ms` for `done` to hold, in 10 ms steps.
+pub(crate) fn wait_until(ms: u64, done: impl Fn() -> bool) -> bool {
+    let start = kverbs::now_ns();
+    while !done() {
+        if kverbs::now_ns() - start > ms * 1_000_000 {
+            return false;
+        }
+        kverbs::msleep(10);
+    }
+    true
+}

@@ -6,8 +6,8 @@
 //! review). Each case says what it would have met before the fix.
 
 use crate::common::{
-    buf, caps, connect_pair, cq, ok, port, rc_self, seg, srq_with_sink, Env, Outcome, Text,
-    TIMEOUT_MS,
+    buf, caps, connect_pair, cq, ok, port, rc_self, seg, srq_with_sink, wait_until, Env, Outcome,
+    Text, TIMEOUT_MS,
 };
 use core::{
     fmt::Write,
@@ -27,18 +27,6 @@ use kverbs::{
     stream::SendStream,
     tcp::Ipv4,
 };
-
-/// Waits up to `ms` for `done` to hold, in 10 ms steps.
-fn wait_until(ms: u64, done: impl Fn() -> bool) -> bool {
-    let start = kverbs::now_ns();
-    while !done() {
-        if kverbs::now_ns() - start > ms * 1_000_000 {
-            return false;
-        }
-        kverbs::msleep(10);
-    }
-    true
-}
 
 /// What the worker of `direct_cq_shared_by_two_tasks_dropping_qps` shares.
 struct Pinger {
