@@ -58,6 +58,13 @@ kvars =
 setup =
 endif
 
+# CLIPPY=1 from the environment too (Kbuild takes it only from a command
+# line): the modules are then built with clippy's lints, as by make clippy.
+# .ci/run builds them so once, for its clippy check and for its tests
+# alike: Kbuild rebuilds an object whose command changed, so a build
+# without CLIPPY=1 after one with it builds everything again.
+kclippy = $(if $(CLIPPY),CLIPPY=$(CLIPPY))
+
 RUST_SOURCES = $(shell find $(TOP)/rust $(TOP)/samples $(TOP)/tools/ulp_template -name '*.rs' ! -name '*_generated.rs')
 
 .PHONY: all modules ulp setup kernel kernel-perf run check check-harness bench stress rustfmt rustfmtcheck clippy clean
@@ -75,12 +82,12 @@ kernel-perf: setup
 	@KVERBS_FLAVOR=perf $(TOP)/tools/build-kernel.sh >/dev/null
 
 modules:
-	@$(setup) kdir=$(kdir) && $(MAKE) -C "$$kdir" M=$(TOP) $(kvars) modules
+	@$(setup) kdir=$(kdir) && $(MAKE) -C "$$kdir" M=$(TOP) $(kvars) $(kclippy) modules
 
 # The out-of-tree ULP template (tools/ulp_template), built by its own
 # Makefile against this tree's kverbs.ko, as a module of one's own would be.
 # make check puts it in the guest (kverbs_ulp.sh); a failed build fails it.
-ulp_build = $(MAKE) -C $(TOP)/tools/ulp_template KVERBS=$(TOP) KDIR="$$kdir" $(kvars)
+ulp_build = $(MAKE) -C $(TOP)/tools/ulp_template KVERBS=$(TOP) KDIR="$$kdir" $(kvars) $(kclippy)
 ulp_failed = { echo "kverbs: building the out-of-tree ULP (tools/ulp_template) against this tree failed"; exit 1; }
 
 ulp: modules
