@@ -6,7 +6,7 @@
 # Builds the initramfs the kverbs test VM boots: static busybox, bash, the
 # rdma-core and iproute2 tools the tests compare against and any in
 # $KVERBS_VM_TOOLS (with the shared libraries they need, taken from this
-# machine), the kverbs modules, the kselftests with the kernel's
+# machine), the kverbs modules, the kernel's own ($KVERBS_KDIR), the kselftests with the kernel's
 # ktap_helpers.sh, and tools/vm/guest-init.sh as /init.
 
 set -euo pipefail
@@ -80,6 +80,23 @@ echo 'root:x:0:' >"$root/etc/group"
 for m in "$@"; do
 	cp "$m" "$root/kverbs/"
 done
+
+# The test kernel's own modules ($KVERBS_KDIR, its build directory: the
+# NVMe over Fabrics drivers, tools/testing/selftests/kverbs/config), where
+# modprobe looks for them, with their modules.dep.
+kdir=${KVERBS_KDIR:-}
+if [ -n "$kdir" ] && [ -s "$kdir/modules.order" ]; then
+	krel=$(cat "$kdir/include/config/kernel.release")
+	mdir=$root/lib/modules/$krel
+	while read -r m; do
+		m=${m%.o} m=${m%.ko}
+		mkdir -p "$mdir/kernel/$(dirname "$m")"
+		cp "$kdir/$m.ko" "$mdir/kernel/$m.ko"
+	done <"$kdir/modules.order"
+	cp "$kdir/modules.order" "$kdir/modules.builtin" "$mdir/"
+	[ -e "$kdir/modules.builtin.modinfo" ] && cp "$kdir/modules.builtin.modinfo" "$mdir/"
+	depmod -b "$root" "$krel"
+fi
 
 cp "$ksrc/tools/testing/selftests/kselftest/ktap_helpers.sh" "$root/kselftest/kselftest/"
 sel="$top/tools/testing/selftests/kverbs"

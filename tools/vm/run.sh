@@ -44,7 +44,7 @@ progs=${KVERBS_TESTS:-$(make -s --no-print-directory -C "$top/tools/testing/self
 nprogs=$(echo "$progs" | wc -w)
 
 initrd="$work/initramfs-$mode.cpio"
-KVERBS_PROGS=$progs "$top/tools/vm/mkinitramfs.sh" "$initrd" "$ksrc" "${mods[@]}" ||
+KVERBS_PROGS=$progs KVERBS_KDIR=$kdir "$top/tools/vm/mkinitramfs.sh" "$initrd" "$ksrc" "${mods[@]}" ||
 	{ echo "kverbs: building the initramfs failed"; exit 1; }
 
 log="$work/$mode.log"

@@ -7,11 +7,8 @@
 # private data and reads the target's reply; the target's rejections come
 # back with their NVMe/RDMA status, a port nobody listens on with the
 # connection manager's reason; bad options are refused with a reason;
-# disconnect and rmmod delete controllers. (The device's removal with a
-# controller connected is not tested yet: with the kernel's NVMe target
-# built in, rdma_cm's client is removed before nvmet-rdma's, and waits for
-# the target's queue forever: Documentation/kverbs.rst, "Known kernel
-# problems".)
+# disconnect, rmmod and the removal of the RDMA device delete
+# controllers.
 
 # shellcheck source=kverbs_lib.sh
 . "$(dirname "$(readlink -f "$0")")/kverbs_lib.sh"
@@ -111,7 +108,27 @@ rmmod_with_controllers() {
 	[ -z "$(controllers)" ]
 }
 
-kv_begin 9
+# rdma link del with a controller connected: the connection manager's
+# DEVICE_REMOVAL drops the controller (its queue's drain, QP, CQ, PD and
+# ID) before the removal goes on, and the removal ends (nvmet-rdma, loaded
+# after rdma_cm, closes the target's side: the config fragment says why
+# that order matters). The device comes back, and the target's port,
+# whose listener went with the old device (nvmet-rdma repairs a port
+# only on an address change), is made anew: a controller connects again.
+device_removed() {
+	printf '%s' "$OPTS" >"$DIR/connect" || return 1
+	[ -n "$(controllers)" ] || { kv_msg "no controller"; return 1; }
+	kv_rxe_del rxe_dummy || { kv_msg "rdma link del failed"; return 1; }
+	[ ! -e /sys/class/infiniband/rxe_dummy ] || { kv_msg "rxe_dummy is still there"; return 1; }
+	kv_logged "kvnvme0: device removed: controller deleted" || return 1
+	[ -z "$(controllers)" ] || { kv_msg "controllers: $(controllers)"; return 1; }
+	{ kv_nvmet_down && kv_nvmet_up; } || { kv_msg "the target's setup again failed"; return 1; }
+	printf '%s' "$OPTS" >"$DIR/connect" || return 1
+	[ "$(controllers | wc -l)" = 1 ] || { kv_msg "controllers: $(controllers)"; return 1; }
+	echo all >"$DIR/disconnect"
+}
+
+kv_begin 10
 kv_case setup_nvmet_on_rxe_dummy_and_load setup
 kv_case nvme_host_bad_options_refused_with_reason bad_options
 kv_case nvme_host_admin_queue_connects_target_rq_32 connects
@@ -120,4 +137,5 @@ kv_case nvme_host_admin_hsqsize_32_rejected_nvme_rdma_status_4 hsqsize_rejected
 kv_case nvme_host_no_listener_rejected_cm_reason_8 no_listener_rejected
 kv_case nvme_host_disconnect_by_instance disconnects
 kv_case nvme_host_rmmod_with_controllers_connected rmmod_with_controllers
+kv_case nvme_host_rdma_link_del_deletes_connected_controller device_removed
 kv_end

@@ -18,11 +18,21 @@ KV_NVME_SVCID=4420
 KV_NVMET_PORT=1
 KV_NVMET_DISK=/dev/ram0
 
+# kv_nvme_modprobe MODULE: the kernel's NVMe driver MODULE loaded, with
+# the modules it needs (the test kernel builds them as modules, which
+# tools/vm/mkinitramfs.sh puts in the guest's /lib/modules: the config
+# fragment says why).
+kv_nvme_modprobe() {
+	[ -d "/sys/module/${1//-/_}" ] && return 0
+	modprobe "$1" || { kv_msg "cannot load $1 (not in /lib/modules/$(uname -r)?)"; return 1; }
+}
+
 # kv_nvmet_up: the target listening: rxe on dummy0, the subsystem
 # $KV_NVME_NQN open to any host with namespace 1 on $KV_NVMET_DISK, linked
 # into an RDMA port at $KV_NVME_ADDR:$KV_NVME_SVCID.
 kv_nvmet_up() {
 	local sub=$KV_NVMET/subsystems/$KV_NVME_NQN port=$KV_NVMET/ports/$KV_NVMET_PORT
+	kv_nvme_modprobe nvmet-rdma || return 1
 	kv_dummy_up || return 1
 	[ -e /sys/class/infiniband/rxe_dummy ] || kv_rxe_add rxe_dummy dummy0 || return 1
 	if [ ! -d "$KV_NVMET" ]; then
@@ -67,6 +77,7 @@ kv_nvmet_down() {
 kv_nvme_c_connect() {
 	local fd line opts="transport=rdma,traddr=$KV_NVME_ADDR,trsvcid=$KV_NVME_SVCID,nqn=$KV_NVME_NQN${1:+,$1}"
 	KV_NVME_INSTANCE=
+	kv_nvme_modprobe nvme-rdma || return 1
 	[ -c /dev/nvme-fabrics ] || { kv_msg "no /dev/nvme-fabrics: CONFIG_NVME_RDMA?"; return 1; }
 	exec {fd}<>/dev/nvme-fabrics || return 1
 	if ! printf '%s' "$opts" >&"$fd"; then
