@@ -137,6 +137,11 @@ pub struct Wc {
     pub(crate) qp_raw: usize,
     /// The vendor error code of a failed completion.
     pub vendor_err: u32,
+    /// A receive of a SEND with invalidate: the rkey the peer invalidated
+    /// (`IB_WC_WITH_INVALIDATE`), host order. The registration it names
+    /// no longer gives access; [`crate::mr::Mr`] still takes its own
+    /// LOCAL_INV to let its buffer go.
+    pub invalidated_rkey: Option<u32>,
     /// A UD receive: the first 40 bytes of the buffer hold the GRH (or,
     /// for RoCE v2 over IPv4, the IPv4 header in their last 20).
     pub grh: bool,
@@ -148,6 +153,7 @@ pub struct Wc {
 impl Wc {
     pub(crate) fn from_raw(wc: &bindings::ib_wc) -> Self {
         let has_imm = wc.wc_flags & (bindings::IB_WC_WITH_IMM as i32) != 0;
+        let has_inv = wc.wc_flags & (bindings::IB_WC_WITH_INVALIDATE as i32) != 0;
         Wc {
             status: WcStatus::from_raw(wc.status),
             opcode: WcOpcode::from_raw(wc.opcode),
@@ -158,6 +164,13 @@ impl Wc {
             qp_num: 0,
             qp_raw: wc.qp as usize,
             vendor_err: wc.vendor_err,
+            invalidated_rkey: if has_inv {
+                // SAFETY: With `IB_WC_WITH_INVALIDATE` the union holds
+                // `invalidate_rkey`, in host order (as `ib_send_wr`'s).
+                Some(unsafe { wc.ex.invalidate_rkey })
+            } else {
+                None
+            },
             grh: wc.wc_flags & (bindings::IB_WC_GRH as i32) != 0,
             ipv4: (wc.wc_flags & (bindings::IB_WC_WITH_NETWORK_HDR_TYPE as i32) != 0)
                 .then_some(u32::from(wc.network_hdr_type) == bindings::RDMA_NETWORK_IPV4),
