@@ -3,10 +3,12 @@
 //! kverbs_nvme: an NVMe over Fabrics RDMA host on the kverbs layer, the
 //! Rust twin of drivers/nvme/host/rdma.c (Documentation/kverbs_nvme-design.rst).
 //!
-//! This is its first stage: a controller is its admin queue's connection,
-//! made with the NVMe/RDMA private data (queue 0, 32 entries) and the
-//! target's reply (its receive queue size) or its rejection (an NVMe/RDMA
-//! status) read back. No command is sent yet.
+//! Its stages so far: a controller is its admin queue, connected with the
+//! NVMe/RDMA private data (queue 0, 32 entries; the target's reply, its
+//! receive queue size, or its rejection, an NVMe/RDMA status, read back)
+//! and brought up with admin commands (`ctrl.rs`: Fabrics Connect, CAP
+//! and VS, enable, Identify Controller), data by keyed SGL descriptors
+//! over FRWR (`admin.rs`). No I/O queue yet.
 //!
 //! Its debugfs directory, `kverbs_nvme/`:
 //!
@@ -20,10 +22,13 @@
 
 #![deny(unsafe_code)]
 
+mod admin;
+mod ctrl;
 mod options;
 mod queue;
 mod wire;
 
+use admin::Admin;
 use core::fmt::Write;
 use kernel::{c_str, new_mutex, prelude::*, sync::Arc, sync::Mutex};
 use kverbs::{
@@ -41,11 +46,12 @@ module! {
     license: "GPL",
 }
 
-/// A controller: for now, its admin queue's connection.
+/// A controller: for now, its admin queue and what its bring-up learned.
 struct Ctrl {
     instance: u32,
     opts: Options,
-    admin: Queue,
+    admin: Admin,
+    info: ctrl::Info,
     /// The target disconnected (the controller is kept, not reconnected:
     /// that is a later stage).
     disconnected: bool,
@@ -95,10 +101,10 @@ impl CmSink for CtrlSink {
                 return;
             };
             let removed = match ev.kind() {
-                CmEventKind::DeviceRemoval => c.admin.is_of(ev),
-                CmEventKind::EventsLost => c.admin.device_removed(),
+                CmEventKind::DeviceRemoval => c.admin.q.is_of(ev),
+                CmEventKind::EventsLost => c.admin.q.device_removed(),
                 CmEventKind::Disconnected => {
-                    c.disconnected |= c.admin.is_of(ev);
+                    c.disconnected |= c.admin.q.is_of(ev);
                     false
                 }
                 _ => false,
@@ -151,7 +157,7 @@ impl Ctrls {
             },
             GFP_KERNEL,
         )?;
-        let admin = match Queue::connect(&opts, 0, AQ_DEPTH, sink) {
+        let q = match Queue::connect(&opts, 0, AQ_DEPTH, sink) {
             Ok(q) => q,
             Err(f) => {
                 pr_err!(
@@ -170,13 +176,32 @@ impl Ctrls {
             instance,
             opts.traddr,
             opts.trsvcid,
-            admin.crqsize
+            q.crqsize
+        );
+        let mut admin = Admin::new(q)?;
+        let info = match ctrl::start(&mut admin, &opts) {
+            Ok(i) => i,
+            Err(e) => {
+                pr_err!("kvnvme{}: {}\n", instance, e);
+                this.said(format_args!("error: {}", e));
+                return Err(e.errno());
+            }
+        };
+        pr_info!(
+            "kvnvme{}: controller {} ready, NVMe {}.{}, model '{}', serial '{}'\n",
+            instance,
+            info.cntlid,
+            info.vs >> 16,
+            (info.vs >> 8) & 0xff,
+            wire::ascii(&info.id.mn),
+            wire::ascii(&info.id.sn)
         );
         this.list.lock().push(
             Ctrl {
                 instance,
                 opts,
                 admin,
+                info,
                 disconnected: false,
             },
             GFP_KERNEL,
@@ -187,7 +212,7 @@ impl Ctrls {
             let mut list = this.list.lock();
             if list
                 .iter()
-                .any(|c| c.instance == instance && c.admin.device_removed())
+                .any(|c| c.instance == instance && c.admin.q.device_removed())
             {
                 take_where(&mut list, |c| c.instance == instance)?
             } else {
@@ -287,18 +312,39 @@ impl Show for CtrlsFile {
             } else {
                 "connected"
             })?;
+            let (i, a) = (&c.info, &c.admin);
             write!(
                 out,
                 ", {}:{}, subsysnqn {}, admin queue: qid {}, QP {}, controller's receive queue {}, device ",
                 c.opts.traddr,
                 c.opts.trsvcid,
                 c.opts.nqn.as_str(),
-                c.admin.qid,
-                c.admin.qp_num(),
-                c.admin.crqsize
+                a.q.qid,
+                a.q.qp_num(),
+                a.q.crqsize
             )?;
-            c.admin.device_name(out)?;
-            out.write_str("\n")?;
+            a.q.device_name(out)?;
+            writeln!(
+                out,
+                "; cntlid {}, NVMe {}.{}, model '{}', serial '{}', firmware '{}', MQES {}, MDTS {}, \
+                 IOCCSZ {}, IORCSZ {}, SGLS {:#x}, KAS {}, NN {}; admin data commands {}, \
+                 invalidated by the target {}",
+                i.cntlid,
+                i.vs >> 16,
+                (i.vs >> 8) & 0xff,
+                wire::ascii(&i.id.mn),
+                wire::ascii(&i.id.sn),
+                wire::ascii(&i.id.fr),
+                i.mqes(),
+                i.id.mdts,
+                i.id.ioccsz,
+                i.id.iorcsz,
+                i.id.sgls,
+                i.id.kas,
+                i.id.nn,
+                a.data_cmds,
+                a.remote_invalidations
+            )?;
         }
         Ok(())
     }

@@ -9,8 +9,9 @@ use core::fmt::Write;
 use kernel::prelude::*;
 use kverbs::tcp::Ipv4;
 
-/// The longest NQN (`NVMF_NQN_SIZE` less its NUL).
-pub(crate) const NQN_MAX: usize = 223;
+/// The longest NQN: `NVMF_NQN_SIZE` (223) counts its NUL, and the C
+/// host refuses a name of 223 bytes or more.
+pub(crate) const NQN_MAX: usize = 222;
 
 /// An NQN, kept as given.
 #[derive(Clone, Copy)]
@@ -45,6 +46,8 @@ pub(crate) struct Options {
     pub(crate) trsvcid: u16,
     pub(crate) nqn: Nqn,
     pub(crate) hostnqn: Option<Nqn>,
+    /// The host's identifier, a UUID (default [`DEFAULT_HOSTID`]).
+    pub(crate) hostid: [u8; 16],
     /// I/O queues asked for (the C host's default: one per online CPU).
     pub(crate) nr_io_queues: Option<u32>,
     /// Entries of each I/O queue (16 to 1024, default 128).
@@ -61,6 +64,35 @@ pub(crate) struct Options {
     /// instead of 0 and 31.
     pub(crate) test_recfmt: Option<u16>,
     pub(crate) test_hsqsize: Option<u16>,
+    /// kverbs_nvme's own: the record format of the Fabrics Connect
+    /// command, instead of 0.
+    pub(crate) test_connect_recfmt: Option<u16>,
+}
+
+/// The host identifier when none is given: kverbs_nvme's own, fixed
+/// (the C host makes one at random when it loads). nvmet keeps it (for
+/// reservations) but does not require it to be unique; the host NQN it
+/// makes ([`Options::hostnqn_or_default`]) names the host.
+pub(crate) const DEFAULT_HOSTID: [u8; 16] = [
+    // "kverbs", then version 4 and the RFC 4122 variant where a UUID has
+    // them (bytes 6 and 8): 6b766572-6273-4f6e-b76d-650000000001.
+    0x6b, 0x76, 0x65, 0x72, 0x62, 0x73, 0x4f, 0x6e, 0xb7, 0x6d, 0x65, 0, 0, 0, 0, 1,
+];
+
+/// Parses a UUID, `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
+fn uuid(v: &str) -> Option<[u8; 16]> {
+    let b = v.as_bytes();
+    if b.len() != 36 || [8, 13, 18, 23].iter().any(|&i| b[i] != b'-') {
+        return None;
+    }
+    let mut out = [0u8; 16];
+    let mut digits = b.iter().filter(|&&c| c != b'-');
+    for o in out.iter_mut() {
+        let hi = (*digits.next()? as char).to_digit(16)?;
+        let lo = (*digits.next()? as char).to_digit(16)?;
+        *o = (hi << 4 | lo) as u8;
+    }
+    Some(out)
 }
 
 /// Why an option string was refused: the errno, and a reason for the
@@ -114,6 +146,7 @@ impl Options {
                 bytes: [0; NQN_MAX],
             },
             hostnqn: None,
+            hostid: DEFAULT_HOSTID,
             nr_io_queues: None,
             queue_size: 128,
             keep_alive_tmo: 5,
@@ -121,6 +154,7 @@ impl Options {
             ctrl_loss_tmo: 600,
             test_recfmt: None,
             test_hsqsize: None,
+            test_connect_recfmt: None,
         };
         for token in text.split([',', '\n']).filter(|t| !t.is_empty()) {
             let Some((key, v)) = token.split_once('=') else {
@@ -152,6 +186,10 @@ impl Options {
                     Some(n) => o.hostnqn = Some(n),
                     None => refuse!(EINVAL, "hostnqn: empty or over {} bytes", NQN_MAX),
                 },
+                "hostid" => match uuid(v) {
+                    Some(id) => o.hostid = id,
+                    None => refuse!(EINVAL, "hostid={}: not a UUID", v),
+                },
                 "nr_io_queues" => {
                     let n: u32 = number(key, v)?;
                     if n == 0 {
@@ -175,6 +213,7 @@ impl Options {
                 "ctrl_loss_tmo" => o.ctrl_loss_tmo = number(key, v)?,
                 "test_recfmt" => o.test_recfmt = Some(number(key, v)?),
                 "test_hsqsize" => o.test_hsqsize = Some(number(key, v)?),
+                "test_connect_recfmt" => o.test_connect_recfmt = Some(number(key, v)?),
                 _ => refuse!(EINVAL, "unknown option '{}'", key),
             }
         }
@@ -192,5 +231,29 @@ impl Options {
         o.traddr = traddr;
         o.nqn = nqn;
         Ok(o)
+    }
+}
+
+impl Options {
+    /// The host NQN: the one given, else the C host's form of a default,
+    /// `nqn.2014-08.org.nvmexpress:uuid:` and the host identifier.
+    pub(crate) fn hostnqn_or_default(&self) -> Nqn {
+        if let Some(n) = self.hostnqn {
+            return n;
+        }
+        let mut t = Text(KVec::new());
+        let h = &self.hostid;
+        let _ = write!(
+            t,
+            "nqn.2014-08.org.nvmexpress:uuid:{:02x}{:02x}{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}",
+            h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7], h[8], h[9], h[10], h[11], h[12], h[13],
+            h[14], h[15]
+        );
+        // 68 bytes: within `NQN_MAX` (an allocation failure leaves it
+        // short, and the target refuses it).
+        Nqn::new(core::str::from_utf8(&t.0).unwrap_or("?")).unwrap_or(Nqn {
+            len: 1,
+            bytes: [b'?'; NQN_MAX],
+        })
     }
 }

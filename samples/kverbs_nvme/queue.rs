@@ -178,6 +178,11 @@ impl Queue {
         self.id.device_removed()
     }
 
+    /// The queue's QP.
+    pub(crate) fn qp(&self) -> &Qp<Rts> {
+        &self.qp
+    }
+
     /// The QP's number, for the controllers file.
     pub(crate) fn qp_num(&self) -> u32 {
         self.qp.qp_num()

@@ -2,7 +2,10 @@
 
 //! What NVMe over RDMA puts on the wire, encoded and decoded byte by byte
 //! (little endian, at the offsets of the specification and of
-//! include/linux/nvme-rdma.h): no structure is cast from memory.
+//! include/linux/nvme-rdma.h and nvme.h): no structure is cast from
+//! memory.
+
+use kernel::prelude::*;
 
 /// `NVME_RDMA_CM_FMT_1_0`: the only record format.
 pub(crate) const RECFMT_1_0: u16 = 0;
@@ -84,6 +87,242 @@ impl CmRej {
             _ => "unrecognized reason",
         }
     }
+}
+
+/// A command capsule's 64 bytes (`struct nvme_command`), built field by
+/// field at the offsets of include/linux/nvme.h.
+pub(crate) struct Cmd(pub(crate) [u8; Cmd::LEN]);
+
+/// The opcode of the Fabrics commands (`nvme_fabrics_command`).
+const OPC_FABRICS: u8 = 0x7f;
+/// Their types (`fctype`, byte 4).
+const FCTYPE_PROPERTY_SET: u8 = 0x00;
+const FCTYPE_CONNECT: u8 = 0x01;
+const FCTYPE_PROPERTY_GET: u8 = 0x04;
+/// Identify (admin opcode 0x06) and its CNS for the controller.
+const OPC_IDENTIFY: u8 = 0x06;
+const CNS_CTRL: u8 = 0x01;
+/// `flags`: PSDT = SGL for the data (`NVME_CMD_SGL_METABUF`), which nvmet
+/// requires.
+const FLAGS_SGL: u8 = 1 << 6;
+/// A keyed data block descriptor whose key the target invalidates when
+/// done (`NVME_KEY_SGL_FMT_DATA_DESC << 4 | NVME_SGL_FMT_INVALIDATE`), as
+/// the C host's; with subtype ADDRESS (0x40), the null descriptor.
+const SGL_KEYED_INVALIDATE: u8 = 0x4f;
+const SGL_KEYED: u8 = 0x40;
+
+/// The properties (controller registers) of Property Get and Set.
+pub(crate) const PROP_CAP: u32 = 0x00;
+pub(crate) const PROP_VS: u32 = 0x08;
+pub(crate) const PROP_CC: u32 = 0x14;
+pub(crate) const PROP_CSTS: u32 = 0x1c;
+
+impl Cmd {
+    pub(crate) const LEN: usize = 64;
+
+    fn new(opcode: u8, cid: u16) -> Self {
+        let mut c = Cmd([0; Self::LEN]);
+        c.0[0] = opcode;
+        c.0[1] = FLAGS_SGL;
+        put16(&mut c.0, 2, cid);
+        // No data: the null keyed descriptor (`nvme_rdma_set_sg_null`).
+        c.0[39] = SGL_KEYED;
+        c
+    }
+
+    fn fabrics(fctype: u8, cid: u16) -> Self {
+        let mut c = Self::new(OPC_FABRICS, cid);
+        c.0[4] = fctype;
+        c
+    }
+
+    /// Fabrics Connect of queue `qid` (`nvmf_connect_command`): its record
+    /// format (0), the queue's size (0's based), the keep-alive timeout in
+    /// milliseconds; the data (`ConnectData`) by a keyed descriptor.
+    pub(crate) fn connect(cid: u16, recfmt: u16, qid: u16, sqsize: u16, kato_ms: u32) -> Self {
+        let mut c = Self::fabrics(FCTYPE_CONNECT, cid);
+        put16(&mut c.0, 40, recfmt);
+        put16(&mut c.0, 42, qid);
+        put16(&mut c.0, 44, sqsize);
+        put32(&mut c.0, 48, kato_ms);
+        c
+    }
+
+    /// Property Get of `offset`, 8 bytes (CAP) or 4.
+    pub(crate) fn property_get(cid: u16, offset: u32) -> Self {
+        let mut c = Self::fabrics(FCTYPE_PROPERTY_GET, cid);
+        c.0[40] = u8::from(offset == PROP_CAP);
+        put32(&mut c.0, 44, offset);
+        c
+    }
+
+    /// Property Set of the 4 bytes at `offset` (nvmet sets only CC).
+    pub(crate) fn property_set(cid: u16, offset: u32, value: u32) -> Self {
+        let mut c = Self::fabrics(FCTYPE_PROPERTY_SET, cid);
+        put32(&mut c.0, 44, offset);
+        put32(&mut c.0, 48, value);
+        c
+    }
+
+    /// Identify Controller: 4096 bytes in.
+    pub(crate) fn identify_ctrl(cid: u16) -> Self {
+        let mut c = Self::new(OPC_IDENTIFY, cid);
+        c.0[40] = CNS_CTRL;
+        c
+    }
+
+    /// The data pointer: a keyed data block of `len` bytes at `addr` of
+    /// the registration `rkey`, to be invalidated by the target.
+    pub(crate) fn set_keyed_sgl(&mut self, addr: u64, len: u32, rkey: u32) {
+        self.0[24..32].copy_from_slice(&addr.to_le_bytes());
+        self.0[32..35].copy_from_slice(&len.to_le_bytes()[..3]);
+        put32(&mut self.0, 35, rkey);
+        self.0[39] = SGL_KEYED_INVALIDATE;
+    }
+
+    pub(crate) fn cid(&self) -> u16 {
+        u16::from_le_bytes([self.0[2], self.0[3]])
+    }
+}
+
+/// The data of a Fabrics Connect (`struct nvmf_connect_data`, 1024 bytes).
+pub(crate) struct ConnectData;
+
+impl ConnectData {
+    pub(crate) const LEN: usize = 1024;
+    /// Where the subsystem's NQN lies: the offset a Connect Invalid
+    /// Parameter status names for it.
+    pub(crate) const SUBSYSNQN: u32 = 256;
+    pub(crate) const HOSTNQN: u32 = 512;
+
+    /// The host's ID, a dynamic controller (cntlid 0xffff) and the two
+    /// NQNs (at most `NQN_MAX` bytes each), NUL terminated.
+    pub(crate) fn encode(hostid: &[u8; 16], subsysnqn: &str, hostnqn: &str) -> Result<KVec<u8>> {
+        let mut d = KVec::from_elem(0u8, Self::LEN, GFP_KERNEL)?;
+        d[..16].copy_from_slice(hostid);
+        put16(&mut d, 16, 0xffff);
+        let at = Self::SUBSYSNQN as usize;
+        d[at..at + subsysnqn.len()].copy_from_slice(subsysnqn.as_bytes());
+        let at = Self::HOSTNQN as usize;
+        d[at..at + hostnqn.len()].copy_from_slice(hostnqn.as_bytes());
+        Ok(d)
+    }
+}
+
+/// A response capsule (`struct nvme_completion`, 16 bytes).
+#[derive(Clone, Copy)]
+pub(crate) struct Cqe {
+    /// The command's result (Connect: the cntlid in its low 16 bits;
+    /// Property Get: the value).
+    pub(crate) result: u64,
+    pub(crate) command_id: u16,
+    /// The status, without the phase bit: SC 7:0, SCT 10:8, DNR 14.
+    pub(crate) status: u16,
+}
+
+impl Cqe {
+    pub(crate) const LEN: usize = 16;
+
+    pub(crate) fn decode(b: &[u8; Self::LEN]) -> Self {
+        let mut r = [0u8; 8];
+        r.copy_from_slice(&b[..8]);
+        Cqe {
+            result: u64::from_le_bytes(r),
+            command_id: u16::from_le_bytes([b[12], b[13]]),
+            status: u16::from_le_bytes([b[14], b[15]]) >> 1,
+        }
+    }
+
+    /// The status code and type (SCT << 8 | SC), without DNR and MORE.
+    pub(crate) fn code(&self) -> u16 {
+        self.status & 0x7ff
+    }
+}
+
+/// The status codes of a Fabrics Connect's failures (command specific,
+/// SCT 1).
+pub(crate) const SC_CONNECT_FORMAT: u16 = 0x180;
+pub(crate) const SC_CONNECT_INVALID_PARAM: u16 = 0x182;
+pub(crate) const SC_CONNECT_INVALID_HOST: u16 = 0x184;
+
+/// What a command's status means, for the connect file and the log.
+pub(crate) fn status_msg(code: u16) -> &'static str {
+    match code {
+        0 => "success",
+        0x002 => "invalid field",
+        0x006 => "internal error",
+        SC_CONNECT_FORMAT => "incompatible format",
+        0x181 => "controller busy",
+        SC_CONNECT_INVALID_PARAM => "invalid parameters",
+        0x183 => "restart discovery",
+        SC_CONNECT_INVALID_HOST => "invalid host",
+        _ => "unrecognized status",
+    }
+}
+
+/// What Identify Controller says that the host uses or shows
+/// (`struct nvme_id_ctrl`).
+#[derive(Clone, Copy)]
+pub(crate) struct IdCtrl {
+    pub(crate) sn: [u8; 20],
+    pub(crate) mn: [u8; 40],
+    pub(crate) fr: [u8; 8],
+    /// Maximum data transfer size, a power of two of CAP.MPSMIN pages (0:
+    /// no limit).
+    pub(crate) mdts: u8,
+    pub(crate) cntlid: u16,
+    /// Keep-alive granularity, 100 ms units.
+    pub(crate) kas: u16,
+    /// Namespaces (the highest NSID).
+    pub(crate) nn: u32,
+    pub(crate) sgls: u32,
+    /// Command and response capsule sizes, 16-byte units.
+    pub(crate) ioccsz: u32,
+    pub(crate) iorcsz: u32,
+    /// Where in-capsule data starts (16-byte units): the host takes 0
+    /// only, as the C host.
+    pub(crate) icdoff: u16,
+}
+
+impl IdCtrl {
+    pub(crate) const LEN: usize = 4096;
+
+    /// `None` if `b` is shorter than [`IdCtrl::LEN`].
+    pub(crate) fn decode(b: &[u8]) -> Option<Self> {
+        let b = b.get(..Self::LEN)?;
+        let mut id = IdCtrl {
+            sn: [0; 20],
+            mn: [0; 40],
+            fr: [0; 8],
+            mdts: b[77],
+            cntlid: u16::from_le_bytes([b[78], b[79]]),
+            kas: u16::from_le_bytes([b[320], b[321]]),
+            nn: le32(b, 516),
+            sgls: le32(b, 536),
+            ioccsz: le32(b, 1792),
+            iorcsz: le32(b, 1796),
+            icdoff: u16::from_le_bytes([b[1800], b[1801]]),
+        };
+        id.sn.copy_from_slice(&b[4..24]);
+        id.mn.copy_from_slice(&b[24..64]);
+        id.fr.copy_from_slice(&b[64..72]);
+        Some(id)
+    }
+}
+
+/// An ASCII field of Identify (space padded), trimmed.
+pub(crate) fn ascii(b: &[u8]) -> &str {
+    core::str::from_utf8(b)
+        .unwrap_or("?")
+        .trim_end_matches([' ', '\0'])
+}
+
+fn le32(b: &[u8], off: usize) -> u32 {
+    u32::from_le_bytes([b[off], b[off + 1], b[off + 2], b[off + 3]])
+}
+
+fn put32(b: &mut [u8], off: usize, v: u32) {
+    b[off..off + 4].copy_from_slice(&v.to_le_bytes());
 }
 
 fn put16(b: &mut [u8], off: usize, v: u16) {

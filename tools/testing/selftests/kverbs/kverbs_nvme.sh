@@ -3,12 +3,15 @@
 #
 # kverbs_nvme, the NVMe over Fabrics RDMA host in safe Rust, against the
 # kernel's own target (kverbs_nvme_lib.sh: nvmet-rdma on rxe over dummy0).
-# Its first stage: a controller's admin queue connects with the NVMe/RDMA
-# private data and reads the target's reply; the target's rejections come
-# back with their NVMe/RDMA status, a port nobody listens on with the
-# connection manager's reason; bad options are refused with a reason;
-# disconnect, rmmod and the removal of the RDMA device delete
-# controllers.
+# Its stages so far: a controller's admin queue connects with the
+# NVMe/RDMA private data and reads the target's reply; the target's
+# rejections come back with their NVMe/RDMA status, a port nobody listens
+# on with the connection manager's reason; the controller is brought up
+# with admin commands (Fabrics Connect, CAP and VS, enable, Identify
+# Controller; their data over FRWR, each key invalidated by the target),
+# and the target's refusals of a Connect come back decoded; bad options
+# are refused with a reason; disconnect, rmmod and the removal of the RDMA
+# device delete controllers, and the target's controller with them.
 
 # shellcheck source=kverbs_lib.sh
 . "$(dirname "$(readlink -f "$0")")/kverbs_lib.sh"
@@ -17,6 +20,11 @@
 
 DIR=/sys/kernel/debug/$KV_NVME
 OPTS="transport=rdma,traddr=$KV_NVME_ADDR,trsvcid=$KV_NVME_SVCID,nqn=$KV_NVME_NQN"
+# The target's controllers of the subsystem, in its debugfs.
+NVMET_CTRLS=/sys/kernel/debug/nvmet/$KV_NVME_NQN
+# The host NQN kverbs_nvme makes of its default host identifier, as the C
+# host makes its default.
+HOSTNQN=nqn.2014-08.org.nvmexpress:uuid:6b766572-6273-4f6e-b76d-650000000001
 
 load() {
 	kv_load_layer && insmod "$KV_MODDIR/$KV_NVME.ko"
@@ -48,10 +56,23 @@ bad_options() {
 		refused "transport=rdma,traddr=$KV_NVME_ADDR" "no nqn=" &&
 		refused "$OPTS,queue_size=8" "queue_size=8: 16 to 1024" &&
 		refused "$OPTS,nr_io_queues=0" "nr_io_queues=0: at least 1" &&
+		refused "$OPTS,hostid=1234" "hostid=1234: not a UUID" &&
 		refused "$OPTS,trsvcid=x" "trsvcid=x: not a number" &&
 		refused "$OPTS,bogus=1" "unknown option 'bogus'" &&
 		refused "$OPTS,nqn" "'nqn': not KEY=VALUE" || return 1
 	[ -z "$(controllers)" ] || { kv_msg "controllers: $(controllers)"; return 1; }
+}
+
+# target_ctrls: the target's controllers of the subsystem, one a line.
+target_ctrls() {
+	local d
+	for d in "$NVMET_CTRLS"/ctrl*; do
+		[ -e "$d" ] && echo "${d##*/}"
+	done
+}
+
+no_target_ctrls() {
+	[ -z "$(target_ctrls)" ]
 }
 
 # The admin queue connects: qid 0, and the target's receive queue is the
@@ -62,9 +83,77 @@ connects() {
 	[ "$(cat "$DIR/connect")" = "instance=0" ] || { kv_msg "connect reads: $(cat "$DIR/connect")"; return 1; }
 	line=$(controllers)
 	kv_msg "$line"
-	[[ $line == "kvnvme0: connected, $KV_NVME_ADDR:$KV_NVME_SVCID, subsysnqn $KV_NVME_NQN, admin queue: qid 0, QP "*", controller's receive queue 32, device rxe_dummy" ]] ||
+	[[ $line == "kvnvme0: connected, $KV_NVME_ADDR:$KV_NVME_SVCID, subsysnqn $KV_NVME_NQN, admin queue: qid 0, QP "*", controller's receive queue 32, device rxe_dummy; "* ]] ||
 		return 1
 	kv_logged "kvnvme0: admin queue connected to $KV_NVME_ADDR:$KV_NVME_SVCID, the controller's receive queue 32"
+}
+
+# The controller of connects comes up: its ID from Connect is the one
+# Identify gives and the target's (ready, with the host's NQN and no
+# keep-alive yet); Identify's fields are nvmet's (NVMe 1.3, model Linux,
+# MQES 127, MDTS 8 for RDMA, IOCCSZ (64 + 4096) / 16, SGLS keyed and
+# in-capsule, KAS 10, NN 1024); both admin commands with data (Connect,
+# Identify) had their key invalidated by the target (a SEND with
+# invalidate of the MR's rkey).
+controller_up() {
+	local line cntlid t
+	line=$(controllers)
+	[[ $line == "kvnvme0: "*"; cntlid "[0-9]*", NVMe 1.3, model 'Linux', serial '"?*"', firmware '"?*"', MQES 127, MDTS 8, IOCCSZ 260, IORCSZ 1, SGLS 0x100005, KAS 10, NN 1024; admin data commands 2, invalidated by the target 2" ]] ||
+		{ kv_msg "$line: not Identify's fields, or not every key invalidated by the target"; return 1; }
+	[[ $line =~ \;\ cntlid\ ([0-9]+), ]] && cntlid=${BASH_REMATCH[1]}
+	t=$NVMET_CTRLS/ctrl$cntlid
+	[ "$(target_ctrls)" = "ctrl$cntlid" ] || { kv_msg "the target's controllers: $(target_ctrls)"; return 1; }
+	[ "$(cat "$t/hostnqn")" = "$HOSTNQN" ] || { kv_msg "the target's host NQN: $(cat "$t/hostnqn")"; return 1; }
+	[ "$(cat "$t/state")" = ready ] || { kv_msg "the target's state: $(cat "$t/state")"; return 1; }
+	[ "$(cat "$t/kato")" = 0 ] || { kv_msg "the target's kato: $(cat "$t/kato")"; return 1; }
+}
+
+# refused_by_target OPTIONS ERRNO WANT: a connect with OPTIONS fails with
+# ERRNO (its message), the connect file and the log say WANT, and neither
+# the host nor the target has a controller more.
+refused_by_target() {
+	local before tbefore
+	before=$(controllers) tbefore=$(target_ctrls)
+	kv_write_fails "$DIR/connect" "$1" "$2" "$3" || return 1
+	grep -qF "error: $3" "$DIR/connect" || { kv_msg "connect reads: $(cat "$DIR/connect")"; return 1; }
+	[ "$(controllers)" = "$before" ] || { kv_msg "controllers: $(controllers)"; return 1; }
+	[ "$(target_ctrls)" = "$tbefore" ] || { kv_msg "the target's controllers: $(target_ctrls)"; return 1; }
+}
+
+# A subsystem the target does not have: Connect's invalid parameter,
+# pointing at the subsystem's NQN in the data (offset 256).
+unknown_subsystem() {
+	refused_by_target "transport=rdma,traddr=$KV_NVME_ADDR,nqn=nqn.2026-11.org.kverbs:none" \
+		"Invalid argument" \
+		"Connect: invalid parameters (status 0x182), offset 256 in the data (subsysnqn)"
+}
+
+# A host the subsystem does not allow: Connect's invalid host.
+host_not_allowed() {
+	local sub=$KV_NVMET/subsystems/$KV_NVME_NQN rc=0
+	echo 0 >"$sub/attr_allow_any_host" || return 1
+	refused_by_target "$OPTS" "Operation not permitted" "Connect: invalid host (status 0x184)" || rc=1
+	echo 1 >"$sub/attr_allow_any_host" || return 1
+	return $rc
+}
+
+# A Connect command of record format 1: the target's incompatible format.
+connect_recfmt_refused() {
+	refused_by_target "$OPTS,test_connect_recfmt=1" "Input/output error" \
+		"Connect: incompatible format (status 0x180)"
+}
+
+# The host NQN and ID given reach the target's controller.
+hostnqn_given() {
+	local n=nqn.2026-11.org.kverbs:host1 line cntlid inst
+	printf '%s' "$OPTS,hostnqn=$n,hostid=01234567-89ab-cdef-0123-456789abcdef" >"$DIR/connect" || return 1
+	line=$(controllers | tail -n 1)
+	[[ $line =~ \;\ cntlid\ ([0-9]+), ]] || { kv_msg "controllers: $(controllers)"; return 1; }
+	cntlid=${BASH_REMATCH[1]}
+	[ "$(cat "$NVMET_CTRLS/ctrl$cntlid/hostnqn")" = "$n" ] ||
+		{ kv_msg "the target's host NQN: $(cat "$NVMET_CTRLS/ctrl$cntlid/hostnqn")"; return 1; }
+	inst=${line%%:*}
+	echo "${inst#kvnvme}" >"$DIR/disconnect"
 }
 
 # rejected OPTIONS WANT: a connect with OPTIONS is refused (ECONNREFUSED)
@@ -95,7 +184,9 @@ disconnects() {
 		return 1
 	echo 0 >"$DIR/disconnect" || return 1
 	[ -z "$(controllers)" ] || { kv_msg "controllers: $(controllers)"; return 1; }
-	kv_logged "kvnvme0: disconnected"
+	kv_logged "kvnvme0: disconnected" || return 1
+	# The target's controller goes with its admin queue.
+	kv_wait no_target_ctrls || { kv_msg "the target's controllers: $(target_ctrls)"; return 1; }
 }
 
 # Unloaded with two controllers connected: both go with the module.
@@ -128,13 +219,18 @@ device_removed() {
 	echo all >"$DIR/disconnect"
 }
 
-kv_begin 10
+kv_begin 15
 kv_case setup_nvmet_on_rxe_dummy_and_load setup
 kv_case nvme_host_bad_options_refused_with_reason bad_options
 kv_case nvme_host_admin_queue_connects_target_rq_32 connects
+kv_case nvme_host_controller_up_identify_as_target_keys_invalidated_by_target controller_up
 kv_case nvme_host_recfmt_1_rejected_nvme_rdma_status_2 recfmt_rejected
 kv_case nvme_host_admin_hsqsize_32_rejected_nvme_rdma_status_4 hsqsize_rejected
 kv_case nvme_host_no_listener_rejected_cm_reason_8 no_listener_rejected
+kv_case nvme_host_unknown_subsystem_connect_invalid_param_at_256 unknown_subsystem
+kv_case nvme_host_host_not_allowed_connect_invalid_host host_not_allowed
+kv_case nvme_host_connect_recfmt_1_incompatible_format connect_recfmt_refused
+kv_case nvme_host_hostnqn_and_hostid_given_reach_target hostnqn_given
 kv_case nvme_host_disconnect_by_instance disconnects
 kv_case nvme_host_rmmod_with_controllers_connected rmmod_with_controllers
 kv_case nvme_host_rdma_link_del_deletes_connected_controller device_removed
