@@ -418,6 +418,11 @@ compile_fail_case() {
 
 # --- make check on a broken guest -----------------------------------------
 
+# The guests of these cases boot without kmemleak (KVERBS_KMEMLEAK=0,
+# tools/vm/run.sh): they test how make check reports a broken guest or
+# program, never a leak, and kmemleak's two scans a guest were most of
+# their time.
+
 # vm_broken BREAK WANT [VAR=VALUE...]: make check with KVERBS_BREAK=BREAK
 # (and those variables) fails, its last line has failures, and it says WANT.
 # The harness's guests have one vCPU and a long bound (these cases test the
@@ -431,7 +436,7 @@ vm_broken() {
 	# kverbs_module.sh, whose cases try 40 loads, this case took 84 s
 	# alone and 803 s beside .ci/run's other steps, 2026-11-27).
 	[ "$brk" = module ] && prog=kverbs_apm.sh
-	out=$(cd "$top" && env KVERBS_BREAK="$brk" KVERBS_TWO_HOSTS=0 KVERBS_TESTS=$prog \
+	out=$(cd "$top" && env KVERBS_BREAK="$brk" KVERBS_TWO_HOSTS=0 KVERBS_TESTS=$prog KVERBS_KMEMLEAK=0 \
 		KVERBS_VM_DIR="$tmp/vm-$brk" KVERBS_VM_TIMEOUT=1200 KVERBS_VM_SMP=1 "$@" make -s check 2>&1)
 	status=$?
 	echo "$out" | grep -E '^kverbs|passed|failed|^not ok|^ok|insmod' | tail -n 15 | diag
@@ -722,7 +727,7 @@ vm_guests() {
 	while [ $# -gt 0 ] && [ "$1" != -- ]; do want+=("$1"); shift; done
 	[ $# -gt 0 ] && shift
 	vars=("$@")
-	out=$(cd "$top" && env KVERBS_BREAK="$brk" KVERBS_TWO_HOSTS=0 KVERBS_GUESTS=2 \
+	out=$(cd "$top" && env KVERBS_BREAK="$brk" KVERBS_TWO_HOSTS=0 KVERBS_GUESTS=2 KVERBS_KMEMLEAK=0 \
 		KVERBS_TESTS="kverbs_minimal.sh kverbs_info.sh" KVERBS_VM_DIR="$tmp/vm-guests-$brk" \
 		KVERBS_VM_TIMEOUT=1500 KVERBS_VM_SMP=1 "${vars[@]}" make -s check 2>&1) && { msg "make check succeeded"; return 1; }
 	echo "$out" | grep -E '^kverbs|passed|failed|^g[0-9]\||^kverbs_' | tail -n 20 | diag

@@ -41,8 +41,15 @@ for arg in $cmdline; do
 	kverbs.queue=1) queue=1 ;;
 	kverbs.smp=*) smp_progs=$(echo "${arg#kverbs.smp=}" | tr , ' ') ;;
 	kverbs.break=init) exit 1 ;; # the harness's tests: a guest that dies
+	kmemleak=off) kmemleak_off=1 ;; # tools/vm/run.sh, KVERBS_KMEMLEAK=0
 	esac
 done
+# kmemleak: built in, and not turned off (its debugfs file is there even
+# then, refusing what is written to it).
+kmemleak=0
+[ -z "${kmemleak_off:-}" ] && [ -e /sys/kernel/debug/kmemleak ] && kmemleak=1
+# Turned off, the programs have no kmemleak case (kverbs_lib.sh, kv_begin).
+[ -n "${kmemleak_off:-}" ] && export KV_NO_KMEMLEAK=1
 
 # Two-host runs: eth0 joins the other VM on a link-local subnet.
 if [ -n "${ip:-}" ] && [ -e /sys/class/net/eth0 ]; then
@@ -57,7 +64,7 @@ fi
 # of a vCPU each under TCG) are stopped: the programs' checks scan
 # (kverbs_kmemleak.sh, after the last program), and a scan in the middle of
 # a case only slows it.
-if [ -e /sys/kernel/debug/kmemleak ]; then
+if [ "$kmemleak" = 1 ]; then
 	echo scan=off >/sys/kernel/debug/kmemleak
 	echo scan >/sys/kernel/debug/kmemleak
 	echo clear >/sys/kernel/debug/kmemleak
@@ -94,7 +101,7 @@ run_check() {
 	# (kverbs_lib.sh, kv_kmemleak_deferred): each program writes its
 	# window there.
 	kml=0
-	if [ -e /sys/kernel/debug/kmemleak ]; then
+	if [ "$kmemleak" = 1 ]; then
 		kml=1
 		export KV_KMEMLEAK_WINDOWS=/tmp/kverbs-kmemleak-windows
 		rm -f "$KV_KMEMLEAK_WINDOWS" "$KV_KMEMLEAK_WINDOWS.cleared"

@@ -62,7 +62,21 @@ log="$work/$mode.log"
 # s of guest against 240 s, load_unload_20_times 56 s against 44 s. What
 # the tests assert does not depend on it: RCU's guarantees are the same.
 rcu="rcupdate.rcu_expedited=1"
-append="console=ttyS0 loglevel=${KVERBS_LOGLEVEL:-4} log_buf_len=8M panic=-1 no_timer_check kmemleak=on $rcu kverbs.mode=$mode${KVERBS_VM_APPEND:+ $KVERBS_VM_APPEND}"
+# With kmemleak each guest ends with kverbs_kmemleak.sh, the kmemleak cases
+# of the programs it ran (tools/vm/guest-init.sh): one program more a guest.
+# KVERBS_KMEMLEAK=0: the guests boot without it (kmemleak=off): no scans,
+# no kverbs_kmemleak.sh, no tracking of each allocation. For the harness's
+# own tests of make check (tools/testing/kverbs_harness.sh), whose guests
+# run programs broken on purpose: they test the reporting, never a leak
+# (their two scans a guest, 10-20 s of a vCPU each, were most of their
+# time).
+kml=0
+if [ "${KVERBS_KMEMLEAK:-1}" = 1 ] && grep -qx CONFIG_DEBUG_KMEMLEAK=y "$kdir/.config"; then
+	kml=1
+fi
+kmemleak=kmemleak=on
+[ "$kml" = 1 ] || kmemleak=kmemleak=off
+append="console=ttyS0 loglevel=${KVERBS_LOGLEVEL:-4} log_buf_len=8M panic=-1 no_timer_check $kmemleak $rcu kverbs.mode=$mode${KVERBS_VM_APPEND:+ $KVERBS_VM_APPEND}"
 # kverbs.smp=: the programs that run with both of the first guest's vCPUs
 # online; the others run on one (tools/vm/plan-guests.sh --smp).
 [ "$mode" = check ] && append="$append kverbs.smp=$("$top/tools/vm/plan-guests.sh" --smp | tr ' ' ,)"
@@ -141,7 +155,7 @@ guest() {
 		p2=$((p1 + 1))
 		timeout "$vm_timeout" qemu-system-x86_64 -accel tcg -cpu "$vm_cpu" -smp 1 -m 1024 \
 			-kernel "$kdir/arch/x86/boot/bzImage" -initrd "$initrd" \
-			-append "console=ttyS0 loglevel=4 log_buf_len=8M panic=-1 no_timer_check kmemleak=on $rcu kverbs.mode=peer kverbs.ip=169.254.10.2$vnic_append" \
+			-append "console=ttyS0 loglevel=4 log_buf_len=8M panic=-1 no_timer_check $kmemleak $rcu kverbs.mode=peer kverbs.ip=169.254.10.2$vnic_append" \
 			-display none -monitor none -serial stdio -no-reboot \
 			-netdev "socket,id=n0,udp=127.0.0.1:$p1,localaddr=127.0.0.1:$p2" \
 			-device "$vnic,netdev=n0,mac=52:54:00:10:00:02" </dev/null >"$plog" 2>&1 &
@@ -258,10 +272,6 @@ serve() {
 # as one run below.
 guests=${KVERBS_GUESTS:-2}
 [ "$guests" -ge 1 ] || guests=1
-# With kmemleak each guest ends with kverbs_kmemleak.sh, the kmemleak cases
-# of the programs it ran (tools/vm/guest-init.sh): one program more a guest.
-kml=0
-grep -qx CONFIG_DEBUG_KMEMLEAK=y "$kdir/.config" && kml=1
 h0=$(host_ticks) t0=$SECONDS c0=$(awk '{ print $16 + $17 }' /proc/$$/stat)
 mapfile -t plan < <(if [ "$mode" = check ]; then
 	# shellcheck disable=SC2086 # one word a program
