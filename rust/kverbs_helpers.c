@@ -34,6 +34,7 @@
 #include <net/sock.h>
 #include <linux/scatterlist.h>
 #include <linux/sched.h>
+#include <linux/cpumask.h>
 #include <linux/sched/signal.h>
 #include <linux/sysfs.h>
 #include <linux/timekeeping.h>
@@ -384,6 +385,11 @@ unsigned long kverbs_msleep_interruptible(unsigned int ms)
 u64 kverbs_ktime_get_ns(void)
 {
 	return ktime_get_ns();
+}
+
+unsigned int kverbs_num_online_cpus(void)
+{
+	return num_online_cpus();
 }
 
 void kverbs_sock_set_timeouts(struct socket *sock, unsigned int rcv_ms,

@@ -156,6 +156,9 @@ void kverbs_copy_dev_name(const struct ib_device *dev, u8 *out);
 /* ktime_get_ns(). */
 u64 kverbs_ktime_get_ns(void);
 
+/* num_online_cpus(): a macro over a cpumask's weight. */
+unsigned int kverbs_num_online_cpus(void);
+
 struct socket;
 
 /* sk_rcvtimeo and sk_sndtimeo of a kernel socket, in milliseconds. */

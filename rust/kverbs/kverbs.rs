@@ -99,6 +99,13 @@ pub fn now_ns() -> u64 {
     unsafe { bindings::kverbs_ktime_get_ns() }
 }
 
+/// The CPUs online now (`num_online_cpus`): one may go or come at once
+/// after.
+pub fn num_online_cpus() -> u32 {
+    // SAFETY: Reads the online mask's weight; callable from any context.
+    unsafe { bindings::kverbs_num_online_cpus() }
+}
+
 /// Sleeps about `ms` milliseconds, less if a signal comes
 /// (`msleep_interruptible`; the 6.12 `kernel` crate has no `delay`).
 pub fn msleep(ms: u32) {

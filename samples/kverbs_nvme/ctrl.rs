@@ -2,19 +2,29 @@
 
 //! A controller's bring-up on its admin queue, as the C host's
 //! (drivers/nvme/host/fabrics.c, `nvmf_connect_admin_queue`; host/core.c,
-//! `nvme_enable_ctrl` and `nvme_init_ctrl_finish`): Fabrics Connect, the
-//! properties CAP and VS, CC written and CSTS.RDY waited for, Identify
-//! Controller.
+//! `nvme_enable_ctrl`, `nvme_init_ctrl_finish`, `nvme_set_queue_count` and
+//! `nvme_scan_ns_list`): Fabrics Connect, the properties CAP and VS, CC
+//! written and CSTS.RDY waited for, Identify Controller, the number of I/O
+//! queues, the active namespaces and each one's size and block size; and
+//! its shutdown (`nvme_disable_ctrl` with CC.SHN).
 
 use crate::admin::{Admin, CmdError, Data};
 use crate::options::Options;
 use crate::queue::AQ_DEPTH;
 use crate::wire::{
-    self, Cmd, ConnectData, IdCtrl, PROP_CAP, PROP_CC, PROP_CSTS, PROP_VS, SC_CONNECT_INVALID_HOST,
-    SC_CONNECT_INVALID_PARAM,
+    self, Cmd, ConnectData, IdCtrl, IdNs, PROP_CAP, PROP_CC, PROP_CSTS, PROP_VS,
+    SC_CONNECT_INVALID_HOST, SC_CONNECT_INVALID_PARAM,
 };
 use core::fmt;
 use kernel::prelude::*;
+
+/// A namespace.
+pub(crate) struct Ns {
+    pub(crate) nsid: u32,
+    /// Its size in logical blocks, and their size.
+    pub(crate) blocks: u64,
+    pub(crate) block_size: u32,
+}
 
 /// What the bring-up learned.
 pub(crate) struct Info {
@@ -23,7 +33,14 @@ pub(crate) struct Info {
     /// The capabilities (CAP) and the version (VS).
     pub(crate) cap: u64,
     pub(crate) vs: u32,
+    /// The configuration written (CC, without EN).
+    cc: u32,
     pub(crate) id: IdCtrl,
+    /// The I/O queues asked for and those the controller granted (at
+    /// most as many).
+    pub(crate) io_queues_asked: u16,
+    pub(crate) io_queues: u16,
+    pub(crate) namespaces: KVec<Ns>,
 }
 
 impl Info {
@@ -124,8 +141,51 @@ fn cc(cap: u64) -> u32 {
     css << 4 | 6 << 16 | 4 << 20
 }
 const CC_ENABLE: u32 = 1;
+/// CC.SHN, normal shutdown.
+const CC_SHN_NORMAL: u32 = 1 << 14;
 const CSTS_RDY: u64 = 1;
 const CSTS_CFS: u64 = 2;
+/// CSTS.SHST, and its value once the shutdown is complete.
+const CSTS_SHST_MASK: u64 = 3 << 2;
+const CSTS_SHST_CMPLT: u64 = 2 << 2;
+/// How long a shutdown may take (nvme-core's `shutdown_timeout`).
+const SHUTDOWN_TIMEOUT_MS: u64 = 5000;
+
+/// Polls CSTS until `(csts & mask) == want`, at most `ms`, as
+/// `nvme_wait_ready`; `what` names the wait in an error.
+fn wait_csts(
+    a: &mut Admin,
+    what: &'static str,
+    mask: u64,
+    want: u64,
+    ms: u64,
+) -> Result<(), StartError> {
+    let deadline = kverbs::now_ns() + ms * 1_000_000;
+    loop {
+        let csts = get(a, "Property Get CSTS", PROP_CSTS)?;
+        if csts == u64::from(u32::MAX) {
+            return fail("CSTS", ENODEV);
+        }
+        if csts & CSTS_CFS != 0 {
+            return fail("CSTS.CFS", EIO);
+        }
+        if csts & mask == want {
+            return Ok(());
+        }
+        if kverbs::now_ns() > deadline {
+            return fail(what, kverbs::errno::etimedout());
+        }
+        kverbs::msleep(1);
+    }
+}
+
+/// Identify with `cmd`, into a 4 KiB buffer of its own (not the stack).
+fn identify(a: &mut Admin, what: &'static str, cmd: Cmd) -> Result<KVec<u8>, StartError> {
+    let mut raw =
+        KVec::from_elem(0u8, IdCtrl::LEN, GFP_KERNEL).or_else(|e| fail(what, e.into()))?;
+    step(what, a.exec(cmd, Data::In(IdCtrl::LEN), &mut raw))?;
+    Ok(raw)
+}
 
 /// Brings the controller of `a` up, with the options `opts`.
 pub(crate) fn start(a: &mut Admin, opts: &Options) -> Result<Info, StartError> {
@@ -154,34 +214,12 @@ pub(crate) fn start(a: &mut Admin, opts: &Options) -> Result<Info, StartError> {
     let cc = cc(cap);
     set(a, "Property Set CC", PROP_CC, cc)?;
     set(a, "Property Set CC.EN", PROP_CC, cc | CC_ENABLE)?;
-    // CSTS.RDY within CAP.TO (500 ms units), as `nvme_wait_ready`.
+    // CSTS.RDY within CAP.TO (500 ms units).
     let to_ms = ((cap >> 24) & 0xff).max(1) * 500;
-    let deadline = kverbs::now_ns() + to_ms * 1_000_000;
-    loop {
-        let csts = get(a, "Property Get CSTS", PROP_CSTS)?;
-        if csts == u64::from(u32::MAX) {
-            return fail("CSTS", ENODEV);
-        }
-        if csts & CSTS_CFS != 0 {
-            return fail("CSTS.CFS", EIO);
-        }
-        if csts & CSTS_RDY != 0 {
-            break;
-        }
-        if kverbs::now_ns() > deadline {
-            return fail("CSTS.RDY", kverbs::errno::etimedout());
-        }
-        kverbs::msleep(1);
-    }
+    wait_csts(a, "CSTS.RDY", CSTS_RDY, CSTS_RDY, to_ms)?;
 
-    // The 4 KiB of Identify in memory, not on the stack.
-    let mut raw = KVec::from_elem(0u8, IdCtrl::LEN, GFP_KERNEL)
-        .or_else(|e| fail("Identify Controller", e.into()))?;
     let cid = a.cid();
-    step(
-        "Identify Controller",
-        a.exec(Cmd::identify_ctrl(cid), Data::In(IdCtrl::LEN), &mut raw),
-    )?;
+    let raw = identify(a, "Identify Controller", Cmd::identify_ctrl(cid))?;
     let Some(id) = IdCtrl::decode(&raw) else {
         return fail("Identify Controller", EINVAL);
     };
@@ -197,10 +235,85 @@ pub(crate) fn start(a: &mut Admin, opts: &Options) -> Result<Info, StartError> {
         );
         return fail("Identify Controller", kverbs::errno::eproto());
     }
+
+    // The I/O queues: one a CPU online, at most nr_io_queues, as many as
+    // the controller grants (`nvme_set_queue_count`).
+    let cpus = kverbs::num_online_cpus().max(1);
+    let asked = opts
+        .nr_io_queues
+        .unwrap_or(cpus)
+        .min(cpus)
+        .min(u32::from(u16::MAX)) as u16;
+    let cid = a.cid();
+    let granted = step(
+        "Set Features Number of Queues",
+        a.exec(Cmd::set_num_queues(cid, asked), Data::None, &mut []),
+    )?
+    .result as u32;
+    let io_queues = asked.min((granted as u16).min((granted >> 16) as u16) + 1);
+
+    // The active namespaces (the first 1024: nvmet has at most 1024) and
+    // each one's size and format.
+    let cid = a.cid();
+    let list = identify(
+        a,
+        "Identify active namespace list",
+        Cmd::identify_ns_list(cid, 0),
+    )?;
+    let mut namespaces = KVec::new();
+    for nsid in wire::ns_list(&list) {
+        let cid = a.cid();
+        let raw = identify(a, "Identify Namespace", Cmd::identify_ns(cid, nsid))?;
+        let Some(ns) = IdNs::decode(&raw) else {
+            return fail("Identify Namespace", EINVAL);
+        };
+        // A block size the block layer cannot take is the C host's
+        // "unsupported": the namespace is left out.
+        if !(9..=12).contains(&ns.lbads) {
+            pr_err!(
+                "kverbs_nvme: namespace {}: blocks of 2^{} bytes: left out\n",
+                nsid,
+                ns.lbads
+            );
+            continue;
+        }
+        namespaces
+            .push(
+                Ns {
+                    nsid,
+                    blocks: ns.nsze,
+                    block_size: 1 << ns.lbads,
+                },
+                GFP_KERNEL,
+            )
+            .or_else(|e| fail("Identify Namespace", e.into()))?;
+    }
     Ok(Info {
         cntlid,
         cap,
         vs,
+        cc,
         id,
+        io_queues_asked: asked,
+        io_queues,
+        namespaces,
     })
+}
+
+/// Shuts the controller down: CC.SHN normal, then CSTS.SHST complete
+/// within 5 s (nvme-core's `shutdown_timeout`).
+pub(crate) fn shutdown(a: &mut Admin, info: &Info) -> Result<(), StartError> {
+    set(
+        a,
+        "Property Set CC.SHN",
+        PROP_CC,
+        info.cc | CC_ENABLE | CC_SHN_NORMAL,
+    )?;
+    wait_csts(
+        a,
+        "CSTS.SHST",
+        CSTS_SHST_MASK,
+        CSTS_SHST_CMPLT,
+        SHUTDOWN_TIMEOUT_MS,
+    )
 }

@@ -258,13 +258,26 @@ impl Ctrls {
                 take_where(&mut list, |c| c.instance == n)?
             }
         };
-        for c in gone.iter() {
-            pr_info!("kvnvme{}: disconnected\n", c.instance);
-        }
-        // Outside the lock: the queues' drops wait for their drains.
-        drop(gone);
+        shut_down(gone);
         Ok(())
     }
+}
+
+/// Shuts the controllers of `gone` down (those whose target is still
+/// connected), then drops them: outside the list's lock, as their queues'
+/// drops wait for their drains.
+fn shut_down(mut gone: KVec<Ctrl>) {
+    for c in gone.iter_mut() {
+        if c.disconnected {
+            pr_info!("kvnvme{}: disconnected (the target had)\n", c.instance);
+            continue;
+        }
+        match ctrl::shutdown(&mut c.admin, &c.info) {
+            Ok(()) => pr_info!("kvnvme{}: shut down, disconnected\n", c.instance),
+            Err(e) => pr_err!("kvnvme{}: {}; disconnected\n", c.instance, e),
+        }
+    }
+    drop(gone);
 }
 
 /// `connect`.
@@ -324,11 +337,11 @@ impl Show for CtrlsFile {
                 a.q.crqsize
             )?;
             a.q.device_name(out)?;
-            writeln!(
+            write!(
                 out,
                 "; cntlid {}, NVMe {}.{}, model '{}', serial '{}', firmware '{}', MQES {}, MDTS {}, \
                  IOCCSZ {}, IORCSZ {}, SGLS {:#x}, KAS {}, NN {}; admin data commands {}, \
-                 invalidated by the target {}",
+                 invalidated by the target {}; I/O queues {} of {} asked; namespaces {}",
                 i.cntlid,
                 i.vs >> 16,
                 (i.vs >> 8) & 0xff,
@@ -343,8 +356,19 @@ impl Show for CtrlsFile {
                 i.id.kas,
                 i.id.nn,
                 a.data_cmds,
-                a.remote_invalidations
+                a.remote_invalidations,
+                i.io_queues,
+                i.io_queues_asked,
+                i.namespaces.len()
             )?;
+            for ns in i.namespaces.iter() {
+                write!(
+                    out,
+                    ", nsid {}: {} blocks of {} bytes",
+                    ns.nsid, ns.blocks, ns.block_size
+                )?;
+            }
+            out.write_str("\n")?;
         }
         Ok(())
     }
@@ -385,7 +409,7 @@ impl Drop for KverbsNvme {
         // The controllers, whose sinks hold `ctrls` (a cycle this breaks),
         // then the deliveries of their sinks still ending.
         let all = core::mem::take(&mut *self.ctrls.list.lock());
-        drop(all);
+        shut_down(all);
         let _ = kverbs::event::wait_for_deliveries();
     }
 }

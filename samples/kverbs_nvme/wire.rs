@@ -99,9 +99,15 @@ const OPC_FABRICS: u8 = 0x7f;
 const FCTYPE_PROPERTY_SET: u8 = 0x00;
 const FCTYPE_CONNECT: u8 = 0x01;
 const FCTYPE_PROPERTY_GET: u8 = 0x04;
-/// Identify (admin opcode 0x06) and its CNS for the controller.
+/// Identify (admin opcode 0x06) and its CNS: a namespace, the controller,
+/// the active namespaces' list.
 const OPC_IDENTIFY: u8 = 0x06;
+const CNS_NS: u8 = 0x00;
 const CNS_CTRL: u8 = 0x01;
+const CNS_NS_ACTIVE_LIST: u8 = 0x02;
+/// Set Features, and the feature Number of Queues.
+const OPC_SET_FEATURES: u8 = 0x09;
+const FEAT_NUM_QUEUES: u8 = 0x07;
 /// `flags`: PSDT = SGL for the data (`NVME_CMD_SGL_METABUF`), which nvmet
 /// requires.
 const FLAGS_SGL: u8 = 1 << 6;
@@ -168,6 +174,34 @@ impl Cmd {
     pub(crate) fn identify_ctrl(cid: u16) -> Self {
         let mut c = Self::new(OPC_IDENTIFY, cid);
         c.0[40] = CNS_CTRL;
+        c
+    }
+
+    /// Identify Namespace `nsid`: 4096 bytes in.
+    pub(crate) fn identify_ns(cid: u16, nsid: u32) -> Self {
+        let mut c = Self::new(OPC_IDENTIFY, cid);
+        put32(&mut c.0, 4, nsid);
+        c.0[40] = CNS_NS;
+        c
+    }
+
+    /// The active namespaces' IDs above `after`: 4096 bytes in, at most
+    /// 1024 IDs, ascending, ended by 0.
+    pub(crate) fn identify_ns_list(cid: u16, after: u32) -> Self {
+        let mut c = Self::new(OPC_IDENTIFY, cid);
+        put32(&mut c.0, 4, after);
+        c.0[40] = CNS_NS_ACTIVE_LIST;
+        c
+    }
+
+    /// Set Features Number of Queues: `n` submission and completion
+    /// queues (besides the admin queue's); the result gives those
+    /// granted, 0's based, in its two halves.
+    pub(crate) fn set_num_queues(cid: u16, n: u16) -> Self {
+        let mut c = Self::new(OPC_SET_FEATURES, cid);
+        c.0[40] = FEAT_NUM_QUEUES;
+        let q = u32::from(n - 1);
+        put32(&mut c.0, 44, q | q << 16);
         c
     }
 
@@ -308,6 +342,42 @@ impl IdCtrl {
         id.fr.copy_from_slice(&b[64..72]);
         Some(id)
     }
+}
+
+/// What Identify Namespace says of a namespace's size and format
+/// (`struct nvme_id_ns`).
+#[derive(Clone, Copy)]
+pub(crate) struct IdNs {
+    /// Its size, in logical blocks.
+    pub(crate) nsze: u64,
+    /// log2 of the logical block size of its format in use.
+    pub(crate) lbads: u8,
+}
+
+impl IdNs {
+    pub(crate) const LEN: usize = 4096;
+
+    /// `None` if `b` is shorter than [`IdNs::LEN`].
+    pub(crate) fn decode(b: &[u8]) -> Option<Self> {
+        let b = b.get(..Self::LEN)?;
+        let mut nsze = [0u8; 8];
+        nsze.copy_from_slice(&b[..8]);
+        // FLBAS: the format's index, bits 3:0, and 6:5 above 16 formats.
+        let flbas = b[26];
+        let index = usize::from(flbas & 0xf) | usize::from((flbas >> 5) & 3) << 4;
+        // `lbaf[index]` at 128, 4 bytes each: ms (le16), ds, rp.
+        Some(IdNs {
+            nsze: u64::from_le_bytes(nsze),
+            lbads: b[128 + 4 * index + 2],
+        })
+    }
+}
+
+/// The IDs of an active namespace list (Identify CNS 2), up to its 0.
+pub(crate) fn ns_list(b: &[u8]) -> impl Iterator<Item = u32> + '_ {
+    b.chunks_exact(4)
+        .map(|c| le32(c, 0))
+        .take_while(|&id| id != 0)
 }
 
 /// An ASCII field of Identify (space padded), trimmed.

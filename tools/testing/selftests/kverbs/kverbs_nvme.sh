@@ -8,7 +8,8 @@
 # rejections come back with their NVMe/RDMA status, a port nobody listens
 # on with the connection manager's reason; the controller is brought up
 # with admin commands (Fabrics Connect, CAP and VS, enable, Identify
-# Controller; their data over FRWR, each key invalidated by the target),
+# Controller, the number of I/O queues, the namespaces; their data over
+# FRWR, each key invalidated by the target) and shut down when it goes,
 # and the target's refusals of a Connect come back decoded; bad options
 # are refused with a reason; disconnect, rmmod and the removal of the RDMA
 # device delete controllers, and the target's controller with them.
@@ -92,14 +93,18 @@ connects() {
 # Identify gives and the target's (ready, with the host's NQN and no
 # keep-alive yet); Identify's fields are nvmet's (NVMe 1.3, model Linux,
 # MQES 127, MDTS 8 for RDMA, IOCCSZ (64 + 4096) / 16, SGLS keyed and
-# in-capsule, KAS 10, NN 1024); both admin commands with data (Connect,
-# Identify) had their key invalidated by the target (a SEND with
-# invalidate of the MR's rkey).
+# in-capsule, KAS 10, NN 1024); the I/O queues asked for are one a CPU,
+# all granted; the namespace is the RAM disk (its size in 512-byte
+# blocks); every admin command with data (Connect, the three Identify)
+# had its key invalidated by the target (a SEND with invalidate of the
+# MR's rkey).
 controller_up() {
-	local line cntlid t
+	local line cntlid t cpus sectors
 	line=$(controllers)
-	[[ $line == "kvnvme0: "*"; cntlid "[0-9]*", NVMe 1.3, model 'Linux', serial '"?*"', firmware '"?*"', MQES 127, MDTS 8, IOCCSZ 260, IORCSZ 1, SGLS 0x100005, KAS 10, NN 1024; admin data commands 2, invalidated by the target 2" ]] ||
-		{ kv_msg "$line: not Identify's fields, or not every key invalidated by the target"; return 1; }
+	cpus=$(nproc)
+	read -r sectors <"/sys/block/${KV_NVMET_DISK#/dev/}/size"
+	[[ $line == "kvnvme0: "*"; cntlid "[0-9]*", NVMe 1.3, model 'Linux', serial '"?*"', firmware '"?*"', MQES 127, MDTS 8, IOCCSZ 260, IORCSZ 1, SGLS 0x100005, KAS 10, NN 1024; admin data commands 4, invalidated by the target 4; I/O queues $cpus of $cpus asked; namespaces 1, nsid 1: $sectors blocks of 512 bytes" ]] ||
+		{ kv_msg "$line: not Identify's fields, the queues, the namespace, or not every key invalidated by the target"; return 1; }
 	[[ $line =~ \;\ cntlid\ ([0-9]+), ]] && cntlid=${BASH_REMATCH[1]}
 	t=$NVMET_CTRLS/ctrl$cntlid
 	[ "$(target_ctrls)" = "ctrl$cntlid" ] || { kv_msg "the target's controllers: $(target_ctrls)"; return 1; }
@@ -184,17 +189,28 @@ disconnects() {
 		return 1
 	echo 0 >"$DIR/disconnect" || return 1
 	[ -z "$(controllers)" ] || { kv_msg "controllers: $(controllers)"; return 1; }
-	kv_logged "kvnvme0: disconnected" || return 1
+	# Shut down first (CC.SHN, CSTS.SHST complete).
+	kv_logged "kvnvme0: shut down, disconnected" || return 1
 	# The target's controller goes with its admin queue.
 	kv_wait no_target_ctrls || { kv_msg "the target's controllers: $(target_ctrls)"; return 1; }
 }
 
-# Unloaded with two controllers connected: both go with the module.
+# Unloaded with two controllers connected: both are shut down and go
+# with the module, and the target's with them.
 rmmod_with_controllers() {
+	local n l
 	printf '%s' "$OPTS" >"$DIR/connect" && printf '%s' "$OPTS" >"$DIR/connect" || return 1
 	[ "$(controllers | wc -l)" = 2 ] || { kv_msg "controllers: $(controllers)"; return 1; }
+	[ "$(target_ctrls | wc -l)" = 2 ] || { kv_msg "the target's controllers: $(target_ctrls)"; return 1; }
 	rmmod "$KV_NVME" || { kv_msg "rmmod failed"; return 1; }
 	! kv_mod_loaded "$KV_NVME" || return 1
+	kv_case_lines "$KV_CASE"
+	n=0
+	for l in "${KV_LINES[@]}"; do
+		[[ $l == *": shut down, disconnected" ]] && n=$((n + 1))
+	done
+	[ "$n" = 2 ] || { kv_msg "$n shut down, not 2"; return 1; }
+	kv_wait no_target_ctrls || { kv_msg "the target's controllers: $(target_ctrls)"; return 1; }
 	load || { kv_msg "insmod after rmmod failed"; return 1; }
 	[ -z "$(controllers)" ]
 }
