@@ -21,8 +21,6 @@
 
 DIR=/sys/kernel/debug/$KV_NVME
 OPTS="transport=rdma,traddr=$KV_NVME_ADDR,trsvcid=$KV_NVME_SVCID,nqn=$KV_NVME_NQN"
-# The target's controllers of the subsystem, in its debugfs.
-NVMET_CTRLS=/sys/kernel/debug/nvmet/$KV_NVME_NQN
 # The host NQN kverbs_nvme makes of its default host identifier, as the C
 # host makes its default.
 HOSTNQN=nqn.2014-08.org.nvmexpress:uuid:6b766572-6273-4f6e-b76d-650000000001
@@ -64,18 +62,6 @@ bad_options() {
 	[ -z "$(controllers)" ] || { kv_msg "controllers: $(controllers)"; return 1; }
 }
 
-# target_ctrls: the target's controllers of the subsystem, one a line.
-target_ctrls() {
-	local d
-	for d in "$NVMET_CTRLS"/ctrl*; do
-		[ -e "$d" ] && echo "${d##*/}"
-	done
-}
-
-no_target_ctrls() {
-	[ -z "$(target_ctrls)" ]
-}
-
 # The admin queue connects: qid 0, and the target's receive queue is the
 # 32 entries asked for (nvmet answers crqsize = hsqsize + 1).
 connects() {
@@ -106,8 +92,8 @@ controller_up() {
 	[[ $line == "kvnvme0: "*"; cntlid "[0-9]*", NVMe 1.3, model 'Linux', serial '"?*"', firmware '"?*"', MQES 127, MDTS 8, IOCCSZ 260, IORCSZ 1, SGLS 0x100005, KAS 10, NN 1024; admin data commands 4, invalidated by the target 4; I/O queues $cpus of $cpus asked; namespaces 1, nsid 1: $sectors blocks of 512 bytes" ]] ||
 		{ kv_msg "$line: not Identify's fields, the queues, the namespace, or not every key invalidated by the target"; return 1; }
 	[[ $line =~ \;\ cntlid\ ([0-9]+), ]] && cntlid=${BASH_REMATCH[1]}
-	t=$NVMET_CTRLS/ctrl$cntlid
-	[ "$(target_ctrls)" = "ctrl$cntlid" ] || { kv_msg "the target's controllers: $(target_ctrls)"; return 1; }
+	t=$KV_NVMET_CTRLS/ctrl$cntlid
+	[ "$(kv_nvmet_ctrls)" = "ctrl$cntlid" ] || { kv_msg "the target's controllers: $(kv_nvmet_ctrls)"; return 1; }
 	[ "$(cat "$t/hostnqn")" = "$HOSTNQN" ] || { kv_msg "the target's host NQN: $(cat "$t/hostnqn")"; return 1; }
 	[ "$(cat "$t/state")" = ready ] || { kv_msg "the target's state: $(cat "$t/state")"; return 1; }
 	[ "$(cat "$t/kato")" = 0 ] || { kv_msg "the target's kato: $(cat "$t/kato")"; return 1; }
@@ -118,11 +104,11 @@ controller_up() {
 # the host nor the target has a controller more.
 refused_by_target() {
 	local before tbefore
-	before=$(controllers) tbefore=$(target_ctrls)
+	before=$(controllers) tbefore=$(kv_nvmet_ctrls)
 	kv_write_fails "$DIR/connect" "$1" "$2" "$3" || return 1
 	grep -qF "error: $3" "$DIR/connect" || { kv_msg "connect reads: $(cat "$DIR/connect")"; return 1; }
 	[ "$(controllers)" = "$before" ] || { kv_msg "controllers: $(controllers)"; return 1; }
-	[ "$(target_ctrls)" = "$tbefore" ] || { kv_msg "the target's controllers: $(target_ctrls)"; return 1; }
+	[ "$(kv_nvmet_ctrls)" = "$tbefore" ] || { kv_msg "the target's controllers: $(kv_nvmet_ctrls)"; return 1; }
 }
 
 # A subsystem the target does not have: Connect's invalid parameter,
@@ -155,8 +141,8 @@ hostnqn_given() {
 	line=$(controllers | tail -n 1)
 	[[ $line =~ \;\ cntlid\ ([0-9]+), ]] || { kv_msg "controllers: $(controllers)"; return 1; }
 	cntlid=${BASH_REMATCH[1]}
-	[ "$(cat "$NVMET_CTRLS/ctrl$cntlid/hostnqn")" = "$n" ] ||
-		{ kv_msg "the target's host NQN: $(cat "$NVMET_CTRLS/ctrl$cntlid/hostnqn")"; return 1; }
+	[ "$(cat "$KV_NVMET_CTRLS/ctrl$cntlid/hostnqn")" = "$n" ] ||
+		{ kv_msg "the target's host NQN: $(cat "$KV_NVMET_CTRLS/ctrl$cntlid/hostnqn")"; return 1; }
 	inst=${line%%:*}
 	echo "${inst#kvnvme}" >"$DIR/disconnect"
 }
@@ -192,7 +178,7 @@ disconnects() {
 	# Shut down first (CC.SHN, CSTS.SHST complete).
 	kv_logged "kvnvme0: shut down, disconnected" || return 1
 	# The target's controller goes with its admin queue.
-	kv_wait no_target_ctrls || { kv_msg "the target's controllers: $(target_ctrls)"; return 1; }
+	kv_wait kv_nvmet_no_ctrls || { kv_msg "the target's controllers: $(kv_nvmet_ctrls)"; return 1; }
 }
 
 # Unloaded with two controllers connected: both are shut down and go
@@ -201,7 +187,7 @@ rmmod_with_controllers() {
 	local n l
 	printf '%s' "$OPTS" >"$DIR/connect" && printf '%s' "$OPTS" >"$DIR/connect" || return 1
 	[ "$(controllers | wc -l)" = 2 ] || { kv_msg "controllers: $(controllers)"; return 1; }
-	[ "$(target_ctrls | wc -l)" = 2 ] || { kv_msg "the target's controllers: $(target_ctrls)"; return 1; }
+	[ "$(kv_nvmet_ctrls | wc -l)" = 2 ] || { kv_msg "the target's controllers: $(kv_nvmet_ctrls)"; return 1; }
 	rmmod "$KV_NVME" || { kv_msg "rmmod failed"; return 1; }
 	! kv_mod_loaded "$KV_NVME" || return 1
 	kv_case_lines "$KV_CASE"
@@ -210,7 +196,7 @@ rmmod_with_controllers() {
 		[[ $l == *": shut down, disconnected" ]] && n=$((n + 1))
 	done
 	[ "$n" = 2 ] || { kv_msg "$n shut down, not 2"; return 1; }
-	kv_wait no_target_ctrls || { kv_msg "the target's controllers: $(target_ctrls)"; return 1; }
+	kv_wait kv_nvmet_no_ctrls || { kv_msg "the target's controllers: $(kv_nvmet_ctrls)"; return 1; }
 	load || { kv_msg "insmod after rmmod failed"; return 1; }
 	[ -z "$(controllers)" ]
 }

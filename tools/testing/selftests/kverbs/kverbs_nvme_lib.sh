@@ -18,6 +18,22 @@ KV_NVME_SVCID=4420
 KV_NVMET_PORT=1
 KV_NVMET_DISK=/dev/ram0
 
+# The target's controllers of the subsystem, in its debugfs.
+KV_NVMET_CTRLS=/sys/kernel/debug/nvmet/$KV_NVME_NQN
+
+# kv_nvmet_ctrls: the target's controllers of the subsystem (ctrlN), one
+# a line.
+kv_nvmet_ctrls() {
+	local d
+	for d in "$KV_NVMET_CTRLS"/ctrl*; do
+		[ -e "$d" ] && echo "${d##*/}"
+	done
+}
+
+kv_nvmet_no_ctrls() {
+	[ -z "$(kv_nvmet_ctrls)" ]
+}
+
 # kv_nvme_modprobe MODULE: the kernel's NVMe driver MODULE loaded, with
 # the modules it needs (the test kernel builds them as modules, which
 # tools/vm/mkinitramfs.sh puts in the guest's /lib/modules: the config

@@ -13,8 +13,6 @@
 # shellcheck source=kverbs_nvme_lib.sh
 . "$(dirname "$(readlink -f "$0")")/kverbs_nvme_lib.sh"
 
-# The target's controllers of the subsystem, in its debugfs.
-NVMET_CTRLS=/sys/kernel/debug/nvmet/$KV_NVME_NQN
 BLOCK=
 PATTERN=/tmp/kverbs-nvme-pattern
 
@@ -23,24 +21,12 @@ ctrl_attr() {
 	cat "/sys/class/nvme/nvme$KV_NVME_INSTANCE/$1"
 }
 
-# target_ctrls: the target's controllers of the subsystem, one a line.
-target_ctrls() {
-	local d
-	for d in "$NVMET_CTRLS"/ctrl*; do
-		[ -e "$d" ] && echo "${d##*/}"
-	done
-}
-
-no_target_ctrls() {
-	[ -z "$(target_ctrls)" ]
-}
-
 port_listens() {
 	kv_nvmet_up || { kv_msg "the target's setup failed"; return 1; }
 	kv_logged "nvmet_rdma: enabling port $KV_NVMET_PORT ($KV_NVME_ADDR:$KV_NVME_SVCID)" ||
 		{ kv_msg "no 'enabling port' line"; return 1; }
-	[ -d "$NVMET_CTRLS" ] || { kv_msg "no $NVMET_CTRLS"; return 1; }
-	[ -z "$(target_ctrls)" ] || { kv_msg "controllers before any host: $(target_ctrls)"; return 1; }
+	[ -d "$KV_NVMET_CTRLS" ] || { kv_msg "no $KV_NVMET_CTRLS"; return 1; }
+	[ -z "$(kv_nvmet_ctrls)" ] || { kv_msg "controllers before any host: $(kv_nvmet_ctrls)"; return 1; }
 }
 
 # The target refuses a subsystem it does not have: Connect Invalid Data
@@ -75,9 +61,9 @@ connects() {
 	kv_logged "nvme nvme$KV_NVME_INSTANCE: new ctrl: NQN \"$KV_NVME_NQN\", addr $KV_NVME_ADDR:$KV_NVME_SVCID" ||
 		{ kv_msg "no 'new ctrl' line"; return 1; }
 	# The target's side: one controller, live, with the host's NQN.
-	n=$(target_ctrls | wc -l)
+	n=$(kv_nvmet_ctrls | wc -l)
 	[ "$n" = 1 ] || { kv_msg "the target has $n controllers"; return 1; }
-	[ "$(cat "$NVMET_CTRLS/ctrl$(ctrl_attr cntlid)/hostnqn")" = "$(ctrl_attr hostnqn)" ] ||
+	[ "$(cat "$KV_NVMET_CTRLS/ctrl$(ctrl_attr cntlid)/hostnqn")" = "$(ctrl_attr hostnqn)" ] ||
 		{ kv_msg "the target's controller $(ctrl_attr cntlid) has another host NQN"; return 1; }
 	# Namespace 1 is a disk of the RAM disk's size.
 	BLOCK=nvme${KV_NVME_INSTANCE}n1
@@ -128,13 +114,13 @@ disconnects() {
 	kv_logged "nvme nvme$KV_NVME_INSTANCE: Removing ctrl: NQN \"$KV_NVME_NQN\"" ||
 		{ kv_msg "no 'Removing ctrl' line"; return 1; }
 	# The target frees its controller once its queues are gone.
-	kv_wait no_target_ctrls ||
-		{ kv_msg "the target still has $(target_ctrls) (was ctrl$cntlid)"; return 1; }
+	kv_wait kv_nvmet_no_ctrls ||
+		{ kv_msg "the target still has $(kv_nvmet_ctrls) (was ctrl$cntlid)"; return 1; }
 }
 
 target_removed() {
 	kv_nvmet_down || { kv_msg "the target's configfs entries did not all go"; return 1; }
-	[ ! -e "$NVMET_CTRLS" ] || { kv_msg "$NVMET_CTRLS stayed"; return 1; }
+	[ ! -e "$KV_NVMET_CTRLS" ] || { kv_msg "$KV_NVMET_CTRLS stayed"; return 1; }
 	kv_rxe_del rxe_dummy || { kv_msg "rxe_dummy could not be removed"; return 1; }
 }
 
