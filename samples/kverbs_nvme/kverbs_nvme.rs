@@ -188,11 +188,10 @@ impl Ctrls {
             }
         };
         pr_info!(
-            "kvnvme{}: controller {} ready, NVMe {}.{}, model '{}', serial '{}'\n",
+            "kvnvme{}: controller {} ready, NVMe {}, model '{}', serial '{}'\n",
             instance,
             info.cntlid,
-            info.vs >> 16,
-            (info.vs >> 8) & 0xff,
+            wire::Version(info.vs),
             wire::ascii(&info.id.mn),
             wire::ascii(&info.id.sn)
         );
@@ -339,12 +338,11 @@ impl Show for CtrlsFile {
             a.q.device_name(out)?;
             write!(
                 out,
-                "; cntlid {}, NVMe {}.{}, model '{}', serial '{}', firmware '{}', MQES {}, MDTS {}, \
+                "; cntlid {}, NVMe {}, model '{}', serial '{}', firmware '{}', MQES {}, MDTS {}, \
                  IOCCSZ {}, IORCSZ {}, SGLS {:#x}, KAS {}, NN {}; admin data commands {}, \
                  invalidated by the target {}; I/O queues {} of {} asked; namespaces {}",
                 i.cntlid,
-                i.vs >> 16,
-                (i.vs >> 8) & 0xff,
+                wire::Version(i.vs),
                 wire::ascii(&i.id.mn),
                 wire::ascii(&i.id.sn),
                 wire::ascii(&i.id.fr),

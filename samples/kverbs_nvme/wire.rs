@@ -380,6 +380,22 @@ pub(crate) fn ns_list(b: &[u8]) -> impl Iterator<Item = u32> + '_ {
         .take_while(|&id| id != 0)
 }
 
+/// A version (the VS property, `NVME_VS`): major.minor, and .tertiary
+/// if not 0, as nvmet's `attr_version` shows it.
+pub(crate) struct Version(pub(crate) u32);
+
+impl core::fmt::Display for Version {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{}.{}", self.0 >> 16, (self.0 >> 8) & 0xff)?;
+        if self.0 & 0xff != 0 {
+            write!(f, ".{}", self.0 & 0xff)?;
+        }
+        Ok(())
+    }
+}
+
+kverbs::kernel_display!(Version);
+
 /// An ASCII field of Identify (space padded), trimmed.
 pub(crate) fn ascii(b: &[u8]) -> &str {
     core::str::from_utf8(b)

@@ -77,7 +77,7 @@ connects() {
 
 # The controller of connects comes up: its ID from Connect is the one
 # Identify gives and the target's (ready, with the host's NQN and no
-# keep-alive yet); Identify's fields are nvmet's (NVMe 1.3, model Linux,
+# keep-alive yet); Identify's fields are nvmet's (its version, model Linux,
 # MQES 127, MDTS 8 for RDMA, IOCCSZ (64 + 4096) / 16, SGLS keyed and
 # in-capsule, KAS 10, NN 1024); the I/O queues asked for are one a CPU,
 # all granted; the namespace is the RAM disk (its size in 512-byte
@@ -85,11 +85,13 @@ connects() {
 # had its key invalidated by the target (a SEND with invalidate of the
 # MR's rkey).
 controller_up() {
-	local line cntlid t cpus sectors
+	local line cntlid t cpus sectors version
 	line=$(controllers)
 	cpus=$(nproc)
 	read -r sectors <"/sys/block/${KV_NVMET_DISK#/dev/}/size"
-	[[ $line == "kvnvme0: "*"; cntlid "[0-9]*", NVMe 1.3, model 'Linux', serial '"?*"', firmware '"?*"', MQES 127, MDTS 8, IOCCSZ 260, IORCSZ 1, SGLS 0x100005, KAS 10, NN 1024; admin data commands 4, invalidated by the target 4; I/O queues $cpus of $cpus asked; namespaces 1, nsid 1: $sectors blocks of 512 bytes" ]] ||
+	# nvmet's version: 1.3 on 6.12, 2.1 on 7.3.
+	read -r version <"$KV_NVMET/subsystems/$KV_NVME_NQN/attr_version"
+	[[ $line == "kvnvme0: "*"; cntlid "[0-9]*", NVMe $version, model 'Linux', serial '"?*"', firmware '"?*"', MQES 127, MDTS 8, IOCCSZ 260, IORCSZ 1, SGLS 0x100005, KAS 10, NN 1024; admin data commands 4, invalidated by the target 4; I/O queues $cpus of $cpus asked; namespaces 1, nsid 1: $sectors blocks of 512 bytes" ]] ||
 		{ kv_msg "$line: not Identify's fields, the queues, the namespace, or not every key invalidated by the target"; return 1; }
 	[[ $line =~ \;\ cntlid\ ([0-9]+), ]] && cntlid=${BASH_REMATCH[1]}
 	t=$KV_NVMET_CTRLS/ctrl$cntlid
