@@ -68,6 +68,9 @@ pub(crate) struct Admin {
     data: Arc<DmaBuf>,
     mr: Mr,
     next_cid: u16,
+    /// The token of every wait: closed by the controller's CM sink when
+    /// the target disconnects or the device goes.
+    gone: Arc<Cancel>,
     /// Commands with data, and of their registrations those the target
     /// invalidated (a SEND with invalidate naming the MR's rkey).
     pub(crate) data_cmds: u32,
@@ -78,8 +81,9 @@ impl Admin {
     /// The largest data of an admin command (Identify's).
     const DATA_LEN: usize = IdCtrl::LEN;
 
-    /// Takes the connected admin queue `q`: posts its receives.
-    pub(crate) fn new(q: Queue) -> Result<Self> {
+    /// Takes the connected admin queue `q`: posts its receives. Its waits
+    /// end when `gone` is closed.
+    pub(crate) fn new(q: Queue, gone: Arc<Cancel>) -> Result<Self> {
         let dev = q.qp().device();
         let rx = Arc::new(
             DmaBuf::new(dev, usize::from(AQ_DEPTH) * Cqe::LEN)?,
@@ -104,9 +108,16 @@ impl Admin {
             data,
             mr,
             next_cid: 0,
+            gone,
             data_cmds: 0,
             remote_invalidations: 0,
         })
+    }
+
+    /// Whether the target disconnected or the device went: no command can
+    /// be answered any more.
+    pub(crate) fn is_gone(&self) -> bool {
+        self.gone.is_closed()
     }
 
     /// A command id: the C host's are a tag and a generation; here, one
@@ -127,7 +138,7 @@ impl Admin {
         data: Data<'_>,
         out: &mut [u8],
     ) -> Result<Cqe, CmdError> {
-        let c = Cancel::new();
+        let c = self.gone.clone();
         let qp = self.q.qp();
         let mut rkey = None;
         let (len, access) = match data {

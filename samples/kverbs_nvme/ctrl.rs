@@ -250,7 +250,8 @@ pub(crate) fn start(a: &mut Admin, opts: &Options) -> Result<Info, StartError> {
         a.exec(Cmd::set_num_queues(cid, asked), Data::None, &mut []),
     )?
     .result as u32;
-    let io_queues = asked.min((granted as u16).min((granted >> 16) as u16) + 1);
+    // In 32 bits: a target's 0xffff + 1 must not overflow.
+    let io_queues = u32::from(asked).min((granted & 0xffff).min(granted >> 16) + 1) as u16;
 
     // The active namespaces (the first 1024: nvmet has at most 1024) and
     // each one's size and format.

@@ -34,6 +34,7 @@ use kernel::{c_str, new_mutex, prelude::*, sync::Arc, sync::Mutex};
 use kverbs::{
     cm::{CmEvent, CmEventKind, CmSink},
     debugfs::{Dir, File},
+    qp::Cancel,
     Show, Store,
 };
 use options::{Options, Text};
@@ -87,14 +88,24 @@ fn take_where(list: &mut KVec<Ctrl>, pick: impl Fn(&Ctrl) -> bool) -> Result<KVe
 
 /// The sink of a controller's connection events: on its device's removal
 /// it drops the controller (the removal waits for that), on a disconnect
-/// it marks it.
+/// it marks it. Either closes `gone`, the token of its admin queue's waits,
+/// first: a bring-up or a shutdown under way, not in the list, ends at
+/// once instead of at its timeout.
 struct CtrlSink {
     ctrls: Arc<Ctrls>,
     instance: u32,
+    gone: Arc<Cancel>,
 }
 
 impl CmSink for CtrlSink {
     fn event(&self, ev: &CmEvent) {
+        // The sink is its queue's alone (one ID a `CmEvents`).
+        if matches!(
+            ev.kind(),
+            CmEventKind::DeviceRemoval | CmEventKind::Disconnected
+        ) {
+            self.gone.close();
+        }
         let gone = {
             let mut list = self.ctrls.list.lock();
             let Some(c) = list.iter_mut().find(|c| c.instance == self.instance) else {
@@ -150,10 +161,12 @@ impl Ctrls {
             *n += 1;
             i
         };
+        let gone = Arc::new(Cancel::new(), GFP_KERNEL)?;
         let sink = Arc::new(
             CtrlSink {
                 ctrls: this.clone(),
                 instance,
+                gone: gone.clone(),
             },
             GFP_KERNEL,
         )?;
@@ -178,7 +191,13 @@ impl Ctrls {
             opts.trsvcid,
             q.crqsize
         );
-        let mut admin = Admin::new(q)?;
+        let mut admin = match Admin::new(q, gone) {
+            Ok(a) => a,
+            Err(e) => {
+                this.said(format_args!("error: admin queue: error {}", e.to_errno()));
+                return Err(e);
+            }
+        };
         let info = match ctrl::start(&mut admin, &opts) {
             Ok(i) => i,
             Err(e) => {
@@ -195,16 +214,27 @@ impl Ctrls {
             wire::ascii(&info.id.mn),
             wire::ascii(&info.id.sn)
         );
-        this.list.lock().push(
-            Ctrl {
-                instance,
-                opts,
-                admin,
-                info,
-                disconnected: false,
-            },
-            GFP_KERNEL,
-        )?;
+        let ctrl = Ctrl {
+            instance,
+            opts,
+            admin,
+            info,
+            disconnected: false,
+        };
+        {
+            let mut list = this.list.lock();
+            if list.reserve(1, GFP_KERNEL).is_ok() {
+                // Room was made: the push does not fail (a failed push
+                // would drop the controller under the lock, which its
+                // sink's events take).
+                let _ = list.push(ctrl, GFP_KERNEL);
+            } else {
+                drop(list);
+                drop(ctrl);
+                this.said(format_args!("error: out of memory"));
+                return Err(ENOMEM);
+            }
+        }
         // A removal of its device told to the sink before the controller
         // was in the list found nothing to drop: the removal waits for it.
         let removed = {
@@ -267,7 +297,7 @@ impl Ctrls {
 /// drops wait for their drains.
 fn shut_down(mut gone: KVec<Ctrl>) {
     for c in gone.iter_mut() {
-        if c.disconnected {
+        if c.disconnected || c.admin.is_gone() {
             pr_info!("kvnvme{}: disconnected (the target had)\n", c.instance);
             continue;
         }

@@ -170,6 +170,29 @@ no_listener_rejected() {
 	rejected trsvcid=4421 "rejected: reason 8 (invalid service ID: nothing listens there)"
 }
 
+# ctrl_disconnected INSTANCE: the controllers file says it disconnected.
+ctrl_disconnected() {
+	[[ "$(controllers)" == *"kvnvme$1: disconnected,"* ]]
+}
+
+# The target goes (the subsystem unlinked from the port: nvmet deletes
+# every controller of it there and disconnects their queues, so this case
+# runs when no other is connected): the controller is
+# marked disconnected, and deleted without a shutdown (no command could
+# be answered). The link is made again for the cases after.
+target_gone() {
+	local port=$KV_NVMET/ports/$KV_NVMET_PORT sub=$KV_NVMET/subsystems/$KV_NVME_NQN inst rc=0
+	[ -z "$(controllers)" ] || { kv_msg "another controller is connected: $(controllers)"; return 1; }
+	printf '%s' "$OPTS" >"$DIR/connect" || return 1
+	inst=$(cat "$DIR/connect")
+	inst=${inst#instance=}
+	rm "$port/subsystems/$KV_NVME_NQN" || return 1
+	kv_wait ctrl_disconnected "$inst" || { kv_msg "controllers: $(controllers)"; rc=1; }
+	echo "$inst" >"$DIR/disconnect" || rc=1
+	ln -s "$sub" "$port/subsystems/$KV_NVME_NQN" || return 1
+	[ $rc = 0 ] && kv_logged "kvnvme$inst: disconnected (the target had)"
+}
+
 disconnects() {
 	kv_write_fails "$DIR/disconnect" 99 "No such file or directory" "disconnect: no controller kvnvme99" ||
 		return 1
@@ -223,7 +246,7 @@ device_removed() {
 	echo all >"$DIR/disconnect"
 }
 
-kv_begin 15
+kv_begin 16
 kv_case setup_nvmet_on_rxe_dummy_and_load setup
 kv_case nvme_host_bad_options_refused_with_reason bad_options
 kv_case nvme_host_admin_queue_connects_target_rq_32 connects
@@ -236,6 +259,7 @@ kv_case nvme_host_host_not_allowed_connect_invalid_host host_not_allowed
 kv_case nvme_host_connect_recfmt_1_incompatible_format connect_recfmt_refused
 kv_case nvme_host_hostnqn_and_hostid_given_reach_target hostnqn_given
 kv_case nvme_host_disconnect_by_instance disconnects
+kv_case nvme_host_target_gone_controller_deleted_without_shutdown target_gone
 kv_case nvme_host_rmmod_with_controllers_connected rmmod_with_controllers
 kv_case nvme_host_rdma_link_del_deletes_connected_controller device_removed
 kv_end
