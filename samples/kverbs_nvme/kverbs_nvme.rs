@@ -61,29 +61,22 @@ struct Ctrl {
 /// The controllers, and what the last connect said.
 #[pin_data]
 struct Ctrls {
+    /// A slot a controller, `None` once it was taken out (the next connect
+    /// takes the first free one): one is taken out without allocating, as
+    /// the CM sink must on a device's removal.
     #[pin]
-    list: Mutex<KVec<Ctrl>>,
+    list: Mutex<KVec<Option<Ctrl>>>,
     #[pin]
     next_instance: Mutex<u32>,
     #[pin]
     last: Mutex<KVec<u8>>,
 }
 
-/// Takes the controllers `pick` chooses out of `list`, keeping the others
-/// in their order.
-fn take_where(list: &mut KVec<Ctrl>, pick: impl Fn(&Ctrl) -> bool) -> Result<KVec<Ctrl>> {
-    let mut keep = KVec::with_capacity(list.len(), GFP_KERNEL)?;
-    let mut gone = KVec::with_capacity(list.len(), GFP_KERNEL)?;
-    for c in core::mem::take(list) {
-        // Room was made for every one: neither push fails.
-        let _ = if pick(&c) {
-            gone.push(c, GFP_KERNEL)
-        } else {
-            keep.push(c, GFP_KERNEL)
-        };
-    }
-    *list = keep;
-    Ok(gone)
+/// Takes controller `instance` out of `list`, if there.
+fn take(list: &mut KVec<Option<Ctrl>>, instance: u32) -> Option<Ctrl> {
+    list.iter_mut()
+        .find(|s| s.as_ref().is_some_and(|c| c.instance == instance))?
+        .take()
 }
 
 /// The sink of a controller's connection events: on its device's removal
@@ -108,7 +101,11 @@ impl CmSink for CtrlSink {
         }
         let gone = {
             let mut list = self.ctrls.list.lock();
-            let Some(c) = list.iter_mut().find(|c| c.instance == self.instance) else {
+            let Some(c) = list
+                .iter_mut()
+                .flatten()
+                .find(|c| c.instance == self.instance)
+            else {
                 return;
             };
             let removed = match ev.kind() {
@@ -123,22 +120,13 @@ impl CmSink for CtrlSink {
             if !removed {
                 return;
             }
-            take_where(&mut list, |c| c.instance == self.instance)
+            take(&mut list, self.instance)
         };
-        match gone {
-            Ok(gone) => {
-                for c in gone.iter() {
-                    pr_info!("kvnvme{}: device removed: controller deleted\n", c.instance);
-                }
-                // Dropped outside the list's lock: its queue's drop waits
-                // for the drain and destroys the ID, which lets the
-                // removal go on.
-                drop(gone);
-            }
-            Err(_) => pr_err!(
-                "kvnvme{}: device removed, out of memory: kept\n",
-                self.instance
-            ),
+        if let Some(c) = gone {
+            pr_info!("kvnvme{}: device removed: controller deleted\n", c.instance);
+            // Dropped outside the list's lock: its queue's drop waits for
+            // the drain and destroys the ID, which lets the removal go on.
+            drop(c);
         }
     }
 }
@@ -223,11 +211,13 @@ impl Ctrls {
         };
         {
             let mut list = this.list.lock();
-            if list.reserve(1, GFP_KERNEL).is_ok() {
+            if let Some(free) = list.iter().position(|s| s.is_none()) {
+                list[free] = Some(ctrl);
+            } else if list.reserve(1, GFP_KERNEL).is_ok() {
                 // Room was made: the push does not fail (a failed push
                 // would drop the controller under the lock, which its
                 // sink's events take).
-                let _ = list.push(ctrl, GFP_KERNEL);
+                let _ = list.push(Some(ctrl), GFP_KERNEL);
             } else {
                 drop(list);
                 drop(ctrl);
@@ -241,14 +231,15 @@ impl Ctrls {
             let mut list = this.list.lock();
             if list
                 .iter()
+                .flatten()
                 .any(|c| c.instance == instance && c.admin.q.device_removed())
             {
-                take_where(&mut list, |c| c.instance == instance)?
+                take(&mut list, instance)
             } else {
-                KVec::new()
+                None
             }
         };
-        if !removed.is_empty() {
+        if removed.is_some() {
             drop(removed);
             this.said(format_args!("error: the device went"));
             return Err(ENODEV);
@@ -268,7 +259,7 @@ impl Ctrls {
     /// such controller.
     fn disconnect(&self, input: &[u8]) -> Result {
         let text = core::str::from_utf8(input).map_err(|_| EINVAL)?.trim();
-        let gone: KVec<Ctrl> = {
+        let gone: KVec<Option<Ctrl>> = {
             let mut list = self.list.lock();
             if text == "all" {
                 core::mem::take(&mut *list)
@@ -280,23 +271,25 @@ impl Ctrls {
                     );
                     return Err(EINVAL);
                 };
-                if !list.iter().any(|c| c.instance == n) {
+                let Some(c) = take(&mut list, n) else {
                     pr_err!("disconnect: no controller kvnvme{}\n", n);
                     return Err(ENOENT);
-                }
-                take_where(&mut list, |c| c.instance == n)?
+                };
+                drop(list);
+                shut_down(Some(c));
+                return Ok(());
             }
         };
-        shut_down(gone);
+        shut_down(gone.into_iter().flatten());
         Ok(())
     }
 }
 
 /// Shuts the controllers of `gone` down (those whose target is still
-/// connected), then drops them: outside the list's lock, as their queues'
+/// connected), then drops each: outside the list's lock, as their queues'
 /// drops wait for their drains.
-fn shut_down(mut gone: KVec<Ctrl>) {
-    for c in gone.iter_mut() {
+fn shut_down(gone: impl IntoIterator<Item = Ctrl>) {
+    for mut c in gone {
         if c.disconnected || c.admin.is_gone() {
             pr_info!("kvnvme{}: disconnected (the target had)\n", c.instance);
             continue;
@@ -306,7 +299,6 @@ fn shut_down(mut gone: KVec<Ctrl>) {
             Err(e) => pr_err!("kvnvme{}: {}; disconnected\n", c.instance, e),
         }
     }
-    drop(gone);
 }
 
 /// `connect`.
@@ -347,7 +339,7 @@ struct CtrlsFile(Arc<Ctrls>);
 
 impl Show for CtrlsFile {
     fn show(&self, out: &mut dyn Write) -> Result {
-        for c in self.0.list.lock().iter() {
+        for c in self.0.list.lock().iter().flatten() {
             write!(out, "kvnvme{}: ", c.instance)?;
             out.write_str(if c.disconnected {
                 "disconnected"
@@ -437,7 +429,7 @@ impl Drop for KverbsNvme {
         // The controllers, whose sinks hold `ctrls` (a cycle this breaks),
         // then the deliveries of their sinks still ending.
         let all = core::mem::take(&mut *self.ctrls.list.lock());
-        shut_down(all);
+        shut_down(all.into_iter().flatten());
         let _ = kverbs::event::wait_for_deliveries();
     }
 }
