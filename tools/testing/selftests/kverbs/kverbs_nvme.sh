@@ -246,7 +246,43 @@ device_removed() {
 	echo all >"$DIR/disconnect"
 }
 
-kv_begin 16
+# The errnos connect may give (Documentation/ABI/testing/debugfs-kverbs):
+# bad options EINVAL; a target's refusal ECONNREFUSED, EPERM or EIO; a
+# connection not made in time ETIMEDOUT; an address no device routes to
+# EADDRNOTAVAIL, ENETUNREACH or ENODEV; a broken answer EPROTO; and EINTR,
+# the fuzzer's 1 s alarm. Disconnect: EINVAL, ENOENT.
+FUZZ_ERRNOS_CONNECT=EINVAL,ECONNREFUSED,EPERM,EIO,ETIMEDOUT,EADDRNOTAVAIL,ENETUNREACH,ENODEV,EPROTO,EINTR
+FUZZ_ERRNOS_DISCONNECT=EINVAL,ENOENT
+
+# Generated strings (kv_fuzz: random bytes, mutations of valid strings,
+# every key with boundary numbers, 4 KiB strings, partial writes, non-UTF-8
+# bytes) to connect and disconnect: each accepted or refused with one of
+# the files' errnos, nothing else; what the accepted ones connected is
+# disconnected, and a controller connects after. 200 strings each (a
+# string may connect or wait for the fuzzer's 1 s alarm); what they leave
+# allocated is kmemleak's case.
+fuzz() {
+	local keys=transport,traddr,trsvcid,nqn,hostnqn,hostid,nr_io_queues,queue_size,keep_alive_tmo
+	keys=$keys,reconnect_delay,ctrl_loss_tmo,test_recfmt,test_hsqsize,test_connect_recfmt
+	local out rc
+	out=$(KV_FUZZ_ALARM=1 KV_FUZZ_ERRNOS=$FUZZ_ERRNOS_CONNECT kv_fuzz 1 200 "$DIR/connect" "$keys" \
+		"$OPTS" "$OPTS,nr_io_queues=1,queue_size=32" "$OPTS,hostnqn=nqn.2026-11.org.kverbs:host2" 2>&1)
+	rc=$?
+	kv_diag <<<"$out"
+	[ $rc = 0 ] || { kv_msg "connect: an errno outside $FUZZ_ERRNOS_CONNECT"; return 1; }
+	out=$(KV_FUZZ_ALARM=1 KV_FUZZ_ERRNOS=$FUZZ_ERRNOS_DISCONNECT kv_fuzz 1 200 "$DIR/disconnect" "" \
+		"99" "kvnvme1" 2>&1)
+	rc=$?
+	kv_diag <<<"$out"
+	[ $rc = 0 ] || { kv_msg "disconnect: an errno outside $FUZZ_ERRNOS_DISCONNECT"; return 1; }
+	echo all >"$DIR/disconnect" || return 1
+	[ -z "$(controllers)" ] || { kv_msg "controllers: $(controllers)"; return 1; }
+	kv_wait kv_nvmet_no_ctrls || { kv_msg "the target's controllers: $(kv_nvmet_ctrls)"; return 1; }
+	printf '%s' "$OPTS" >"$DIR/connect" || { kv_msg "a connect after the fuzzers failed"; return 1; }
+	echo all >"$DIR/disconnect"
+}
+
+kv_begin 17
 kv_case setup_nvmet_on_rxe_dummy_and_load setup
 kv_case nvme_host_bad_options_refused_with_reason bad_options
 kv_case nvme_host_admin_queue_connects_target_rq_32 connects
@@ -262,4 +298,5 @@ kv_case nvme_host_disconnect_by_instance disconnects
 kv_case nvme_host_target_gone_controller_deleted_without_shutdown target_gone
 kv_case nvme_host_rmmod_with_controllers_connected rmmod_with_controllers
 kv_case nvme_host_rdma_link_del_deletes_connected_controller device_removed
+kv_case nvme_host_fuzzed_connect_and_disconnect_give_their_errnos fuzz
 kv_end
