@@ -282,7 +282,87 @@ fuzz() {
 	echo all >"$DIR/disconnect"
 }
 
-kv_begin 17
+# sweep: a connect with the Nth fault-injection point of its task armed
+# (kv_fail_nth: failslab and fail_page_alloc through fail-nth, every
+# allocation of the writer's task, the RDMA core's and rxe's in it too),
+# for N = 1, then about every eighth of the points a connect passes (every
+# one under make stress), and the last: each ends in a connected controller or an errno of those
+# below (numbers: ENOMEM, EIO, EINVAL, ENODEV, EINTR, EAGAIN, EPROTO,
+# EADDRNOTAVAIL, ENETUNREACH, ECONNRESET, ENOBUFS, ETIMEDOUT,
+# ECONNREFUSED, EHOSTUNREACH, ECANCELED, and ENFILE: rxe makes a socket
+# for each QP, and a socket that cannot be allocated is ENFILE), and leaves
+# no controller, on the host or the target; a connect passes after each.
+# What an error path leaks is kmemleak's case.
+SWEEP_ERRNOS=" 12 5 22 19 4 11 71 99 101 104 105 110 111 113 125 23 "
+FAILSLAB=/sys/kernel/debug/failslab
+FAILPAGE=/sys/kernel/debug/fail_page_alloc
+
+# faults_quiet: fail-nth fails any allocation of the task, sleeping ones
+# too, silently, with no stack filter (kverbs_hardening.sh may have set
+# one in this guest).
+faults_quiet() {
+	local f
+	echo N >"$FAILSLAB/ignore-gfp-wait" && echo 0 >"$FAILSLAB/verbose" &&
+		echo N >"$FAILPAGE/ignore-gfp-wait" && echo Y >"$FAILPAGE/ignore-gfp-highmem" &&
+		echo 0 >"$FAILPAGE/min-order" && echo 0 >"$FAILPAGE/verbose" || return 1
+	for f in "$FAILSLAB" "$FAILPAGE"; do
+		echo 0 >"$f/require-start" && echo 18446744073709551615 >"$f/require-end" || return 1
+	done
+}
+
+# sweep_point N: connect with point N armed; SWEEP_ERR, SWEEP_INJ and
+# SWEEP_LEFT from kv_fail_nth; whatever connected disconnected, checked.
+sweep_point() {
+	local out
+	out=$(kv_fail_nth "$1" write "$DIR/connect" "$OPTS") || { kv_msg "kv_fail_nth: $out"; return 1; }
+	read -r _ SWEEP_ERR _ SWEEP_INJ _ SWEEP_LEFT <<<"$out"
+	if [ "$SWEEP_ERR" = 0 ]; then
+		[ "$(controllers | wc -l)" = 1 ] || { kv_msg "point $1: connected, but controllers: $(controllers)"; return 1; }
+		echo all >"$DIR/disconnect" || return 1
+	else
+		[[ $SWEEP_ERRNOS == *" $SWEEP_ERR "* ]] || { kv_msg "point $1: errno $SWEEP_ERR"; return 1; }
+		[ -z "$(controllers)" ] || { kv_msg "point $1: errno $SWEEP_ERR, and controllers: $(controllers)"; return 1; }
+	fi
+	kv_wait kv_nvmet_no_ctrls || { kv_msg "point $1: the target's controllers: $(kv_nvmet_ctrls)"; return 1; }
+}
+
+sweep() {
+	local total stride n=1 points=0 refused=0 errnos=""
+	{ [ -d "$FAILSLAB" ] && [ -d "$FAILPAGE" ]; } || { kv_msg "no failslab or fail_page_alloc in debugfs"; return 1; }
+	faults_quiet || return 1
+	# Injected failures make the page and vmalloc allocators warn (the
+	# last case of the program: the others kept the stricter check).
+	KV_ALLOC_WARNINGS_OK=1
+	[ -z "$(controllers)" ] || { kv_msg "controllers before: $(controllers)"; return 1; }
+	sweep_point 1000000 || return 1
+	[ "$SWEEP_ERR" = 0 ] || { kv_msg "the counting run failed (errno $SWEEP_ERR)"; return 1; }
+	total=$((1000000 - SWEEP_LEFT))
+	[ "$total" -gt 0 ] || { kv_msg "the counting run passed no fault-injection point"; return 1; }
+	stride=$((total / 8 > 1 ? total / 8 : 1))
+	# make stress: every point.
+	[ -e /kverbs/stress ] && stride=1
+	while [ "$n" -le "$total" ]; do
+		sweep_point "$n" || return 1
+		# A run may pass fewer points than the counting one (a point not
+		# reached: it went through).
+		[ "$SWEEP_INJ" = 1 ] && points=$((points + 1))
+		if [ "$SWEEP_ERR" != 0 ]; then
+			refused=$((refused + 1))
+			[[ " $errnos " == *" $SWEEP_ERR "* ]] || errnos="$errnos $SWEEP_ERR"
+		fi
+		if [ "$n" -lt "$total" ] && [ $((n + stride)) -gt "$total" ]; then
+			n=$total
+		else
+			n=$((n + stride))
+		fi
+		{ printf '%s' "$OPTS" >"$DIR/connect" && echo all >"$DIR/disconnect"; } ||
+			{ kv_msg "the connect after point $n failed"; return 1; }
+	done
+	kv_msg "connect: $total points, $points armed (stride $stride), $refused ended with an errno (${errnos# })"
+	[ "$refused" -gt 0 ] || { kv_msg "no armed point made a connect fail"; return 1; }
+}
+
+kv_begin 18
 kv_case setup_nvmet_on_rxe_dummy_and_load setup
 kv_case nvme_host_bad_options_refused_with_reason bad_options
 kv_case nvme_host_admin_queue_connects_target_rq_32 connects
@@ -299,4 +379,5 @@ kv_case nvme_host_target_gone_controller_deleted_without_shutdown target_gone
 kv_case nvme_host_rmmod_with_controllers_connected rmmod_with_controllers
 kv_case nvme_host_rdma_link_del_deletes_connected_controller device_removed
 kv_case nvme_host_fuzzed_connect_and_disconnect_give_their_errnos fuzz
+kv_case nvme_host_connect_alloc_failure_sweep_errno_or_connected sweep
 kv_end
