@@ -138,7 +138,7 @@ impl Ctrls {
             Ok(o) => o,
             Err(r) => {
                 let why = core::str::from_utf8(&r.why).unwrap_or("?");
-                pr_err!("connect: {}\n", why);
+                pr_warn!("connect: {}\n", why);
                 this.said(format_args!("error: {}", why));
                 return Err(r.errno);
             }
@@ -265,14 +265,14 @@ impl Ctrls {
                 core::mem::take(&mut *list)
             } else {
                 let Ok(n) = text.parse::<u32>() else {
-                    pr_err!(
+                    pr_warn!(
                         "disconnect: want an instance number or 'all', not '{}'\n",
-                        text
+                        options::Shown(text)
                     );
                     return Err(EINVAL);
                 };
                 let Some(c) = take(&mut list, n) else {
-                    pr_err!("disconnect: no controller kvnvme{}\n", n);
+                    pr_warn!("disconnect: no controller kvnvme{}\n", n);
                     return Err(ENOENT);
                 };
                 drop(list);

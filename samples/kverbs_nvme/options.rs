@@ -106,9 +106,39 @@ impl Refused {
     fn new(errno: Error, args: core::fmt::Arguments<'_>) -> Self {
         let mut why = Text(KVec::new());
         let _ = why.write_fmt(args);
-        Refused { errno, why: why.0 }
+        // What the writer wrote is quoted in it: never its control bytes
+        // (a NUL in the kernel log, and on a console, makes it binary).
+        let mut shown = Text(KVec::new());
+        let _ = write!(
+            shown,
+            "{}",
+            Shown(core::str::from_utf8(&why.0).unwrap_or("?"))
+        );
+        Refused {
+            errno,
+            why: shown.0,
+        }
     }
 }
+
+/// Text from a writer, as the log and a control file show it: its control
+/// characters (and DEL) as `\xNN`.
+pub(crate) struct Shown<'a>(pub(crate) &'a str);
+
+impl core::fmt::Display for Shown<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        for c in self.0.chars() {
+            if c.is_ascii_control() {
+                write!(f, "\\x{:02x}", c as u32)?;
+            } else {
+                f.write_char(c)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+kverbs::kernel_display!(Shown<'_>);
 
 /// Text into a `KVec` (what does not fit in memory is cut).
 pub(crate) struct Text(pub(crate) KVec<u8>);

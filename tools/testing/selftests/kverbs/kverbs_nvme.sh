@@ -59,6 +59,10 @@ bad_options() {
 		refused "$OPTS,trsvcid=x" "trsvcid=x: not a number" &&
 		refused "$OPTS,bogus=1" "unknown option 'bogus'" &&
 		refused "$OPTS,nqn" "'nqn': not KEY=VALUE" || return 1
+	# A control character the writer sent is shown escaped, in the log
+	# and in the file (a NUL on a console makes its log binary).
+	kv_write_fails "$DIR/connect" "$OPTS,a"$'\x07'"b=1" "Invalid argument" "unknown option 'a.x07b'" || return 1
+	grep -qF "error: unknown option 'a\\x07b'" "$DIR/connect" || { kv_msg "connect reads: $(cat "$DIR/connect")"; return 1; }
 	[ -z "$(controllers)" ] || { kv_msg "controllers: $(controllers)"; return 1; }
 }
 
