@@ -22,7 +22,9 @@
 #                   point, 10,000 fuzzed strings per control file, 50 removal
 #                   loops) and their summary, and the exerciser over further
 #                   seeds for M minutes (30; kverbs_exerciser.sh), beside
-#                   them; ONLY: the cases matching REGEX, the others skipped
+#                   them, and kverbs_nvme.sh with every allocation-failure
+#                   point of a connect; ONLY: the hardening cases matching
+#                   REGEX, the others skipped
 #   make check KVERBS_COLD=1  (or run, check-harness) from an empty cache in a
 #                   new temporary directory: the path of a fresh machine
 #   make rustfmt / rustfmtcheck / clippy / clean
@@ -108,7 +110,7 @@ check: modules ulp
 stress: modules
 	@KVERBS_STRESS=$(if $(SEED),$(SEED),$$(date +%Y%m%d)) KVERBS_STRESS_ONLY='$(ONLY)' \
 		KVERBS_EXERCISER_SECONDS=$$(( $(if $(EXERCISER_MINUTES),$(EXERCISER_MINUTES),30) * 60 )) \
-		KVERBS_TESTS="kverbs_hardening.sh kverbs_exerciser.sh" KVERBS_TWO_HOSTS=0 \
+		KVERBS_TESTS="kverbs_hardening.sh kverbs_exerciser.sh kverbs_nvme.sh" KVERBS_TWO_HOSTS=0 \
 		KVERBS_VM_TIMEOUT=15000 $(TOP)/tools/vm/run.sh check
 
 bench: setup
