@@ -53,9 +53,6 @@ struct Ctrl {
     opts: Options,
     admin: Admin,
     info: ctrl::Info,
-    /// The target disconnected (the controller is kept, not reconnected:
-    /// that is a later stage).
-    disconnected: bool,
 }
 
 /// The controllers, and what the last connect said.
@@ -108,13 +105,11 @@ impl CmSink for CtrlSink {
             else {
                 return;
             };
+            // A disconnect is marked by `gone` (closed above): the
+            // controller is kept, not reconnected (a later stage).
             let removed = match ev.kind() {
                 CmEventKind::DeviceRemoval => c.admin.q.is_of(ev),
                 CmEventKind::EventsLost => c.admin.q.device_removed(),
-                CmEventKind::Disconnected => {
-                    c.disconnected |= c.admin.q.is_of(ev);
-                    false
-                }
                 _ => false,
             };
             if !removed {
@@ -207,42 +202,35 @@ impl Ctrls {
             opts,
             admin,
             info,
-            disconnected: false,
         };
-        {
+        // Into the list, unless its device is being removed: the sink
+        // was then told before the controller was there, found nothing to
+        // drop, and the removal waits for it. Under the list's lock, which
+        // the sink takes: a removal told after is the sink's. A controller
+        // not kept is dropped outside the lock (its sink's events take
+        // it), so a push must not fail: room is made first.
+        let refused = {
             let mut list = this.list.lock();
-            if let Some(free) = list.iter().position(|s| s.is_none()) {
+            if ctrl.admin.q.device_removed() {
+                Err((ctrl, ENODEV))
+            } else if let Some(free) = list.iter().position(|s| s.is_none()) {
                 list[free] = Some(ctrl);
+                Ok(())
             } else if list.reserve(1, GFP_KERNEL).is_ok() {
-                // Room was made: the push does not fail (a failed push
-                // would drop the controller under the lock, which its
-                // sink's events take).
                 let _ = list.push(Some(ctrl), GFP_KERNEL);
+                Ok(())
             } else {
-                drop(list);
-                drop(ctrl);
-                this.said(format_args!("error: out of memory"));
-                return Err(ENOMEM);
-            }
-        }
-        // A removal of its device told to the sink before the controller
-        // was in the list found nothing to drop: the removal waits for it.
-        let removed = {
-            let mut list = this.list.lock();
-            if list
-                .iter()
-                .flatten()
-                .any(|c| c.instance == instance && c.admin.q.device_removed())
-            {
-                take(&mut list, instance)
-            } else {
-                None
+                Err((ctrl, ENOMEM))
             }
         };
-        if removed.is_some() {
-            drop(removed);
-            this.said(format_args!("error: the device went"));
-            return Err(ENODEV);
+        if let Err((ctrl, e)) = refused {
+            drop(ctrl);
+            if e == ENODEV {
+                this.said(format_args!("error: the device went"));
+            } else {
+                this.said(format_args!("error: out of memory"));
+            }
+            return Err(e);
         }
         this.said(format_args!("instance={}", instance));
         Ok(())
@@ -290,7 +278,7 @@ impl Ctrls {
 /// drops wait for their drains.
 fn shut_down(gone: impl IntoIterator<Item = Ctrl>) {
     for mut c in gone {
-        if c.disconnected || c.admin.is_gone() {
+        if c.admin.is_gone() {
             pr_info!("kvnvme{}: disconnected (the target had)\n", c.instance);
             continue;
         }
@@ -341,7 +329,7 @@ impl Show for CtrlsFile {
     fn show(&self, out: &mut dyn Write) -> Result {
         for c in self.0.list.lock().iter().flatten() {
             write!(out, "kvnvme{}: ", c.instance)?;
-            out.write_str(if c.disconnected {
+            out.write_str(if c.admin.is_gone() {
                 "disconnected"
             } else {
                 "connected"

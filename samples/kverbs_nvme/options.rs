@@ -104,20 +104,23 @@ pub(crate) struct Refused {
 
 impl Refused {
     fn new(errno: Error, args: core::fmt::Arguments<'_>) -> Self {
-        let mut why = Text(KVec::new());
-        let _ = why.write_fmt(args);
         // What the writer wrote is quoted in it: never its control bytes
         // (a NUL in the kernel log, and on a console, makes it binary).
-        let mut shown = Text(KVec::new());
-        let _ = write!(
-            shown,
-            "{}",
-            Shown(core::str::from_utf8(&why.0).unwrap_or("?"))
-        );
+        let mut why = Escaped(Text(KVec::new()));
+        let _ = why.write_fmt(args);
         Refused {
             errno,
-            why: shown.0,
+            why: why.0 .0,
         }
+    }
+}
+
+/// Text into a `KVec`, its control characters escaped as [`Shown`] does.
+struct Escaped(Text);
+
+impl Write for Escaped {
+    fn write_str(&mut self, s: &str) -> core::fmt::Result {
+        write!(self.0, "{}", Shown(s))
     }
 }
 
