@@ -156,7 +156,7 @@ void kverbs_copy_dev_name(const struct ib_device *dev, u8 *out);
 /* ktime_get_ns(). */
 u64 kverbs_ktime_get_ns(void);
 
-/* num_online_cpus(): a macro over a cpumask's weight. */
+/* num_online_cpus(): inline, a read of the atomic __num_online_cpus. */
 unsigned int kverbs_num_online_cpus(void);
 
 struct socket;

@@ -102,7 +102,8 @@ pub fn now_ns() -> u64 {
 /// The CPUs online now (`num_online_cpus`): one may go or come at once
 /// after.
 pub fn num_online_cpus() -> u32 {
-    // SAFETY: Reads the online mask's weight; callable from any context.
+    // SAFETY: Reads the atomic `__num_online_cpus` (a snapshot): no lock,
+    // no sleep; callable from any context.
     unsafe { bindings::kverbs_num_online_cpus() }
 }
 
