@@ -228,6 +228,22 @@ bool kverbs_cancel_work(struct work_struct *work)
 	return cancel_work(work);
 }
 
+void kverbs_init_delayed_work(struct delayed_work *dw,
+			      void (*fn)(struct work_struct *work))
+{
+	INIT_DELAYED_WORK(dw, fn);
+}
+
+bool kverbs_queue_delayed_work(struct delayed_work *dw, unsigned int ms)
+{
+	return queue_delayed_work(kverbs_events_wq(), dw, msecs_to_jiffies(ms));
+}
+
+bool kverbs_disable_delayed_work_sync(struct delayed_work *dw)
+{
+	return disable_delayed_work_sync(dw);
+}
+
 void *kverbs_current(void)
 {
 	return current;

@@ -188,6 +188,20 @@ int kverbs_cm_resolve_addr_v4(struct rdma_cm_id *id, __be32 addr, u16 port,
 /* cancel_work(): takes a pending work item off its queue; true if it was. */
 bool kverbs_cancel_work(struct work_struct *work);
 
+struct delayed_work;
+
+/*
+ * The delayed work items of rust/kverbs/delayed.rs: INIT_DELAYED_WORK() at
+ * this one site (one lockdep class, its key in kverbs.ko), and
+ * queue_delayed_work() on kverbs.ko's events workqueue after @ms
+ * milliseconds (false if pending already, or disabled).
+ */
+void kverbs_init_delayed_work(struct delayed_work *dw,
+			      void (*fn)(struct work_struct *work));
+bool kverbs_queue_delayed_work(struct delayed_work *dw, unsigned int ms);
+/* disable_delayed_work_sync(): see kernel/workqueue.c. */
+bool kverbs_disable_delayed_work_sync(struct delayed_work *dw);
+
 /* current, as an identity. */
 void *kverbs_current(void);
 

@@ -70,6 +70,7 @@ pub mod cm;
 mod compat;
 pub mod cq;
 pub mod debugfs;
+pub mod delayed;
 pub mod device;
 pub mod dma;
 pub mod event;
