@@ -114,12 +114,6 @@ impl Admin {
         })
     }
 
-    /// Whether the target disconnected or the device went: no command can
-    /// be answered any more.
-    pub(crate) fn is_gone(&self) -> bool {
-        self.gone.is_closed()
-    }
-
     /// A command id: the C host's are a tag and a generation; here, one
     /// command at a time, a counter.
     pub(crate) fn cid(&mut self) -> u16 {

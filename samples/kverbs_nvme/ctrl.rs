@@ -189,15 +189,16 @@ fn identify(a: &mut Admin, what: &'static str, cmd: Cmd) -> Result<KVec<u8>, Sta
 
 /// Brings the controller of `a` up, with the options `opts`.
 pub(crate) fn start(a: &mut Admin, opts: &Options) -> Result<Info, StartError> {
-    // Fabrics Connect, qid 0. Keep-alive comes with a later stage: until
-    // then the host asks for none (KATO 0).
+    // Fabrics Connect, qid 0, with the keep-alive timeout: the target
+    // deletes the controller if no command comes within it (the host
+    // sends Keep Alive at half of it, `KeepAlive`).
     let cid = a.cid();
     let cmd = Cmd::connect(
         cid,
         opts.test_connect_recfmt.unwrap_or(0),
         0,
         AQ_DEPTH - 1,
-        0,
+        opts.keep_alive_tmo * 1000,
     );
     let hostnqn = opts.hostnqn_or_default();
     let data = ConnectData::encode(&opts.hostid, opts.nqn.as_str(), hostnqn.as_str())

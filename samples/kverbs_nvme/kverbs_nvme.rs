@@ -7,8 +7,10 @@
 //! NVMe/RDMA private data (queue 0, 32 entries; the target's reply, its
 //! receive queue size, or its rejection, an NVMe/RDMA status, read back)
 //! and brought up with admin commands (`ctrl.rs`: Fabrics Connect, CAP
-//! and VS, enable, Identify Controller), data by keyed SGL descriptors
-//! over FRWR (`admin.rs`). No I/O queue yet.
+//! and VS, enable, Identify Controller, queues and namespaces), data by
+//! keyed SGL descriptors over FRWR (`admin.rs`); kept alive (Keep Alive at
+//! half the keep-alive timeout, on a layer timer) until it is shut down.
+//! No I/O queue yet.
 //!
 //! Its debugfs directory, `kverbs_nvme/`:
 //!
@@ -28,12 +30,16 @@ mod options;
 mod queue;
 mod wire;
 
-use admin::Admin;
-use core::fmt::Write;
+use admin::{Admin, Data};
+use core::{
+    fmt::Write,
+    sync::atomic::{AtomicU32, Ordering},
+};
 use kernel::{c_str, new_mutex, prelude::*, sync::Arc, sync::Mutex};
 use kverbs::{
     cm::{CmEvent, CmEventKind, CmSink},
     debugfs::{Dir, File},
+    delayed::{Delayed, DelayedHandler},
     qp::Cancel,
     Show, Store,
 };
@@ -47,12 +53,72 @@ module! {
     license: "GPL",
 }
 
-/// A controller: for now, its admin queue and what its bring-up learned.
+/// A controller: for now, its admin queue, its keep-alive and what its
+/// bring-up learned.
 struct Ctrl {
+    /// Dropped first: no Keep Alive is sent after (its drop waits for one
+    /// under way, but from a delivery, the CM sink's).
+    ka: Option<Delayed>,
     instance: u32,
     opts: Options,
-    admin: Admin,
+    core: Arc<CtrlCore>,
     info: ctrl::Info,
+}
+
+/// What a controller shares with its keep-alive: the admin queue, one
+/// command at a time (a connect's or disconnect's, a Keep Alive).
+///
+/// Lock order: the controllers' list, then `admin`.
+#[pin_data]
+struct CtrlCore {
+    #[pin]
+    admin: Mutex<Admin>,
+    /// The admin queue's token, closed when the target disconnects or the
+    /// device goes: no command can be answered any more.
+    gone: Arc<Cancel>,
+    /// Keep Alive commands the controller answered.
+    ka_sent: AtomicU32,
+}
+
+/// A controller's keep-alive (`nvme_keep_alive_work`): a Keep Alive every
+/// `every_ms`, half the keep-alive timeout; the first that fails is the
+/// last (error recovery comes with a later stage).
+struct KeepAlive {
+    core: Arc<CtrlCore>,
+    instance: u32,
+    every_ms: u32,
+}
+
+impl DelayedHandler for KeepAlive {
+    fn run(&self) -> Option<u32> {
+        if self.core.gone.is_closed() {
+            return None;
+        }
+        let r = {
+            let mut a = self.core.admin.lock();
+            let cid = a.cid();
+            a.exec(wire::Cmd::keep_alive(cid), Data::None, &mut [])
+        };
+        match r {
+            Ok(_) => {
+                self.core.ka_sent.fetch_add(1, Ordering::Relaxed);
+                Some(self.every_ms)
+            }
+            Err(e) => {
+                if !self.core.gone.is_closed() {
+                    pr_err!(
+                        "kvnvme{}: {}: keep-alive stopped\n",
+                        self.instance,
+                        ctrl::StartError {
+                            step: "Keep Alive",
+                            err: e
+                        }
+                    );
+                }
+                None
+            }
+        }
+    }
 }
 
 /// The controllers, and what the last connect said.
@@ -107,10 +173,13 @@ impl CmSink for CtrlSink {
             };
             // A disconnect is marked by `gone` (closed above): the
             // controller is kept, not reconnected (a later stage).
-            let removed = match ev.kind() {
-                CmEventKind::DeviceRemoval => c.admin.q.is_of(ev),
-                CmEventKind::EventsLost => c.admin.q.device_removed(),
-                _ => false,
+            let removed = {
+                let a = c.core.admin.lock();
+                match ev.kind() {
+                    CmEventKind::DeviceRemoval => a.q.is_of(ev),
+                    CmEventKind::EventsLost => a.q.device_removed(),
+                    _ => false,
+                }
             };
             if !removed {
                 return;
@@ -174,7 +243,7 @@ impl Ctrls {
             opts.trsvcid,
             q.crqsize
         );
-        let mut admin = match Admin::new(q, gone) {
+        let mut admin = match Admin::new(q, gone.clone()) {
             Ok(a) => a,
             Err(e) => {
                 this.said(format_args!("error: admin queue: error {}", e.to_errno()));
@@ -197,10 +266,49 @@ impl Ctrls {
             wire::ascii(&info.id.mn),
             wire::ascii(&info.id.sn)
         );
+        let core = Arc::pin_init(
+            pin_init!(CtrlCore {
+                admin <- new_mutex!(admin),
+                gone,
+                ka_sent: AtomicU32::new(0),
+            }),
+            GFP_KERNEL,
+        );
+        let core = match core {
+            Ok(c) => c,
+            Err(e) => {
+                this.said(format_args!("error: out of memory"));
+                return Err(e);
+            }
+        };
+        // Keep Alive at half the timeout (the C host's period without
+        // traffic based keep-alive), the first half a timeout from now.
+        let every_ms = opts.keep_alive_tmo * 500;
+        let h = Arc::new(
+            KeepAlive {
+                core: core.clone(),
+                instance,
+                every_ms,
+            },
+            GFP_KERNEL,
+        );
+        let ka = match h.map_err(Error::from).and_then(|h| Delayed::new(h)) {
+            Ok(ka) => {
+                if !opts.test_no_keep_alive {
+                    ka.arm(every_ms);
+                }
+                Some(ka)
+            }
+            Err(e) => {
+                this.said(format_args!("error: keep-alive: error {}", e.to_errno()));
+                return Err(e);
+            }
+        };
         let ctrl = Ctrl {
+            ka,
             instance,
             opts,
-            admin,
+            core,
             info,
         };
         // Into the list, unless its device is being removed: the sink
@@ -211,7 +319,7 @@ impl Ctrls {
         // it), so a push must not fail: room is made first.
         let refused = {
             let mut list = this.list.lock();
-            if ctrl.admin.q.device_removed() {
+            if ctrl.core.admin.lock().q.device_removed() {
                 Err((ctrl, ENODEV))
             } else if let Some(free) = list.iter().position(|s| s.is_none()) {
                 list[free] = Some(ctrl);
@@ -278,11 +386,13 @@ impl Ctrls {
 /// drops wait for their drains.
 fn shut_down(gone: impl IntoIterator<Item = Ctrl>) {
     for mut c in gone {
-        if c.admin.is_gone() {
+        // No Keep Alive after (one under way is waited for).
+        drop(c.ka.take());
+        if c.core.gone.is_closed() {
             pr_info!("kvnvme{}: disconnected (the target had)\n", c.instance);
             continue;
         }
-        match ctrl::shutdown(&mut c.admin, &c.info) {
+        match ctrl::shutdown(&mut c.core.admin.lock(), &c.info) {
             Ok(()) => pr_info!("kvnvme{}: shut down, disconnected\n", c.instance),
             Err(e) => pr_err!("kvnvme{}: {}; disconnected\n", c.instance, e),
         }
@@ -329,12 +439,12 @@ impl Show for CtrlsFile {
     fn show(&self, out: &mut dyn Write) -> Result {
         for c in self.0.list.lock().iter().flatten() {
             write!(out, "kvnvme{}: ", c.instance)?;
-            out.write_str(if c.admin.is_gone() {
+            out.write_str(if c.core.gone.is_closed() {
                 "disconnected"
             } else {
                 "connected"
             })?;
-            let (i, a) = (&c.info, &c.admin);
+            let (i, a) = (&c.info, &*c.core.admin.lock());
             write!(
                 out,
                 ", {}:{}, subsysnqn {}, admin queue: qid {}, QP {}, controller's receive queue {}, device ",
@@ -350,7 +460,8 @@ impl Show for CtrlsFile {
                 out,
                 "; cntlid {}, NVMe {}, model '{}', serial '{}', firmware '{}', MQES {}, MDTS {}, \
                  IOCCSZ {}, IORCSZ {}, SGLS {:#x}, KAS {}, NN {}; admin data commands {}, \
-                 invalidated by the target {}; I/O queues {} of {} asked; namespaces {}",
+                 invalidated by the target {}; keep-alive {} s, {} sent; I/O queues {} of {} asked; \
+                 namespaces {}",
                 i.cntlid,
                 wire::Version(i.vs),
                 wire::ascii(&i.id.mn),
@@ -365,6 +476,8 @@ impl Show for CtrlsFile {
                 i.id.nn,
                 a.data_cmds,
                 a.remote_invalidations,
+                c.opts.keep_alive_tmo,
+                c.core.ka_sent.load(Ordering::Relaxed),
                 i.io_queues,
                 i.io_queues_asked,
                 i.namespaces.len()

@@ -52,7 +52,8 @@ pub(crate) struct Options {
     pub(crate) nr_io_queues: Option<u32>,
     /// Entries of each I/O queue (16 to 1024, default 128).
     pub(crate) queue_size: u32,
-    /// Keep-alive timeout, seconds (default 5).
+    /// Keep-alive timeout, seconds (default 5; 0 is 5 too, as for the C
+    /// host's I/O controllers).
     pub(crate) keep_alive_tmo: u32,
     /// Seconds between reconnects (default 10).
     pub(crate) reconnect_delay: u32,
@@ -67,6 +68,9 @@ pub(crate) struct Options {
     /// kverbs_nvme's own: the record format of the Fabrics Connect
     /// command, instead of 0.
     pub(crate) test_connect_recfmt: Option<u16>,
+    /// kverbs_nvme's own: Connect asks for the keep-alive timeout, but
+    /// no Keep Alive is sent (the target's timer then expires).
+    pub(crate) test_no_keep_alive: bool,
 }
 
 /// The host identifier when none is given: kverbs_nvme's own, fixed
@@ -188,6 +192,7 @@ impl Options {
             test_recfmt: None,
             test_hsqsize: None,
             test_connect_recfmt: None,
+            test_no_keep_alive: false,
         };
         for token in text.split([',', '\n']).filter(|t| !t.is_empty()) {
             let Some((key, v)) = token.split_once('=') else {
@@ -236,7 +241,18 @@ impl Options {
                         refuse!(EINVAL, "queue_size={}: 16 to 1024", o.queue_size);
                     }
                 }
-                "keep_alive_tmo" => o.keep_alive_tmo = number(key, v)?,
+                "keep_alive_tmo" => {
+                    o.keep_alive_tmo = number(key, v)?;
+                    // Connect carries it in milliseconds, in 32 bits.
+                    if o.keep_alive_tmo > u32::MAX / 1000 {
+                        refuse!(
+                            EINVAL,
+                            "keep_alive_tmo={}: at most {} seconds",
+                            o.keep_alive_tmo,
+                            u32::MAX / 1000
+                        );
+                    }
+                }
                 "reconnect_delay" => {
                     o.reconnect_delay = number(key, v)?;
                     if o.reconnect_delay == 0 {
@@ -247,6 +263,11 @@ impl Options {
                 "test_recfmt" => o.test_recfmt = Some(number(key, v)?),
                 "test_hsqsize" => o.test_hsqsize = Some(number(key, v)?),
                 "test_connect_recfmt" => o.test_connect_recfmt = Some(number(key, v)?),
+                "test_no_keep_alive" => match v {
+                    "0" => o.test_no_keep_alive = false,
+                    "1" => o.test_no_keep_alive = true,
+                    _ => refuse!(EINVAL, "test_no_keep_alive={}: 0 or 1", v),
+                },
                 _ => refuse!(EINVAL, "unknown option '{}'", key),
             }
         }
@@ -263,6 +284,9 @@ impl Options {
         };
         o.traddr = traddr;
         o.nqn = nqn;
+        if o.keep_alive_tmo == 0 {
+            o.keep_alive_tmo = 5;
+        }
         Ok(o)
     }
 }

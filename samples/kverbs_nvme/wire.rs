@@ -105,6 +105,8 @@ const OPC_IDENTIFY: u8 = 0x06;
 const CNS_NS: u8 = 0x00;
 const CNS_CTRL: u8 = 0x01;
 const CNS_NS_ACTIVE_LIST: u8 = 0x02;
+/// Keep Alive (admin opcode 0x18): no data, no result.
+const OPC_KEEP_ALIVE: u8 = 0x18;
 /// Set Features, and the feature Number of Queues.
 const OPC_SET_FEATURES: u8 = 0x09;
 const FEAT_NUM_QUEUES: u8 = 0x07;
@@ -203,6 +205,12 @@ impl Cmd {
         let q = u32::from(n - 1);
         put32(&mut c.0, 44, q | q << 16);
         c
+    }
+
+    /// Keep Alive: tells the controller the host is there (the
+    /// keep-alive timer of Connect's KATO restarts).
+    pub(crate) fn keep_alive(cid: u16) -> Self {
+        Self::new(OPC_KEEP_ALIVE, cid)
     }
 
     /// The data pointer: a keyed data block of `len` bytes at `addr` of

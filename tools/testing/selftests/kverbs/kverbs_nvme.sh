@@ -9,8 +9,9 @@
 # on with the connection manager's reason; the controller is brought up
 # with admin commands (Fabrics Connect, CAP and VS, enable, Identify
 # Controller, the number of I/O queues, the namespaces; their data over
-# FRWR, each key invalidated by the target) and shut down when it goes,
-# and the target's refusals of a Connect come back decoded; bad options
+# FRWR, each key invalidated by the target), kept alive (Keep Alive at
+# half the keep-alive timeout; without it the target deletes the
+# controller) and shut down when it goes, and the target's refusals of a Connect come back decoded; bad options
 # are refused with a reason; disconnect, rmmod and the removal of the RDMA
 # device delete controllers, and the target's controller with them.
 
@@ -55,6 +56,8 @@ bad_options() {
 		refused "transport=rdma,traddr=$KV_NVME_ADDR" "no nqn=" &&
 		refused "$OPTS,queue_size=8" "queue_size=8: 16 to 1024" &&
 		refused "$OPTS,nr_io_queues=0" "nr_io_queues=0: at least 1" &&
+		refused "$OPTS,keep_alive_tmo=4294968" "keep_alive_tmo=4294968: at most 4294967 seconds" &&
+		refused "$OPTS,test_no_keep_alive=2" "test_no_keep_alive=2: 0 or 1" &&
 		refused "$OPTS,hostid=1234" "hostid=1234: not a UUID" &&
 		refused "$OPTS,trsvcid=x" "trsvcid=x: not a number" &&
 		refused "$OPTS,bogus=1" "unknown option 'bogus'" &&
@@ -80,8 +83,8 @@ connects() {
 }
 
 # The controller of connects comes up: its ID from Connect is the one
-# Identify gives and the target's (ready, with the host's NQN and no
-# keep-alive yet); Identify's fields are nvmet's (its version, model Linux,
+# Identify gives and the target's (ready, with the host's NQN and the
+# default keep-alive timeout, 5 s); Identify's fields are nvmet's (its version, model Linux,
 # MQES 127, MDTS 8 for RDMA, IOCCSZ (64 + 4096) / 16, SGLS keyed and
 # in-capsule, KAS 10, NN 1024); the I/O queues asked for are one a CPU,
 # all granted; the namespace is the RAM disk (its size in 512-byte
@@ -95,14 +98,78 @@ controller_up() {
 	read -r sectors <"/sys/block/${KV_NVMET_DISK#/dev/}/size"
 	# nvmet's version: 1.3 on 6.12, 2.1 on 7.3.
 	read -r version <"$KV_NVMET/subsystems/$KV_NVME_NQN/attr_version"
-	[[ $line == "kvnvme0: "*"; cntlid "[0-9]*", NVMe $version, model 'Linux', serial '"?*"', firmware '"?*"', MQES 127, MDTS 8, IOCCSZ 260, IORCSZ 1, SGLS 0x100005, KAS 10, NN 1024; admin data commands 4, invalidated by the target 4; I/O queues $cpus of $cpus asked; namespaces 1, nsid 1: $sectors blocks of 512 bytes" ]] ||
+	[[ $line == "kvnvme0: "*"; cntlid "[0-9]*", NVMe $version, model 'Linux', serial '"?*"', firmware '"?*"', MQES 127, MDTS 8, IOCCSZ 260, IORCSZ 1, SGLS 0x100005, KAS 10, NN 1024; admin data commands 4, invalidated by the target 4; keep-alive 5 s, "[0-9]*" sent; I/O queues $cpus of $cpus asked; namespaces 1, nsid 1: $sectors blocks of 512 bytes" ]] ||
 		{ kv_msg "$line: not Identify's fields, the queues, the namespace, or not every key invalidated by the target"; return 1; }
 	[[ $line =~ \;\ cntlid\ ([0-9]+), ]] && cntlid=${BASH_REMATCH[1]}
 	t=$KV_NVMET_CTRLS/ctrl$cntlid
 	[ "$(kv_nvmet_ctrls)" = "ctrl$cntlid" ] || { kv_msg "the target's controllers: $(kv_nvmet_ctrls)"; return 1; }
 	[ "$(cat "$t/hostnqn")" = "$HOSTNQN" ] || { kv_msg "the target's host NQN: $(cat "$t/hostnqn")"; return 1; }
 	[ "$(cat "$t/state")" = ready ] || { kv_msg "the target's state: $(cat "$t/state")"; return 1; }
-	[ "$(cat "$t/kato")" = 0 ] || { kv_msg "the target's kato: $(cat "$t/kato")"; return 1; }
+	[ "$(cat "$t/kato")" = 5 ] || { kv_msg "the target's kato: $(cat "$t/kato")"; return 1; }
+}
+
+# connect_last OPTIONS: connects with OPTIONS; CTRL_INST and CTRL_ID are
+# the host's instance and the target's controller (its debugfs directory).
+connect_last() {
+	local line
+	printf '%s' "$1" >"$DIR/connect" || return 1
+	CTRL_INST=$(cat "$DIR/connect")
+	CTRL_INST=${CTRL_INST#instance=}
+	line=$(controllers | grep "^kvnvme$CTRL_INST: ")
+	[[ $line =~ \;\ cntlid\ ([0-9]+), ]] || { kv_msg "controllers: $(controllers)"; return 1; }
+	CTRL_ID=$KV_NVMET_CTRLS/ctrl${BASH_REMATCH[1]}
+}
+
+absent() {
+	[ ! -e "$1" ]
+}
+
+# ka_sent INSTANCE: the Keep Alive commands the controller answered.
+ka_sent() {
+	local line
+	line=$(controllers | grep "^kvnvme$1: ")
+	[[ $line =~ keep-alive\ [0-9]+\ s,\ ([0-9]+)\ sent ]] && echo "${BASH_REMATCH[1]}"
+}
+
+# keep_alive_tmo=2: the target's controller has a 2 s timer, which expires
+# between 2 and 4 s after the last command; idle for 6 s, the controller
+# stays (a Keep Alive every second: at least 4 answered), and the target
+# never says its timer expired. Fails with no Keep Alive sent (the target
+# then deletes the controller, as the next case shows).
+keep_alive_holds() {
+	local n
+	connect_last "$OPTS,keep_alive_tmo=2" || return 1
+	[ "$(cat "$CTRL_ID/kato")" = 2 ] || { kv_msg "the target's kato: $(cat "$CTRL_ID/kato")"; return 1; }
+	sleep 6
+	[[ "$(controllers)" == *"kvnvme$CTRL_INST: connected,"* ]] || { kv_msg "controllers: $(controllers)"; return 1; }
+	[ "$(cat "$CTRL_ID/state")" = ready ] || { kv_msg "the target's state: $(cat "$CTRL_ID/state")"; return 1; }
+	n=$(ka_sent "$CTRL_INST")
+	kv_msg "$n Keep Alive answered in 6 s"
+	[ "${n:-0}" -ge 4 ] || { kv_msg "$n Keep Alive, not at least 4"; return 1; }
+	! kv_logged "keep-alive timer" || { kv_msg "the target's keep-alive timer expired"; return 1; }
+	echo "$CTRL_INST" >"$DIR/disconnect" || return 1
+	kv_logged "kvnvme$CTRL_INST: shut down, disconnected"
+}
+
+# test_no_keep_alive=1: Connect asks for 2 s but no Keep Alive is sent;
+# the target's timer expires, it deletes its controller and disconnects,
+# and the host marks the controller disconnected (then deleted without a
+# shutdown).
+no_keep_alive_target_kills() {
+	connect_last "$OPTS,keep_alive_tmo=2,test_no_keep_alive=1" || return 1
+	kv_wait ctrl_disconnected "$CTRL_INST" || { kv_msg "controllers: $(controllers)"; return 1; }
+	kv_logged "nvmet: ctrl [0-9]* keep-alive timer (2 seconds) expired!" ||
+		{ kv_msg "the target did not say its keep-alive timer expired"; return 1; }
+	[ "$(ka_sent "$CTRL_INST")" = 0 ] || { kv_msg "controllers: $(controllers)"; return 1; }
+	kv_wait absent "$CTRL_ID" || { kv_msg "the target still has $CTRL_ID"; return 1; }
+	echo "$CTRL_INST" >"$DIR/disconnect" || return 1
+	kv_logged "kvnvme$CTRL_INST: disconnected (the target had)"
+}
+
+# instances: the controllers' names (their lines change as they are kept
+# alive).
+instances() {
+	controllers | cut -d: -f1
 }
 
 # refused_by_target OPTIONS ERRNO WANT: a connect with OPTIONS fails with
@@ -110,10 +177,10 @@ controller_up() {
 # the host nor the target has a controller more.
 refused_by_target() {
 	local before tbefore
-	before=$(controllers) tbefore=$(kv_nvmet_ctrls)
+	before=$(instances) tbefore=$(kv_nvmet_ctrls)
 	kv_write_fails "$DIR/connect" "$1" "$2" "$3" || return 1
 	grep -qF "error: $3" "$DIR/connect" || { kv_msg "connect reads: $(cat "$DIR/connect")"; return 1; }
-	[ "$(controllers)" = "$before" ] || { kv_msg "controllers: $(controllers)"; return 1; }
+	[ "$(instances)" = "$before" ] || { kv_msg "controllers: $(controllers)"; return 1; }
 	[ "$(kv_nvmet_ctrls)" = "$tbefore" ] || { kv_msg "the target's controllers: $(kv_nvmet_ctrls)"; return 1; }
 }
 
@@ -267,7 +334,7 @@ FUZZ_ERRNOS_DISCONNECT=EINVAL,ENOENT
 # allocated is kmemleak's case.
 fuzz() {
 	local keys=transport,traddr,trsvcid,nqn,hostnqn,hostid,nr_io_queues,queue_size,keep_alive_tmo
-	keys=$keys,reconnect_delay,ctrl_loss_tmo,test_recfmt,test_hsqsize,test_connect_recfmt
+	keys=$keys,reconnect_delay,ctrl_loss_tmo,test_recfmt,test_hsqsize,test_connect_recfmt,test_no_keep_alive
 	local out rc
 	out=$(KV_FUZZ_ALARM=1 KV_FUZZ_ERRNOS=$FUZZ_ERRNOS_CONNECT kv_fuzz 1 200 "$DIR/connect" "$keys" \
 		"$OPTS" "$OPTS,nr_io_queues=1,queue_size=32" "$OPTS,hostnqn=nqn.2026-11.org.kverbs:host2" 2>&1)
@@ -366,7 +433,7 @@ sweep() {
 	[ "$refused" -gt 0 ] || { kv_msg "no armed point made a connect fail"; return 1; }
 }
 
-kv_begin 18
+kv_begin 20
 kv_case setup_nvmet_on_rxe_dummy_and_load setup
 kv_case nvme_host_bad_options_refused_with_reason bad_options
 kv_case nvme_host_admin_queue_connects_target_rq_32 connects
@@ -378,6 +445,8 @@ kv_case nvme_host_unknown_subsystem_connect_invalid_param_at_256 unknown_subsyst
 kv_case nvme_host_host_not_allowed_connect_invalid_host host_not_allowed
 kv_case nvme_host_connect_recfmt_1_incompatible_format connect_recfmt_refused
 kv_case nvme_host_hostnqn_and_hostid_given_reach_target hostnqn_given
+kv_case nvme_host_keep_alive_holds_idle_controller_3_kato keep_alive_holds
+kv_case nvme_host_no_keep_alive_target_kills_controller no_keep_alive_target_kills
 kv_case nvme_host_disconnect_by_instance disconnects
 kv_case nvme_host_target_gone_controller_deleted_without_shutdown target_gone
 kv_case nvme_host_rmmod_with_controllers_connected rmmod_with_controllers
