@@ -75,13 +75,15 @@ struct Shared {
     running: AtomicU32,
 }
 
-/// One worker: `steps` calls seeded `seed`, then everything dropped.
+/// One worker: `steps` calls seeded `seed`, then everything dropped (the
+/// timers that drop themselves waited for).
 fn work(devs: &[ARef<Device>], seed: u64, steps: u64, forget: bool, trace: bool) -> Stats {
     let mut pool = Pool::new(devs, seed, forget, trace);
     for _ in 0..steps {
         pool.step();
     }
     pool.clear();
+    pool.wait_own_timers();
     core::mem::take(&mut pool.stats)
 }
 

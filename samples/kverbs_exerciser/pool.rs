@@ -12,11 +12,13 @@
 //! counted and described; everything else may succeed or fail with an
 //! errno, which is counted. The kernel's own checks (KASAN, lockdep,
 //! kmemleak, the drain's and the core's warnings) do the rest. The calls
-//! of MRs, UD QPs, rdma_cm and streams are in `pool/`, one file each.
+//! of MRs, UD QPs, rdma_cm, streams and timers are in `pool/`, one file
+//! each.
 
 mod cm;
 mod mr;
 mod stream;
+mod timer;
 mod ud;
 
 use crate::rng::Rng;
@@ -27,6 +29,7 @@ use kernel::{prelude::*, sync::Arc};
 use kverbs::{
     ah::Ah,
     cq::{Cq, PollCtx},
+    delayed::Delayed,
     device::{Device, Mtu},
     dma::DmaBuf,
     mr::Mr,
@@ -84,6 +87,9 @@ pub(crate) struct Pool<'a> {
     ids: KVec<(u64, WrId)>,
     srq_ids: KVec<SrqWrId>,
     cm: CmPool,
+    timers: KVec<Delayed>,
+    /// Timers that own themselves and have not dropped themselves yet.
+    own_live: Option<Arc<core::sync::atomic::AtomicU32>>,
     /// The sink of the worker's event queues and QPs, once made.
     told: Option<Arc<Told>>,
 }
@@ -158,6 +164,8 @@ impl<'a> Pool<'a> {
             ids: KVec::new(),
             srq_ids: KVec::new(),
             cm: CmPool::default(),
+            timers: KVec::new(),
+            own_live: None,
             told: None,
         }
     }
@@ -232,7 +240,7 @@ impl<'a> Pool<'a> {
     /// One random call.
     pub(crate) fn step(&mut self) {
         self.step += 1;
-        match self.rng.below(25) {
+        match self.rng.below(26) {
             0 => self.new_pd(),
             1 | 2 => self.new_cq(),
             3 => self.new_buf(),
@@ -250,6 +258,7 @@ impl<'a> Pool<'a> {
             20 => self.query(),
             21 | 22 => self.cm(),
             23 => self.stream(),
+            24 => self.timer(),
             _ => self.forget_one(),
         }
     }
@@ -626,7 +635,7 @@ impl<'a> Pool<'a> {
     fn drop_one(&mut self) {
         self.trace("drop");
         let rng = &mut self.rng;
-        let gone = match rng.below(16) {
+        let gone = match rng.below(17) {
             0 => take(rng, &mut self.pds).is_some(),
             1 => take(rng, &mut self.cqs).is_some(),
             2 => take(rng, &mut self.bufs).is_some(),
@@ -642,6 +651,7 @@ impl<'a> Pool<'a> {
             12 => take(rng, &mut self.ids).is_some(),
             13 => take(rng, &mut self.srq_ids).is_some(),
             14 => self.cm.drop_one(rng),
+            15 => take(rng, &mut self.timers).is_some(),
             _ => {
                 self.clear();
                 false
@@ -660,7 +670,7 @@ impl<'a> Pool<'a> {
         }
         self.trace("forget");
         let rng = &mut self.rng;
-        let gone = match rng.below(9) {
+        let gone = match rng.below(10) {
             0 => take(rng, &mut self.pds).map(core::mem::forget).is_some(),
             1 => take(rng, &mut self.cqs).map(core::mem::forget).is_some(),
             2 => take(rng, &mut self.bufs).map(core::mem::forget).is_some(),
@@ -669,6 +679,7 @@ impl<'a> Pool<'a> {
             5 => take(rng, &mut self.mrs).map(core::mem::forget).is_some(),
             6 => take(rng, &mut self.ud).map(core::mem::forget).is_some(),
             7 => self.cm.forget_one(rng),
+            8 => take(rng, &mut self.timers).map(core::mem::forget).is_some(),
             _ => take(rng, &mut self.ids).map(core::mem::forget).is_some(),
         };
         if gone {
@@ -678,7 +689,7 @@ impl<'a> Pool<'a> {
 
     /// Drops everything, one kind at a time in a random order.
     pub(crate) fn clear(&mut self) {
-        let mut order = [0usize, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13];
+        let mut order = [0usize, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14];
         for i in (1..order.len()).rev() {
             let j = self.rng.below(i + 1);
             order.swap(i, j);
@@ -698,6 +709,7 @@ impl<'a> Pool<'a> {
                 10 => core::mem::replace(&mut self.ahs, KVec::new()).len(),
                 11 => core::mem::replace(&mut self.ids, KVec::new()).len(),
                 12 => core::mem::replace(&mut self.srq_ids, KVec::new()).len(),
+                13 => core::mem::replace(&mut self.timers, KVec::new()).len(),
                 _ => {
                     let ids_first = self.rng.one_in(2);
                     self.cm.clear(ids_first)

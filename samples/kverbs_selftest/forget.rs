@@ -10,16 +10,20 @@
 //! module, `kverbs_selftest_leaked`, and creates a debugfs file
 //! (`kverbs_selftest/leaked`) and a sysfs attribute
 //! (`/sys/kernel/kverbs_selftest/leaked`) that show `leaked`, and forgets
-//! the three. Each
+//! the three, and leaks two timers (`kverbs::delayed`) that run every
+//! 50 ms for ever, one forgotten, one in a cycle (its handler holds it).
+//! Each
 //! sink logs every event it is given
 //! (`kverbs_selftest: forgotten sink: port error`) and its drop
 //! (`kverbs_selftest: forgotten sink dropped`; `cycle sink` for the
 //! other), the client each `add` and `remove` (`leaked client: add
-//! rxe_forget`). When this module goes, kverbs.ko drops both sinks,
-//! unregisters the client (which calls its `remove`) and removes the two
-//! files, and the device's events, new devices and reads after that reach
-//! none of them (kverbs_forget.sh): before, the next event, device or read
-//! called the module's freed memory.
+//! rxe_forget`), each timer its first run (`forgotten timer: running`) and
+//! its drop (`forgotten timer dropped`). When this module goes, kverbs.ko
+//! drops both sinks and both timers' handlers, unregisters the client
+//! (which calls its `remove`) and removes the two files, and the device's
+//! events, new devices, reads and timers after that reach none of them
+//! (kverbs_forget.sh): before, the next event, device or read called the
+//! module's freed memory.
 //!
 //! The forgotten registration holds its device and kverbs.ko for good:
 //! neither can be removed afterwards. Reading the file gives how many
@@ -30,6 +34,7 @@ use kernel::{new_mutex, prelude::*, sync::Arc, sync::Mutex};
 use kverbs::{
     client::{Client, Registration},
     debugfs::Dir,
+    delayed::{Delayed, DelayedHandler},
     device::Device,
     event::{DeviceEvents, Event, EventSink},
     sysfs::KernelDir,
@@ -38,12 +43,46 @@ use kverbs::{
 
 use super::Devices;
 
-/// Says its drop: "`NAME` sink dropped".
+/// Says its drop: "`NAME` dropped".
 struct Dropped(&'static str);
 
 impl Drop for Dropped {
     fn drop(&mut self) {
-        pr_info!("{} sink dropped\n", self.0);
+        pr_info!("{} dropped\n", self.0);
+    }
+}
+
+/// A leaked timer's handler: runs every 50 ms for ever and says its first
+/// run; the cycle's holds its own timer in `own`.
+#[pin_data]
+struct Ticker {
+    name: &'static str,
+    runs: AtomicU32,
+    #[pin]
+    own: Mutex<Option<Delayed>>,
+    _dropped: Dropped,
+}
+
+impl DelayedHandler for Ticker {
+    fn run(&self) -> Option<u32> {
+        if self.runs.fetch_add(1, Ordering::Relaxed) == 0 {
+            pr_info!("{} timer: running\n", self.name);
+        }
+        Some(50)
+    }
+}
+
+impl Ticker {
+    fn new(name: &'static str, dropped: &'static str) -> Result<Arc<Self>> {
+        Arc::pin_init(
+            pin_init!(Ticker {
+                name,
+                runs: AtomicU32::new(0),
+                own <- new_mutex!(None),
+                _dropped: Dropped(dropped),
+            }),
+            GFP_KERNEL,
+        )
     }
 }
 
@@ -136,7 +175,7 @@ impl Store for Forget {
             &dev,
             Arc::new(
                 Forgotten {
-                    _dropped: Dropped("forgotten"),
+                    _dropped: Dropped("forgotten sink"),
                 },
                 GFP_KERNEL,
             )?,
@@ -144,7 +183,7 @@ impl Store for Forget {
         let cycle = Arc::pin_init(
             pin_init!(Cycle {
                 own <- new_mutex!(None),
-                _dropped: Dropped("cycle"),
+                _dropped: Dropped("cycle sink"),
             }),
             GFP_KERNEL,
         )?;
@@ -157,6 +196,13 @@ impl Store for Forget {
             )?);
             core::mem::forget(self.dir.file(kernel::c_str!("leaked"), Text)?);
             core::mem::forget(self.sysfs.attribute(kernel::c_str!("leaked"), Text)?);
+            let t = Delayed::new(Ticker::new("forgotten", "forgotten timer")?)?;
+            t.arm(50);
+            core::mem::forget(t);
+            let ticker = Ticker::new("cycle", "cycle timer")?;
+            let t = Delayed::new(ticker.clone())?;
+            t.arm(50);
+            *ticker.own.lock() = Some(t);
         }
         Ok(())
     }

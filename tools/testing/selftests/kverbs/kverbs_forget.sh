@@ -5,14 +5,16 @@
 # self-test module (samples/kverbs_selftest/forget.rs) registers two event
 # sinks of its own for rxe_forget's events and leaks both registrations,
 # as safe code can: one with mem::forget, one in a cycle (its sink holds
-# its own registration); and a client, a debugfs file and a sysfs
-# attribute of its own, which it forgets.  The sinks are told the device's
-# events, the client its devices, and the files are read, while the module
-# is loaded; when it goes, kverbs.ko drops both sinks, unregisters the
-# client and removes the files (the notifier of rust/kverbs_module.c), and
-# the events, devices and reads after that reach none of them: without it,
-# the next port event called the sink in the module's freed memory (an
-# oops), and so would a new device the client, a read the files.  Then
+# its own registration); a client, a debugfs file and a sysfs attribute
+# of its own, which it forgets; and two timers that run every 50 ms, one
+# forgotten, one in a cycle.  The sinks are told the device's events, the
+# client its devices, the timers run, and the files are read, while the
+# module is loaded; when it goes, kverbs.ko drops both sinks and both
+# timers' handlers, unregisters the client and removes the files (the
+# notifier of rust/kverbs_module.c), and the events, devices, timers and
+# reads after that reach none of them: without it, the next port event
+# called the sink in the module's freed memory (an oops), and so would a
+# new device the client, a timer its handler, a read the files.  Then
 # the exerciser forgets objects at random (its `forget` runs), rdma_cm
 # listeners with its sink among them, is unloaded, and connection requests
 # come to the ports its listeners take.  What the modules forgot is
@@ -62,6 +64,8 @@ leaked_sinks_told_while_module_loaded() {
 	down_up || return 1
 	kv_wait kv_logged "kverbs_selftest: forgotten sink: port active" || return 1
 	kv_wait kv_logged "kverbs_selftest: cycle sink: port active" || return 1
+	kv_wait kv_logged "kverbs_selftest: forgotten timer: running" || { kv_msg "the forgotten timer did not run"; return 1; }
+	kv_wait kv_logged "kverbs_selftest: cycle timer: running" || { kv_msg "the cycle's timer did not run"; return 1; }
 	kv_logged "kverbs_selftest: leaked client: add $DEV$" || { kv_msg "the leaked client was not added $DEV"; return 1; }
 	[ "$(cat "$LEAKED_DEBUGFS")" = leaked ] || { kv_msg "$LEAKED_DEBUGFS does not show 'leaked'"; return 1; }
 	[ "$(cat "$LEAKED_SYSFS")" = leaked ] || { kv_msg "$LEAKED_SYSFS does not show 'leaked'"; return 1; }
@@ -71,6 +75,8 @@ leaked_sinks_dropped_when_their_module_goes() {
 	rmmod "$KV_SELFTEST" || return 1
 	kv_logged "kverbs_selftest: forgotten sink dropped" || { kv_msg "the forgotten sink was not dropped"; return 1; }
 	kv_logged "kverbs_selftest: cycle sink dropped" || { kv_msg "the cycle's sink was not dropped"; return 1; }
+	kv_logged "kverbs_selftest: forgotten timer dropped" || { kv_msg "the forgotten timer was not dropped"; return 1; }
+	kv_logged "kverbs_selftest: cycle timer dropped" || { kv_msg "the cycle's timer was not dropped"; return 1; }
 	kv_logged "kverbs_selftest: leaked client: remove $DEV$" || { kv_msg "the leaked client was not removed"; return 1; }
 	[ ! -e "$LEAKED_DEBUGFS" ] || { kv_msg "$LEAKED_DEBUGFS is still there"; return 1; }
 	[ ! -e "$LEAKED_SYSFS" ] || { kv_msg "$LEAKED_SYSFS is still there"; return 1; }
