@@ -343,6 +343,25 @@ sleep() {
 	echo "$1" >>/tmp/kverbs-slept
 }
 
+# Fault injection through /proc/thread-self/fail-nth (kv_fail_nth).
+KV_FAILSLAB=/sys/kernel/debug/failslab
+KV_FAILPAGE=/sys/kernel/debug/fail_page_alloc
+
+# kv_faults_quiet: fail-nth fails any allocation of the task, sleeping ones
+# too, silently, with no stack filter (kverbs_hardening.sh may have set
+# one in this guest).
+kv_faults_quiet() {
+	local f
+	{ [ -d "$KV_FAILSLAB" ] && [ -d "$KV_FAILPAGE" ]; } ||
+		{ kv_msg "no failslab or fail_page_alloc in debugfs"; return 1; }
+	echo N >"$KV_FAILSLAB/ignore-gfp-wait" && echo 0 >"$KV_FAILSLAB/verbose" &&
+		echo N >"$KV_FAILPAGE/ignore-gfp-wait" && echo Y >"$KV_FAILPAGE/ignore-gfp-highmem" &&
+		echo 0 >"$KV_FAILPAGE/min-order" && echo 0 >"$KV_FAILPAGE/verbose" || return 1
+	for f in "$KV_FAILSLAB" "$KV_FAILPAGE"; do
+		echo 0 >"$f/require-start" && echo 18446744073709551615 >"$f/require-end" || return 1
+	done
+}
+
 # kv_wait COND...: polls COND for up to 10 s.
 kv_wait() {
 	local i

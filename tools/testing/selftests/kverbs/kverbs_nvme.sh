@@ -365,22 +365,6 @@ fuzz() {
 # no controller, on the host or the target; a connect passes after each.
 # What an error path leaks is kmemleak's case.
 SWEEP_ERRNOS=" 12 5 22 19 4 11 71 99 101 104 105 110 111 113 125 23 "
-FAILSLAB=/sys/kernel/debug/failslab
-FAILPAGE=/sys/kernel/debug/fail_page_alloc
-
-# faults_quiet: fail-nth fails any allocation of the task, sleeping ones
-# too, silently, with no stack filter (kverbs_hardening.sh may have set
-# one in this guest).
-faults_quiet() {
-	local f
-	echo N >"$FAILSLAB/ignore-gfp-wait" && echo 0 >"$FAILSLAB/verbose" &&
-		echo N >"$FAILPAGE/ignore-gfp-wait" && echo Y >"$FAILPAGE/ignore-gfp-highmem" &&
-		echo 0 >"$FAILPAGE/min-order" && echo 0 >"$FAILPAGE/verbose" || return 1
-	for f in "$FAILSLAB" "$FAILPAGE"; do
-		echo 0 >"$f/require-start" && echo 18446744073709551615 >"$f/require-end" || return 1
-	done
-}
-
 # sweep_point N: connect with point N armed; SWEEP_ERR, SWEEP_INJ and
 # SWEEP_LEFT from kv_fail_nth; whatever connected disconnected, checked.
 sweep_point() {
@@ -399,8 +383,7 @@ sweep_point() {
 
 sweep() {
 	local total stride n=1 points=0 refused=0 errnos=""
-	{ [ -d "$FAILSLAB" ] && [ -d "$FAILPAGE" ]; } || { kv_msg "no failslab or fail_page_alloc in debugfs"; return 1; }
-	faults_quiet || return 1
+	kv_faults_quiet || return 1
 	# Injected failures make the page and vmalloc allocators warn (the
 	# last case of the program: the others kept the stricter check).
 	KV_ALLOC_WARNINGS_OK=1
