@@ -6,6 +6,7 @@
  * rust/bindings_generated.rs plus rust/kverbs_extern.c, the C wrappers that
  * make the static inline verbs callable from Rust.
  */
+#include <linux/blk-mq.h>
 #include <linux/debugfs.h>
 #include <linux/fs.h>
 #include <linux/kobject.h>

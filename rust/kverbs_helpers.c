@@ -40,6 +40,8 @@
 #include <linux/timekeeping.h>
 #include <linux/wait.h>
 #include <linux/workqueue.h>
+#include <linux/blk-mq.h>
+#include <linux/blkdev.h>
 #include <linux/completion.h>
 #include <net/if_inet6.h>
 #include <rdma/ib_addr.h>
@@ -242,6 +244,216 @@ bool kverbs_queue_delayed_work(struct delayed_work *dw, unsigned int ms)
 bool kverbs_disable_delayed_work_sync(struct delayed_work *dw)
 {
 	return disable_delayed_work_sync(dw);
+}
+
+u64 kverbs_rq_pos(struct request *rq)
+{
+	return blk_rq_pos(rq);
+}
+
+u32 kverbs_rq_bytes(struct request *rq)
+{
+	return blk_rq_bytes(rq);
+}
+
+u32 kverbs_rq_op(struct request *rq)
+{
+	return (__force u32)req_op(rq);
+}
+
+bool kverbs_rq_fua(struct request *rq)
+{
+	return rq->cmd_flags & REQ_FUA;
+}
+
+u16 kverbs_rq_segments(struct request *rq)
+{
+	return blk_rq_nr_phys_segments(rq);
+}
+
+int kverbs_rq_tag(struct request *rq)
+{
+	return rq->tag;
+}
+
+u32 kverbs_rq_hw_queue(struct request *rq)
+{
+	return rq->mq_hctx->queue_num;
+}
+
+void *kverbs_rq_pdu(struct request *rq)
+{
+	return blk_mq_rq_to_pdu(rq);
+}
+
+void *kverbs_rq_queuedata(struct request *rq)
+{
+	return rq->q->queuedata;
+}
+
+void *kverbs_hctx_queuedata(struct blk_mq_hw_ctx *hctx)
+{
+	return hctx->queue->queuedata;
+}
+
+void kverbs_rq_start(struct request *rq)
+{
+	blk_mq_start_request(rq);
+}
+
+void kverbs_rq_end(struct request *rq, int err)
+{
+	blk_mq_end_request(rq, errno_to_blk_status(err));
+}
+
+bool kverbs_rq_complete_remote(struct request *rq)
+{
+	return blk_mq_complete_request_remote(rq);
+}
+
+int kverbs_rq_map_sg(struct request *rq, struct sg_table *t)
+{
+#if LINUX_VERSION_CODE >= KERNEL_VERSION(7, 0, 0)
+	return blk_rq_map_sg(rq, t->sgl);
+#else
+	return blk_rq_map_sg(rq->q, rq, t->sgl);
+#endif
+}
+
+u8 kverbs_blk_sts_ok(void)
+{
+	return (__force u8)BLK_STS_OK;
+}
+
+u8 kverbs_blk_sts_resource(void)
+{
+	return (__force u8)BLK_STS_RESOURCE;
+}
+
+struct blk_mq_tag_set *kverbs_blk_alloc_tag_set(const struct blk_mq_ops *ops,
+						 unsigned int nr_hw_queues,
+						 unsigned int depth,
+						 unsigned int cmd_size,
+						 unsigned int timeout_ms)
+{
+	struct blk_mq_tag_set *set = kzalloc(sizeof(*set), GFP_KERNEL);
+	int err;
+
+	if (!set)
+		return ERR_PTR(-ENOMEM);
+	set->ops = ops;
+	set->nr_hw_queues = nr_hw_queues;
+	set->queue_depth = depth;
+	set->cmd_size = cmd_size;
+	set->numa_node = NUMA_NO_NODE;
+	set->timeout = timeout_ms ? msecs_to_jiffies(timeout_ms) : 0;
+#if LINUX_VERSION_CODE < KERNEL_VERSION(7, 0, 0)
+	set->flags = BLK_MQ_F_SHOULD_MERGE;
+#endif
+	err = blk_mq_alloc_tag_set(set);
+	if (err) {
+		kfree(set);
+		return ERR_PTR(err);
+	}
+	return set;
+}
+
+void kverbs_blk_free_tag_set(struct blk_mq_tag_set *set)
+{
+	blk_mq_free_tag_set(set);
+	kfree(set);
+}
+
+/* A disk's operations: only the owner, and the free_disk that frees them. */
+static void kverbs_blk_free_disk(struct gendisk *disk)
+{
+	kfree(disk->fops);
+	/* This is kverbs.ko's code: its reference goes from its workqueue. */
+	kverbs_layer_put_deferred();
+}
+
+struct gendisk *kverbs_blk_alloc_disk(struct blk_mq_tag_set *set,
+				      const struct kverbs_blk_limits *l,
+				      void *queuedata, struct module *owner,
+				      const char *name)
+{
+	struct queue_limits lim = {
+		.logical_block_size = l->logical_block_size,
+		.physical_block_size = l->physical_block_size,
+		.max_hw_sectors = l->max_hw_sectors,
+		.max_segments = l->max_segments,
+		.max_segment_size = l->max_segment_size,
+		.virt_boundary_mask = l->virt_boundary_mask,
+		.dma_alignment = l->dma_alignment,
+	};
+	struct block_device_operations *fops;
+	struct gendisk *disk;
+
+	if (l->write_cache)
+		lim.features |= BLK_FEAT_WRITE_CACHE;
+	if (l->fua)
+		lim.features |= BLK_FEAT_FUA;
+	if (l->rotational)
+		lim.features |= BLK_FEAT_ROTATIONAL;
+	fops = kzalloc(sizeof(*fops), GFP_KERNEL);
+	if (!fops)
+		return ERR_PTR(-ENOMEM);
+	if (!kverbs_layer_get()) {
+		kfree(fops);
+		return ERR_PTR(-ENODEV);
+	}
+	fops->owner = owner;
+	fops->free_disk = kverbs_blk_free_disk;
+	disk = blk_mq_alloc_disk(set, &lim, queuedata);
+	if (IS_ERR(disk)) {
+		kfree(fops);
+		kverbs_layer_put();
+		return disk;
+	}
+	disk->fops = fops;
+	strscpy(disk->disk_name, name, DISK_NAME_LEN);
+	return disk;
+}
+
+int kverbs_blk_add_disk(struct gendisk *disk, u64 sectors)
+{
+	set_capacity(disk, sectors);
+	return device_add_disk(NULL, disk, NULL);
+}
+
+void kverbs_blk_put_unadded(struct gendisk *disk)
+{
+	const struct block_device_operations *fops = disk->fops;
+
+	put_disk(disk);
+	kfree(fops);
+	kverbs_layer_put();
+}
+
+void kverbs_blk_del_disk(struct gendisk *disk)
+{
+	del_gendisk(disk);
+	put_disk(disk);
+}
+
+void kverbs_blk_delete(struct gendisk *disk)
+{
+	del_gendisk(disk);
+}
+
+void kverbs_blk_set_capacity(struct gendisk *disk, u64 sectors)
+{
+	set_capacity_and_notify(disk, sectors);
+}
+
+int kverbs_sg_alloc_table(struct sg_table *t, unsigned int nents, bool atomic)
+{
+	return sg_alloc_table(t, nents, atomic ? GFP_ATOMIC : GFP_KERNEL);
+}
+
+struct scatterlist *kverbs_sg_next(struct scatterlist *sg)
+{
+	return sg_next(sg);
 }
 
 void *kverbs_current(void)

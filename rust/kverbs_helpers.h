@@ -189,6 +189,95 @@ int kverbs_cm_resolve_addr_v4(struct rdma_cm_id *id, __be32 addr, u16 port,
 bool kverbs_cancel_work(struct work_struct *work);
 
 struct delayed_work;
+struct request;
+struct blk_mq_hw_ctx;
+struct blk_mq_tag_set;
+struct blk_mq_ops;
+struct gendisk;
+struct sg_table;
+struct module;
+
+/*
+ * Block devices of rust/kverbs/blk.  A request's fields, by the inline
+ * accessors of blk-mq.h: its position (512-byte sectors), bytes, operation
+ * (enum req_op), whether it has REQ_FUA, its physical segments, its tag,
+ * its hardware queue's index, its driver data (the PDU after it), and the
+ * queue data of its queue.
+ */
+u64 kverbs_rq_pos(struct request *rq);
+u32 kverbs_rq_bytes(struct request *rq);
+u32 kverbs_rq_op(struct request *rq);
+bool kverbs_rq_fua(struct request *rq);
+u16 kverbs_rq_segments(struct request *rq);
+int kverbs_rq_tag(struct request *rq);
+u32 kverbs_rq_hw_queue(struct request *rq);
+void *kverbs_rq_pdu(struct request *rq);
+void *kverbs_rq_queuedata(struct request *rq);
+void *kverbs_hctx_queuedata(struct blk_mq_hw_ctx *hctx);
+/* blk_mq_start_request(). */
+void kverbs_rq_start(struct request *rq);
+/* blk_mq_end_request() with errno_to_blk_status(@err). */
+void kverbs_rq_end(struct request *rq, int err);
+/* blk_mq_complete_request_remote(): false if to be completed here. */
+bool kverbs_rq_complete_remote(struct request *rq);
+/* blk_rq_map_sg() (its 6.12 and 7.x signatures): the entries mapped. */
+int kverbs_rq_map_sg(struct request *rq, struct sg_table *t);
+/* BLK_STS_OK and BLK_STS_RESOURCE, as queue_rq returns them. */
+u8 kverbs_blk_sts_ok(void);
+u8 kverbs_blk_sts_resource(void);
+
+/*
+ * A tag set (kzalloc'd, freed by kverbs_blk_free_tag_set() after
+ * blk_mq_free_tag_set()): @nr_hw_queues, @depth, @cmd_size bytes of driver
+ * data a request, a timeout of @timeout_ms (0: the default), on @ops.
+ * An ERR_PTR on failure.
+ */
+struct blk_mq_tag_set *kverbs_blk_alloc_tag_set(const struct blk_mq_ops *ops,
+						 unsigned int nr_hw_queues,
+						 unsigned int depth,
+						 unsigned int cmd_size,
+						 unsigned int timeout_ms);
+void kverbs_blk_free_tag_set(struct blk_mq_tag_set *set);
+
+/* The queue limits and features of a disk (struct queue_limits). */
+struct kverbs_blk_limits {
+	u32 logical_block_size;
+	u32 physical_block_size;
+	u32 max_hw_sectors;
+	u32 max_segment_size;
+	u32 dma_alignment;
+	u16 max_segments;
+	u64 virt_boundary_mask;
+	bool write_cache;
+	bool fua;
+	bool rotational;
+};
+
+/*
+ * A disk of @set with @lim, @queuedata and the name @name, not yet added:
+ * its block_device_operations are its own (owner @owner, which an open of
+ * the disk pins; free_disk, which frees them with the disk and gives back
+ * the reference to kverbs.ko this takes).  An ERR_PTR on failure.
+ */
+struct gendisk *kverbs_blk_alloc_disk(struct blk_mq_tag_set *set,
+				      const struct kverbs_blk_limits *lim,
+				      void *queuedata, struct module *owner,
+				      const char *name);
+/* set_capacity() and device_add_disk(). */
+int kverbs_blk_add_disk(struct gendisk *disk, u64 sectors);
+/* put_disk() of a disk never added, and its operations. */
+void kverbs_blk_put_unadded(struct gendisk *disk);
+/* del_gendisk() and put_disk() of an added disk. */
+void kverbs_blk_del_disk(struct gendisk *disk);
+/* del_gendisk() alone: the caller keeps its reference. */
+void kverbs_blk_delete(struct gendisk *disk);
+/* set_capacity_and_notify(). */
+void kverbs_blk_set_capacity(struct gendisk *disk, u64 sectors);
+
+/* sg_alloc_table(), GFP_ATOMIC if @atomic, else GFP_KERNEL. */
+int kverbs_sg_alloc_table(struct sg_table *t, unsigned int nents, bool atomic);
+/* sg_next(). */
+struct scatterlist *kverbs_sg_next(struct scatterlist *sg);
 
 /*
  * The delayed work items of rust/kverbs/delayed.rs: INIT_DELAYED_WORK() at

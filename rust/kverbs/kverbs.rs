@@ -65,6 +65,7 @@ mod bindings {
 }
 
 pub mod ah;
+pub mod blk;
 pub mod client;
 pub mod cm;
 mod compat;
@@ -81,6 +82,7 @@ pub mod mr;
 mod owned;
 pub mod pd;
 pub mod qp;
+pub mod sg;
 mod show;
 pub mod srq;
 pub mod stream;
