@@ -30,10 +30,13 @@
 //! raises events after. Writing one to `drop_reg` registers a client whose
 //! sink drops that client's registration (`drop_reg.rs`): for
 //! kverbs_soundness.sh, which removes the device while the sink runs.
+//! `blk` makes RAM disks on the layer's block binding (`blk.rs`), for
+//! kverbs_blk.sh.
 
 #![deny(unsafe_code)]
 
 mod ah;
+mod blk;
 mod cm;
 mod common;
 mod cq;
@@ -394,6 +397,8 @@ struct KverbsSelftest {
     _selftest: File<Runner>,
     _forget: File<forget::Forget>,
     _drop_reg: File<drop_reg::DropRegFile>,
+    // `blk`, with the RAM disks.
+    _blk: File<blk::BlkFile>,
     // `/sys/kernel/kverbs_selftest/page`, then its directory.
     _page: Attribute<Page>,
     _sysfs: KernelDir,
@@ -414,6 +419,7 @@ impl kernel::Module for KverbsSelftest {
             forget::Forget::new(devices.clone(), root.clone(), sysfs.clone()),
         )?;
         let drop_reg = root.control_file(c_str!("drop_reg"), drop_reg::DropRegFile)?;
+        let blk = root.control_file(c_str!("blk"), blk::BlkFile::new(module)?)?;
         let page = sysfs.attribute(c_str!("page"), Page)?;
         let reg = Registration::new(c_str!("kverbs_selftest"), Selftest { devices })?;
         Ok(KverbsSelftest {
@@ -422,6 +428,7 @@ impl kernel::Module for KverbsSelftest {
             _selftest: selftest,
             _forget: forget,
             _drop_reg: drop_reg,
+            _blk: blk,
             _page: page,
             _sysfs: sysfs,
         })

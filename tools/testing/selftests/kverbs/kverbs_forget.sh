@@ -6,15 +6,17 @@
 # sinks of its own for rxe_forget's events and leaks both registrations,
 # as safe code can: one with mem::forget, one in a cycle (its sink holds
 # its own registration); a client, a debugfs file and a sysfs attribute
-# of its own, which it forgets; and two timers that run every 50 ms, one
-# forgotten, one in a cycle.  The sinks are told the device's events, the
+# of its own, which it forgets; two timers that run every 50 ms, one
+# forgotten, one in a cycle; and a RAM disk (kverbs::blk), forgotten.  The sinks are told the device's events, the
 # client its devices, the timers run, and the files are read, while the
-# module is loaded; when it goes, kverbs.ko drops both sinks and both
-# timers' handlers, unregisters the client and removes the files (the
+# module is loaded, and the disk is read and written; when it goes,
+# kverbs.ko drops both sinks and both timers' handlers, deletes the disk,
+# unregisters the client and removes the files (the
 # notifier of rust/kverbs_module.c), and the events, devices, timers and
 # reads after that reach none of them: without it, the next port event
 # called the sink in the module's freed memory (an oops), and so would a
-# new device the client, a timer its handler, a read the files.  Then
+# new device the client, a timer its handler, a read the files or the
+# disk.  Then
 # the exerciser forgets objects at random (its `forget` runs), rdma_cm
 # listeners with its sink among them, is unloaded, and connection requests
 # come to the ports its listeners take.  What the modules forgot is
@@ -38,6 +40,7 @@ FG=$KV_SELFTEST_DEBUGFS/forget
 LEAKED_DEBUGFS=$KV_SELFTEST_DEBUGFS/leaked
 LEAKED_SYSFS=/sys/kernel/$KV_SELFTEST/leaked
 EXR=/sys/kernel/debug/$KV_EXERCISER/run
+BLK=$KV_SELFTEST_DEBUGFS/blk
 IP=10.88.0.1
 
 setup() {
@@ -66,6 +69,13 @@ leaked_sinks_told_while_module_loaded() {
 	kv_wait kv_logged "kverbs_selftest: cycle sink: port active" || return 1
 	kv_wait kv_logged "kverbs_selftest: forgotten timer: running" || { kv_msg "the forgotten timer did not run"; return 1; }
 	kv_wait kv_logged "kverbs_selftest: cycle timer: running" || { kv_msg "the cycle's timer did not run"; return 1; }
+	{ echo "add 7 size=1" >"$BLK" && echo "forget 7" >"$BLK"; } ||
+		{ kv_msg "adding and forgetting kvblk7 failed"; return 1; }
+	{
+		dd if=/dev/urandom of=/tmp/kvblk7 bs=4096 count=4 2>/dev/null &&
+			dd if=/tmp/kvblk7 of=/dev/kvblk7 bs=4096 oflag=direct 2>/dev/null &&
+			dd if=/dev/kvblk7 bs=4096 count=4 iflag=direct 2>/dev/null | cmp -s - /tmp/kvblk7
+	} || { kv_msg "the forgotten disk did not read back what was written"; return 1; }
 	kv_logged "kverbs_selftest: leaked client: add $DEV$" || { kv_msg "the leaked client was not added $DEV"; return 1; }
 	[ "$(cat "$LEAKED_DEBUGFS")" = leaked ] || { kv_msg "$LEAKED_DEBUGFS does not show 'leaked'"; return 1; }
 	[ "$(cat "$LEAKED_SYSFS")" = leaked ] || { kv_msg "$LEAKED_SYSFS does not show 'leaked'"; return 1; }
@@ -77,6 +87,11 @@ leaked_sinks_dropped_when_their_module_goes() {
 	kv_logged "kverbs_selftest: cycle sink dropped" || { kv_msg "the cycle's sink was not dropped"; return 1; }
 	kv_logged "kverbs_selftest: forgotten timer dropped" || { kv_msg "the forgotten timer was not dropped"; return 1; }
 	kv_logged "kverbs_selftest: cycle timer dropped" || { kv_msg "the cycle's timer was not dropped"; return 1; }
+	[ ! -e /sys/block/kvblk7 ] || { kv_msg "the forgotten disk kvblk7 is still there"; return 1; }
+	if dd if=/dev/kvblk7 of=/dev/null bs=4096 count=1 iflag=direct 2>/dev/null; then
+		kv_msg "a read of the forgotten disk after its module went passed"
+		return 1
+	fi
 	kv_logged "kverbs_selftest: leaked client: remove $DEV$" || { kv_msg "the leaked client was not removed"; return 1; }
 	[ ! -e "$LEAKED_DEBUGFS" ] || { kv_msg "$LEAKED_DEBUGFS is still there"; return 1; }
 	[ ! -e "$LEAKED_SYSFS" ] || { kv_msg "$LEAKED_SYSFS is still there"; return 1; }
