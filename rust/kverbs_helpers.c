@@ -411,6 +411,8 @@ struct gendisk *kverbs_blk_alloc_disk(struct blk_mq_tag_set *set,
 		return disk;
 	}
 	disk->fops = fops;
+	if (l->no_partitions)
+		disk->flags |= GENHD_FL_NO_PART;
 	strscpy(disk->disk_name, name, DISK_NAME_LEN);
 	return disk;
 }

@@ -251,6 +251,8 @@ struct kverbs_blk_limits {
 	bool write_cache;
 	bool fua;
 	bool rotational;
+	/* No partition table is read, and no partition made. */
+	bool no_partitions;
 };
 
 /*

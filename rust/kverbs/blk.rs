@@ -39,6 +39,7 @@ mod request;
 mod tag_set;
 
 pub use disk::{GenDisk, GenDiskBuilder};
+pub use request::TimeoutAction;
 pub use request::{MappedSg, Op, Request};
 pub use tag_set::TagSet;
 
@@ -70,4 +71,15 @@ pub trait Operations: Sized + Send + Sync + 'static {
     /// A request completed with [`Request::complete`]: called on the CPU
     /// that submitted it (softirq) or the completing one; ends it.
     fn complete(rq: ARef<Request<Self>>);
+
+    /// The request `tag` of hardware queue `hw_queue` has been in flight
+    /// longer than the tag set's timeout (from the block layer's timeout
+    /// work, in process context). The driver ends it (or will: `Done`),
+    /// through the `ARef` it holds, or asks for more time (`ResetTimer`,
+    /// the default). It may be ending meanwhile on another CPU. The
+    /// request itself is not given: an `ARef` made from it here could
+    /// outlive it and end the request that reuses its tag.
+    fn timeout(_queue_data: &Self::QueueData, _tag: u32, _hw_queue: u32) -> TimeoutAction {
+        TimeoutAction::ResetTimer
+    }
 }

@@ -116,6 +116,13 @@ impl GenDiskBuilder {
         self
     }
 
+    /// Partitions (the default): the disk's partition table is read when
+    /// it is added (a request to the driver, which the adding waits for).
+    pub fn partitions(mut self, on: bool) -> Self {
+        self.lim.no_partitions = !on;
+        self
+    }
+
     /// Refuses, with `EINVAL`, the limits the block layer would refuse
     /// with a warning (`blk_validate_limits`): a request below a page, a
     /// segment below a page without a boundary, a DMA alignment mask past

@@ -17,11 +17,20 @@ use kernel::{prelude::*, sync::ArcBorrow, types::Opaque};
 ///
 /// While the driver owns the request (from `queue_rq` until it is ended or
 /// given back busy), `refs` is the number of its live `ARef<Request>`, or
-/// `u32::MAX` once that overflowed (then for good: it never counts down to
-/// the 1 that ending needs); while [`Request::complete`] hands it over, 1
+/// `u32::MAX` once that overflowed or was raised from 0 (then for good: it
+/// never counts down to the 1 that ending needs); while [`Request::complete`] hands it over, 1
 /// for the `ARef` of the completion callback; otherwise 0.
 pub(crate) struct Pdu {
     refs: AtomicU32,
+}
+
+/// What [`super::Operations::timeout`] did (`enum blk_eh_timer_return`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum TimeoutAction {
+    /// The driver ended the request, or will.
+    Done,
+    /// The request gets another timeout's time.
+    ResetTimer,
 }
 
 /// What a request does (`enum req_op`).
@@ -61,11 +70,16 @@ unsafe impl<T: Operations> Sync for Request<T> {}
 // unended (and the driver's: nothing frees it).
 unsafe impl<T: Operations> AlwaysRefCounted for Request<T> {
     fn inc_ref(&self) {
+        // From 0 -- no `ARef` of the request left, so none to make one
+        // from but a `&Request` kept past it, which no safe code has --
+        // to the saturated count, which never ends it.
         let _ = self
             .pdu()
             .refs
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
-                (v != u32::MAX).then(|| v + 1)
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| match v {
+                u32::MAX => None,
+                0 => Some(u32::MAX),
+                v => Some(v + 1),
             });
     }
 

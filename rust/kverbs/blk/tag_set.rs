@@ -144,10 +144,36 @@ impl<T: Operations> OperationsVTable<T> {
         T::complete(rq);
     }
 
+    /// `timeout`: asks the driver about the request by its tag.
+    ///
+    /// # Safety
+    ///
+    /// Called by blk-mq's timeout work with a started request of a disk
+    /// made by [`super::GenDiskBuilder::build`], a reference to it held.
+    unsafe extern "C" fn timeout(rq: *mut bindings::request) -> bindings::blk_eh_timer_return {
+        // SAFETY: As in `queue_rq`: the disk's queue data lives until the
+        // disk is deleted, which stops the timeout work first.
+        let qd = unsafe {
+            ArcBorrow::<T::QueueData>::from_raw(bindings::kverbs_rq_queuedata(rq).cast())
+        };
+        // SAFETY: Started, and referenced for this call.
+        let (tag, hwq) = unsafe {
+            (
+                bindings::kverbs_rq_tag(rq) as u32,
+                bindings::kverbs_rq_hw_queue(rq),
+            )
+        };
+        match T::timeout(&qd, tag, hwq) {
+            super::TimeoutAction::Done => bindings::BLK_EH_DONE,
+            super::TimeoutAction::ResetTimer => bindings::BLK_EH_RESET_TIMER,
+        }
+    }
+
     pub(crate) const VTABLE: bindings::blk_mq_ops = bindings::blk_mq_ops {
         queue_rq: Some(Self::queue_rq),
         commit_rqs: Some(Self::commit_rqs),
         complete: Some(Self::complete),
+        timeout: Some(Self::timeout),
         // SAFETY: The other callbacks are optional: all-zero is `None`
         // (`show_rq` among them is there only with CONFIG_BLK_DEBUG_FS).
         ..unsafe { core::mem::zeroed() }
