@@ -5,13 +5,14 @@
 //!
 //! Writing to `/sys/kernel/debug/kverbs_selftest/blk`:
 //!
-//! - `add N [size=MiB] [kib=KiB] [lbs=BYTES] [hwq=N] [mode=direct|complete] [vb=MASK]`:
+//! - `add N [size=MiB] [kib=KiB] [lbs=BYTES] [hwq=N] [mode=direct|complete|hold] [vb=MASK]`:
 //!   disk `kvblkN` of `size` MiB (16), or `kib` KiB (4 to 262144, a
 //!   multiple of 4), of `lbs`-byte blocks (512), `hwq`
 //!   hardware queues (1) of 64 requests, ending each request in
 //!   `queue_rq` (`direct`) or, once its data is copied there, through
 //!   `Request::complete` and the completion callback (`complete`; a
-//!   failed one is ended at once);
+//!   failed one is ended at once), or holding it (`hold`) until it times
+//!   out (`Operations::timeout` ends it with `ETIMEDOUT`) or is released;
 //!   requests of at most 512 KiB in at most 64 segments, segments
 //!   bounded by `vb` (0: none); a write cache and FUA;
 //! - `del N`: deletes it (waiting for its requests);
@@ -19,7 +20,8 @@
 //!   module goes (kverbs_forget.sh);
 //! - `fail_next N K`: its next `K` reads or writes end with `EIO`;
 //! - `busy_next N K`: its next `K` requests are given back busy (the block
-//!   layer requeues them).
+//!   layer requeues them);
+//! - `release N`: ends the requests it holds, successfully.
 //!
 //! Reading it gives a line a disk: its counters. Each read or write maps
 //! its request into a scatter-gather table (`Request::map_sg`) and checks
@@ -33,7 +35,7 @@ use kernel::{
     sync::{Arc, Mutex, SpinLock},
 };
 use kverbs::{
-    blk::{GenDisk, GenDiskBuilder, Op, Operations, Request, TagSet},
+    blk::{GenDisk, GenDiskBuilder, Op, Operations, Request, TagSet, TimeoutAction},
     sg::SgTable,
     ARef, Show, Store,
 };
@@ -43,14 +45,12 @@ use kverbs::{
 enum Mode {
     Direct,
     Complete,
+    Hold,
 }
 
-/// A disk's memory and counters (its queue data).
-#[pin_data]
-struct Mem {
-    #[pin]
-    data: SpinLock<VVec<u8>>,
-    mode: Mode,
+/// A disk's counters, and its commands' counts still to take.
+#[derive(Default)]
+struct Counters {
     reads: AtomicU64,
     writes: AtomicU64,
     flushes: AtomicU64,
@@ -63,6 +63,19 @@ struct Mem {
     hw_queues_seen: AtomicU32,
     fail_next: AtomicU32,
     busy_next: AtomicU32,
+    timeouts: AtomicU64,
+}
+
+/// A disk's memory and counters (its queue data).
+#[pin_data]
+struct Mem {
+    #[pin]
+    data: SpinLock<VVec<u8>>,
+    mode: Mode,
+    c: Counters,
+    /// The requests held (`hold`), a slot each.
+    #[pin]
+    held: SpinLock<KVec<Option<ARef<Request<RamDisk>>>>>,
 }
 
 /// Takes one from `n` if it is not 0.
@@ -76,30 +89,31 @@ impl Mem {
     fn transfer(&self, rq: &Request<RamDisk>) -> Result {
         let op = rq.op();
         if op == Op::Flush {
-            self.flushes.fetch_add(1, Ordering::Relaxed);
+            self.c.flushes.fetch_add(1, Ordering::Relaxed);
             return Ok(());
         }
         if op != Op::Read && op != Op::Write {
             return Err(kverbs::errno::eopnotsupp());
         }
-        if take_one(&self.fail_next) {
-            self.failed.fetch_add(1, Ordering::Relaxed);
+        if take_one(&self.c.fail_next) {
+            self.c.failed.fetch_add(1, Ordering::Relaxed);
             return Err(EIO);
         }
         if rq.fua() {
-            self.fua.fetch_add(1, Ordering::Relaxed);
+            self.c.fua.fetch_add(1, Ordering::Relaxed);
         }
-        self.hw_queues_seen
+        self.c
+            .hw_queues_seen
             .fetch_or(1 << rq.hw_queue().min(31), Ordering::Relaxed);
         let segs = u32::from(rq.nr_phys_segments());
-        self.max_segments.fetch_max(segs, Ordering::Relaxed);
+        self.c.max_segments.fetch_max(segs, Ordering::Relaxed);
         let off = usize::try_from(rq.sector()).map_err(|_| EIO)? * 512;
         let len = rq.bytes() as usize;
         let mut table = SgTable::new(segs.max(1), true)?;
         let mut sg = rq.map_sg(&mut table)?;
         let total: u64 = sg.lengths().map(u64::from).sum();
         if sg.nents() > segs || total != len as u64 {
-            self.bad_maps.fetch_add(1, Ordering::Relaxed);
+            self.c.bad_maps.fetch_add(1, Ordering::Relaxed);
             return Err(EIO);
         }
         let mut data = self.data.lock();
@@ -108,14 +122,14 @@ impl Mem {
             return Err(EIO);
         };
         let done = if op == Op::Write {
-            self.writes.fetch_add(1, Ordering::Relaxed);
+            self.c.writes.fetch_add(1, Ordering::Relaxed);
             sg.copy_to(mem, 0)?
         } else {
-            self.reads.fetch_add(1, Ordering::Relaxed);
+            self.c.reads.fetch_add(1, Ordering::Relaxed);
             sg.copy_from(mem, 0)?
         };
         if done != len {
-            self.bad_maps.fetch_add(1, Ordering::Relaxed);
+            self.c.bad_maps.fetch_add(1, Ordering::Relaxed);
             return Err(EIO);
         }
         Ok(())
@@ -133,9 +147,22 @@ impl Operations for RamDisk {
         rq: ARef<Request<Self>>,
         _is_last: bool,
     ) -> Result<(), ARef<Request<Self>>> {
-        if take_one(&m.busy_next) {
-            m.busy.fetch_add(1, Ordering::Relaxed);
+        if take_one(&m.c.busy_next) {
+            m.c.busy.fetch_add(1, Ordering::Relaxed);
             return Err(rq);
+        }
+        if m.mode == Mode::Hold {
+            let mut held = m.held.lock();
+            if let Some(free) = held.iter_mut().find(|s| s.is_none()) {
+                *free = Some(rq);
+            } else if held.reserve(1, GFP_ATOMIC).is_ok() {
+                // Room made: the push does not fail.
+                let _ = held.push(Some(rq), GFP_ATOMIC);
+            } else {
+                drop(held);
+                let _ = Request::end(rq, Err(ENOMEM));
+            }
+            return Ok(());
         }
         // The copy here, in process context: the memory's lock is not
         // taken where `complete` runs (softirq).
@@ -149,8 +176,26 @@ impl Operations for RamDisk {
     }
 
     fn complete(rq: ARef<Request<Self>>) {
-        rq.queue_data().completed.fetch_add(1, Ordering::Relaxed);
+        rq.queue_data().c.completed.fetch_add(1, Ordering::Relaxed);
         let _ = Request::end_ok(rq);
+    }
+
+    fn timeout(m: &Mem, tag: u32, hw_queue: u32) -> TimeoutAction {
+        let rq = {
+            let mut held = m.held.lock();
+            held.iter_mut()
+                .find(|s| {
+                    s.as_ref()
+                        .is_some_and(|r| r.tag() == tag && r.hw_queue() == hw_queue)
+                })
+                .and_then(|s| s.take())
+        };
+        let Some(rq) = rq else {
+            return TimeoutAction::ResetTimer;
+        };
+        m.c.timeouts.fetch_add(1, Ordering::Relaxed);
+        let _ = Request::end(rq, Err(kverbs::errno::etimedout()));
+        TimeoutAction::Done
     }
 }
 
@@ -204,6 +249,7 @@ impl BlkFile {
         let mode = match args.iter().find_map(|a| a.strip_prefix("mode=")) {
             None | Some("direct") => Mode::Direct,
             Some("complete") => Mode::Complete,
+            Some("hold") => Mode::Hold,
             Some(_) => return Err(EINVAL),
         };
         if !(1..=256).contains(&size_mib)
@@ -226,18 +272,8 @@ impl BlkFile {
             try_pin_init!(Mem {
                 data <- new_spinlock!(data),
                 mode,
-                reads: AtomicU64::new(0),
-                writes: AtomicU64::new(0),
-                flushes: AtomicU64::new(0),
-                fua: AtomicU64::new(0),
-                failed: AtomicU64::new(0),
-                busy: AtomicU64::new(0),
-                completed: AtomicU64::new(0),
-                bad_maps: AtomicU64::new(0),
-                max_segments: AtomicU32::new(0),
-                hw_queues_seen: AtomicU32::new(0),
-                fail_next: AtomicU32::new(0),
-                busy_next: AtomicU32::new(0),
+                c: Counters::default(),
+                held <- new_spinlock!(KVec::new()),
             }? Error),
             GFP_KERNEL,
         )?;
@@ -250,6 +286,9 @@ impl BlkFile {
             .virt_boundary_mask(vb)
             .write_cache(true)
             .fua(true)
+            // A disk that holds its requests would hold the adding's read
+            // of the partition table for the timeout (30 s).
+            .partitions(mode != Mode::Hold)
             .build(format_args!("kvblk{}", n), tags, mem, self.module)?;
         let d = Some(Disk { n, disk });
         if let Some(free) = list.iter().position(|s| s.is_none()) {
@@ -308,11 +347,26 @@ impl Store for BlkFile {
             }
             "fail_next" => {
                 let k = count()?;
-                self.with(n, |m| m.fail_next.store(k, Ordering::Relaxed))
+                self.with(n, |m| m.c.fail_next.store(k, Ordering::Relaxed))
             }
             "busy_next" => {
                 let k = count()?;
-                self.with(n, |m| m.busy_next.store(k, Ordering::Relaxed))
+                self.with(n, |m| m.c.busy_next.store(k, Ordering::Relaxed))
+            }
+            "release" => {
+                if !rest.is_empty() {
+                    return Err(EINVAL);
+                }
+                self.with(n, |m| {
+                    // One at a time, each ended outside the lock.
+                    loop {
+                        let rq = m.held.lock().iter_mut().find_map(|s| s.take());
+                        let Some(rq) = rq else {
+                            break;
+                        };
+                        let _ = Request::end_ok(rq);
+                    }
+                })
             }
             _ => Err(EINVAL),
         }
@@ -327,18 +381,19 @@ impl Show for BlkFile {
             writeln!(
                 out,
                 "kvblk{}: reads {} writes {} flushes {} fua {} failed {} busy {} completed {} \
-                 bad_maps {} max_segments {} hw_queues_seen {:#x}",
+                 timeouts {} bad_maps {} max_segments {} hw_queues_seen {:#x}",
                 d.n,
-                c(&m.reads),
-                c(&m.writes),
-                c(&m.flushes),
-                c(&m.fua),
-                c(&m.failed),
-                c(&m.busy),
-                c(&m.completed),
-                c(&m.bad_maps),
-                m.max_segments.load(Ordering::Relaxed),
-                m.hw_queues_seen.load(Ordering::Relaxed),
+                c(&m.c.reads),
+                c(&m.c.writes),
+                c(&m.c.flushes),
+                c(&m.c.fua),
+                c(&m.c.failed),
+                c(&m.c.busy),
+                c(&m.c.completed),
+                c(&m.c.timeouts),
+                c(&m.c.bad_maps),
+                m.c.max_segments.load(Ordering::Relaxed),
+                m.c.hw_queues_seen.load(Ordering::Relaxed),
             )?;
         }
         Ok(())

@@ -8,7 +8,8 @@
 # through the requests' scatter-gather mappings, on one and two hardware
 # queues, ended in queue_rq or through Request::complete; a flush reaches
 # the driver; a request ended with an error gives EIO, one given back busy
-# is requeued and done; the module is pinned while a disk is open, and a
+# is requeued and done, one held times out and the driver's timeout ends
+# it; the module is pinned while a disk is open, and a
 # disk deleted with a file open reads nothing more; bad commands (limits
 # the block layer would refuse with a warning among them) are refused with
 # an errno; the module's unload deletes its disks.
@@ -131,6 +132,30 @@ busy_next() {
 	[ "$(counter 0 busy)" = 3 ] || { kv_msg "busy: $(counter 0 busy)"; return 1; }
 }
 
+# A disk that holds its requests: with a 1 s timeout, a read times out,
+# the driver's timeout ends it with ETIMEDOUT and the reader gets an error;
+# another read held is ended by release, and passes.
+timeout() {
+	local err t0 pid r=0
+	echo "add 2 kib=64 mode=hold" >"$CTL" || return 1
+	kv_wait test -b /dev/kvblk2 || return 1
+	echo 1000 >/sys/block/kvblk2/queue/io_timeout || return 1
+	read -r t0 _ </proc/uptime
+	err=$(dd if=/dev/kvblk2 of=/dev/null bs=4096 count=1 iflag=direct 2>&1) &&
+		{ kv_msg "the held read passed"; r=1; }
+	kv_msg "after $(kv_secs_since "$t0") s: $err"
+	[ "$(counter 2 timeouts)" = 1 ] || { kv_msg "timeouts: $(counter 2 timeouts)"; r=1; }
+	echo 30000 >/sys/block/kvblk2/queue/io_timeout || r=1
+	dd if=/dev/kvblk2 of=/dev/null bs=4096 count=1 iflag=direct 2>/dev/null &
+	pid=$!
+	sleep 0.5
+	echo "release 2" >"$CTL" || r=1
+	wait "$pid" || { kv_msg "the released read failed"; r=1; }
+	[ "$(counter 2 timeouts)" = 1 ] || r=1
+	echo "del 2" >"$CTL" || r=1
+	return $r
+}
+
 # A disk open pins the module (its operations' owner): rmmod is refused
 # until it is closed.
 open_pins_module() {
@@ -166,6 +191,8 @@ bad_commands() {
 		kv_write_fails "$CTL" "add 2 size=0" "Invalid argument" "" &&
 		kv_write_fails "$CTL" "add 2 hwq=9" "Invalid argument" "" &&
 		kv_write_fails "$CTL" "add 2 mode=fast" "Invalid argument" "" &&
+		kv_write_fails "$CTL" "add 2 kib=6" "Invalid argument" "" &&
+		kv_write_fails "$CTL" "release 9" "No such file or directory" "" &&
 		kv_write_fails "$CTL" "add 2 vb=100" "Invalid argument" "" &&
 		kv_write_fails "$CTL" "add 2 vb=8191" "Invalid argument" "" &&
 		kv_write_fails "$CTL" "add 2 bogus=1" "Invalid argument" "blk: unknown option 'bogus=1'" &&
@@ -179,7 +206,9 @@ bad_commands() {
 # sweep_point N: "add 5 kib=64" with fault-injection point N armed
 # (kv_fail_nth: every allocation of the writer's task, the block layer's
 # and sysfs's in it); SWEEP_ERR, SWEEP_INJ, SWEEP_LEFT from kv_fail_nth. It
-# ends in a disk that works (then deleted) or ENOMEM and no disk.
+# ends in a disk that works (then deleted) or ENOMEM (or EINVAL, which 7.3
+# gives for one of the disk's allocations: point 88 of 488 there, none of
+# the layer's checks) and no disk.
 sweep_point() {
 	local out
 	out=$(kv_fail_nth "$1" write "$CTL" "add 5 kib=64") || { kv_msg "kv_fail_nth: $out"; return 1; }
@@ -189,9 +218,9 @@ sweep_point() {
 			{ kv_msg "point $1: added, but the disk does not work"; return 1; }
 		echo "del 5" >"$CTL" || return 1
 	else
-		[ "$SWEEP_ERR" = 12 ] || { kv_msg "point $1: errno $SWEEP_ERR"; return 1; }
-		[ ! -e /sys/block/kvblk5 ] || { kv_msg "point $1: ENOMEM, and kvblk5 is there"; return 1; }
-		! grep -q "^kvblk5:" "$CTL" || { kv_msg "point $1: ENOMEM, and kvblk5 is listed"; return 1; }
+		[[ " 12 22 " == *" $SWEEP_ERR "* ]] || { kv_msg "point $1: errno $SWEEP_ERR"; return 1; }
+		[ ! -e /sys/block/kvblk5 ] || { kv_msg "point $1: errno $SWEEP_ERR, and kvblk5 is there"; return 1; }
+		! grep -q "^kvblk5:" "$CTL" || { kv_msg "point $1: errno $SWEEP_ERR, and kvblk5 is listed"; return 1; }
 	fi
 }
 
@@ -218,7 +247,7 @@ add_sweep() {
 		[ "$SWEEP_ERR" != 0 ] && refused=$((refused + 1))
 		n=$((n + stride))
 	done
-	kv_msg "add: $total points, $points armed (stride $stride), $refused ended with ENOMEM"
+	kv_msg "add: $total points, $points armed (stride $stride), $refused ended with an errno"
 	[ "$refused" -gt 0 ] || { kv_msg "no armed point made an add fail"; return 1; }
 	[ "$(kv_layer_refs)" = "$refs" ] ||
 		{ kv_msg "kverbs.ko's refcount: $refs before, $(kv_layer_refs) after"; return 1; }
@@ -238,7 +267,7 @@ rmmod_deletes_disks() {
 	kv_load_selftest
 }
 
-kv_begin 13
+kv_begin 14
 kv_case setup_load_selftest_add_ram_disk setup
 kv_case blk_size_block_size_and_queue_limits_as_built limits
 kv_case blk_data_round_trips_o_direct_two_hw_queues data_direct
@@ -246,9 +275,10 @@ kv_case blk_data_round_trips_ended_by_complete_callback data_complete
 kv_case blk_fsync_sends_flush_to_driver flush
 kv_case blk_request_ended_with_error_gives_eio fail_next
 kv_case blk_requests_given_back_busy_requeued_and_done busy_next
+kv_case blk_held_request_timed_out_ended_by_driver_etimedout timeout
 kv_case blk_open_disk_pins_module open_pins_module
 kv_case blk_disk_deleted_with_file_open_reads_fail del_with_file_open
 kv_case blk_bad_commands_refused_with_errno bad_commands
-kv_case blk_add_alloc_failure_sweep_enomem_or_working_disk add_sweep
+kv_case blk_add_alloc_failure_sweep_errno_or_working_disk add_sweep
 kv_case blk_rmmod_deletes_disks rmmod_deletes_disks
 kv_end
