@@ -502,11 +502,13 @@ impl<'a> Pool<'a> {
                 len: self.rng.size(4096) as u32,
             },
         };
-        match self.rng.below(5) {
+        match self.rng.below(6) {
             0 => SendOp::Send,
             1 => SendOp::SendWithImm(7),
             2 => SendOp::Write(remote),
             3 => SendOp::WriteWithImm(remote, 9),
+            // The pool's registrations invalidated by their peer, or none.
+            4 => SendOp::SendWithInv(remote.rkey),
             _ => SendOp::Read(remote),
         }
     }

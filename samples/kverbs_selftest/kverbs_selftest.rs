@@ -181,6 +181,10 @@ const CASES: &[(&str, Case)] = &[
         mr::stale_rkey_refused_after_invalidate,
     ),
     (
+        "send_with_invalidate_kills_peer_rkey",
+        mr::send_with_invalidate_kills_peer_rkey,
+    ),
+    (
         "atomic_needs_remote_atomic_access_and_alignment",
         mr::atomic_needs_remote_atomic_access_and_alignment,
     ),

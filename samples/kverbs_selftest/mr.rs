@@ -324,6 +324,69 @@ pub(crate) fn stale_rkey_refused_after_invalidate(env: &Env, out: &mut Text) -> 
     Ok(())
 }
 
+/// A SEND with invalidate (as an NVMe/RDMA target answers) kills the
+/// peer's registration it names: the peer's receive completion says which
+/// rkey (`Wc::invalidated_rkey`), an RDMA WRITE with the rkey through
+/// another QP pair of the PD (a refused request takes its pair, the
+/// responder's QP too, to the error state) completes with a remote access
+/// error and leaves the buffer unchanged, and the owner's own LOCAL_INV of
+/// the region, invalid already, still succeeds (the layer's `Mr` posts it
+/// before it lets the buffer go).
+pub(crate) fn send_with_invalidate_kills_peer_rkey(env: &Env, out: &mut Text) -> Outcome {
+    use kverbs::wc::WcStatus;
+    let dev = &env.a;
+    let c = Cancel::new();
+    let pd = ok(Pd::new(dev), "PD", out)?;
+    let target = ok(buf(dev), "target buffer", out)?;
+    let src = ok(buf(dev), "source buffer", out)?;
+    let rx = ok(buf(dev), "receive buffer", out)?;
+    let (a, b) = ([0xa5u8; 16], [0x5bu8; 16]);
+    ok(src.write(0, &a), "source A", out)?;
+    ok(src.write(16, &b), "source B", out)?;
+    let access = Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE;
+    let mr = ok(Mr::new(&pd, 4096), "MR", out)?;
+    let mut got = [0u8; 16];
+    let names = ("pair", "registration");
+    let (remote, (own, peer, _ca, _cb)) =
+        register_on_new_pair(&pd, access, &mr, &target, access, names, out)?;
+    if one_op(&peer, SendOp::Write(remote), &src, 0, out)? != WcStatus::Success {
+        return Err("a WRITE under the live rkey failed");
+    }
+    let rid = ok(own.post_recv(&rx, 0, 16), "receive", out)?;
+    let st = one_op(&peer, SendOp::SendWithInv(remote.rkey), &src, 16, out)?;
+    let wc = ok(own.wait(rid, TIMEOUT_MS, &c), "receive completion", out)?;
+    let _ = write!(
+        out,
+        "SEND with invalidate of {:#x}: {}, received: {}, invalidated {:x?}; ",
+        remote.rkey, st, wc.status, wc.invalidated_rkey
+    );
+    if st != WcStatus::Success || wc.status != WcStatus::Success {
+        return Err("the SEND with invalidate failed");
+    }
+    if wc.invalidated_rkey != Some(remote.rkey) {
+        return Err("the receive completion does not name the invalidated rkey");
+    }
+    ok(rx.read(0, &mut got), "receive buffer read", out)?;
+    if got != b {
+        return Err("the SEND's data did not arrive");
+    }
+    let (_own2, peer2, _ca2, _cb2) = ok(rc_pair(&pd), "pair 2", out)?;
+    let st = one_op(&peer2, SendOp::Write(remote), &src, 16, out)?;
+    ok(target.read(0, &mut got), "target read", out)?;
+    let _ = write!(out, "WRITE after it: {}", st);
+    if st != WcStatus::RemAccessErr || got != a {
+        return Err(
+            "a WRITE with the remotely invalidated rkey was not refused, or changed the buffer",
+        );
+    }
+    ok(
+        mr.invalidate(&own, TIMEOUT_MS, &c),
+        "LOCAL_INV after the remote one",
+        out,
+    )?;
+    Ok(())
+}
+
 /// Atomics reach only memory registered for them, with their operands
 /// checked: misaligned local or remote addresses and remote buffers under
 /// 8 bytes are refused when posted (EINVAL); a fetch-and-add on a region

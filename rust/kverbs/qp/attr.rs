@@ -249,6 +249,13 @@ pub enum SendOp {
     Send,
     /// SEND with immediate data.
     SendWithImm(u32),
+    /// SEND that invalidates the peer's memory region of this rkey when
+    /// it arrives (`IB_WR_SEND_WITH_INV`; the peer's receive completion
+    /// names it: [`crate::wc::Wc::invalidated_rkey`]), as an NVMe/RDMA or
+    /// iSER target answers. RC only; a device without memory management
+    /// extensions refuses it. It can only take rights away: an rkey the
+    /// peer has not registered in the QP's PD fails the request.
+    SendWithInv(u32),
     /// RDMA WRITE to the peer's buffer.
     Write(RemoteBuf),
     /// RDMA WRITE with immediate data.
@@ -284,6 +291,10 @@ impl SendWr {
         let (opcode, imm, remote) = match op {
             SendOp::Send => (bindings::IB_WR_SEND, None, None),
             SendOp::SendWithImm(imm) => (bindings::IB_WR_SEND_WITH_IMM, Some(imm), None),
+            SendOp::SendWithInv(rkey) => {
+                wr.wr.ex.invalidate_rkey = rkey;
+                (bindings::IB_WR_SEND_WITH_INV, None, None)
+            }
             SendOp::Write(r) => (bindings::IB_WR_RDMA_WRITE, None, Some(r)),
             SendOp::WriteWithImm(r, imm) => {
                 (bindings::IB_WR_RDMA_WRITE_WITH_IMM, Some(imm), Some(r))
@@ -298,6 +309,8 @@ impl SendWr {
         };
         wr.wr.opcode = opcode;
         if let Some(imm) = imm {
+            // The union's other member, `invalidate_rkey`, is set by its
+            // opcode's arm alone.
             wr.wr.ex.imm_data = imm.to_be();
         }
         if let Some(r) = remote {

@@ -275,6 +275,7 @@ CASES=(
 	softirq_cq_freed_right_after_its_last_completion
 	chunked_buffer_takes_an_sge_per_chunk
 	stale_rkey_refused_after_invalidate
+	send_with_invalidate_kills_peer_rkey
 	atomic_needs_remote_atomic_access_and_alignment
 	atomic_stream_chains_fetch_adds_beside_writes
 	srq_shared_by_two_qps
