@@ -332,15 +332,12 @@ impl CmId {
         }
         let dev = self.device().ok_or(EINVAL)?;
         let mut raw = param.as_raw(dev)?;
-        // SAFETY: The ID is live and has its QP; `rdma_accept` wants the
-        // handler lock held; `raw`'s private data borrows `param`'s for the
-        // call, which copies it.
-        let ret = unsafe {
-            bindings::rdma_lock_handler(self.as_raw());
-            let ret = bindings::rdma_accept(self.as_raw(), &mut raw);
-            bindings::rdma_unlock_handler(self.as_raw());
-            ret
-        };
+        let ret = self.with_handler_lock(|id| {
+            // SAFETY: The ID is live and has its QP, its handler lock held
+            // (as `rdma_accept` wants); `raw`'s private data borrows
+            // `param`'s for the call, which copies it.
+            unsafe { bindings::rdma_accept(id, &mut raw) }
+        });
         kernel::error::to_result(ret)?;
         Ok(self.established(qp, timeout_ms, cancel)?.0)
     }
@@ -368,15 +365,26 @@ impl CmId {
         } else {
             private_data.as_ptr().cast()
         };
-        // SAFETY: The ID is live (a connection request's); done under its
-        // handler lock, as `rdma_accept`; the call copies the data.
-        let ret = unsafe {
-            bindings::rdma_lock_handler(self.as_raw());
-            let ret = bindings::rdma_reject(self.as_raw(), data, len, IB_CM_REJ_CONSUMER_DEFINED);
-            bindings::rdma_unlock_handler(self.as_raw());
-            ret
-        };
+        let ret = self.with_handler_lock(|id| {
+            // SAFETY: The ID is live (a connection request's), its handler
+            // lock held, as for `rdma_accept`; the call copies the data.
+            unsafe { bindings::rdma_reject(id, data, len, IB_CM_REJ_CONSUMER_DEFINED) }
+        });
         kernel::error::to_result(ret)
+    }
+
+    /// Runs `f` on the ID with its handler lock held (`rdma_lock_handler`:
+    /// no event handler of the ID runs meanwhile), as `rdma_accept` and
+    /// `rdma_reject` of a connection request want.
+    fn with_handler_lock<R>(&self, f: impl FnOnce(*mut bindings::rdma_cm_id) -> R) -> R {
+        let id = self.as_raw();
+        // SAFETY: The ID is live while `self` is; locked and unlocked once
+        // each, on this task (a mutex).
+        unsafe { bindings::rdma_lock_handler(id) };
+        let r = f(id);
+        // SAFETY: Locked above, by this task.
+        unsafe { bindings::rdma_unlock_handler(id) };
+        r
     }
 
     /// Waits for the connection of `qp`, which the connection manager then
