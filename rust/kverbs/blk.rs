@@ -76,9 +76,13 @@ pub trait Operations: Sized + Send + Sync + 'static {
     /// longer than the tag set's timeout (from the block layer's timeout
     /// work, in process context). The driver ends it (or will: `Done`),
     /// through the `ARef` it holds, or asks for more time (`ResetTimer`,
-    /// the default). It may be ending meanwhile on another CPU. The
-    /// request itself is not given: an `ARef` made from it here could
-    /// outlive it and end the request that reuses its tag.
+    /// the default). It may be ending meanwhile on another CPU, and then
+    /// its tag may already be a newer request's (a flush sequence gives
+    /// the tag back before the request is freed): a driver that keeps more
+    /// than the tag (a command id with a generation, the time it was
+    /// posted) tells them apart. The request itself is not given: an
+    /// `ARef` made from it here could outlive it and end the request that
+    /// reuses its tag.
     fn timeout(_queue_data: &Self::QueueData, _tag: u32, _hw_queue: u32) -> TimeoutAction {
         TimeoutAction::ResetTimer
     }

@@ -159,9 +159,13 @@ impl<T: Operations> OperationsVTable<T> {
         // SAFETY: Started, and referenced for this call.
         let (tag, hwq) = unsafe {
             (
-                bindings::kverbs_rq_tag(rq) as u32,
+                bindings::kverbs_rq_tag(rq),
                 bindings::kverbs_rq_hw_queue(rq),
             )
+        };
+        // A tag given back already (-1): the request is ending.
+        let Ok(tag) = u32::try_from(tag) else {
+            return bindings::BLK_EH_RESET_TIMER;
         };
         match T::timeout(&qd, tag, hwq) {
             super::TimeoutAction::Done => bindings::BLK_EH_DONE,

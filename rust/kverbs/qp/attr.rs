@@ -253,8 +253,12 @@ pub enum SendOp {
     /// it arrives (`IB_WR_SEND_WITH_INV`; the peer's receive completion
     /// names it: [`crate::wc::Wc::invalidated_rkey`]), as an NVMe/RDMA or
     /// iSER target answers. RC only; a device without memory management
-    /// extensions refuses it. It can only take rights away: an rkey the
-    /// peer has not registered in the QP's PD fails the request.
+    /// extensions refuses it. It can only take rights away -- but from any
+    /// fast-registration MR of the peer's device whose rkey it names: rxe
+    /// looks the key up device-wide, whatever the PD
+    /// (`rxe_invalidate_mr`), so a peer can revoke another ULP's
+    /// registration there (the peer's completion then fails; no buffer
+    /// is let go by it).
     SendWithInv(u32),
     /// RDMA WRITE to the peer's buffer.
     Write(RemoteBuf),
