@@ -320,15 +320,8 @@ int kverbs_rq_map_sg(struct request *rq, struct sg_table *t)
 #endif
 }
 
-u8 kverbs_blk_sts_ok(void)
-{
-	return (__force u8)BLK_STS_OK;
-}
-
-u8 kverbs_blk_sts_resource(void)
-{
-	return (__force u8)BLK_STS_RESOURCE;
-}
+static_assert((__force u8)BLK_STS_OK == KVERBS_BLK_STS_OK);
+static_assert((__force u8)BLK_STS_RESOURCE == KVERBS_BLK_STS_RESOURCE);
 
 struct blk_mq_tag_set *kverbs_blk_alloc_tag_set(const struct blk_mq_ops *ops,
 						 unsigned int nr_hw_queues,

@@ -222,9 +222,12 @@ void kverbs_rq_end(struct request *rq, int err);
 bool kverbs_rq_complete_remote(struct request *rq);
 /* blk_rq_map_sg() (its 6.12 and 7.x signatures): the entries mapped. */
 int kverbs_rq_map_sg(struct request *rq, struct sg_table *t);
-/* BLK_STS_OK and BLK_STS_RESOURCE, as queue_rq returns them. */
-u8 kverbs_blk_sts_ok(void);
-u8 kverbs_blk_sts_resource(void);
+/*
+ * BLK_STS_OK and BLK_STS_RESOURCE, as queue_rq returns them (casts bindgen
+ * cannot evaluate; kverbs_helpers.c checks the values at build time).
+ */
+#define KVERBS_BLK_STS_OK 0
+#define KVERBS_BLK_STS_RESOURCE 9
 
 /*
  * A tag set (kzalloc'd, freed by kverbs_blk_free_tag_set() after

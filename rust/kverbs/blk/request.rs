@@ -137,21 +137,22 @@ impl<T: Operations> Request<T> {
         core::ptr::eq(this.raw(), rq)
     }
 
-    /// Takes back the only `ARef` of a request (count 1 to 0): `Err` if
-    /// others remain (and drops this one).
-    pub(super) fn give_back(this: ARef<Self>) -> Result<(), ()> {
-        let gone = this
+    /// Counts out the only `ARef` of a request (count 1 to 0): the
+    /// request, no longer the driver's (to end, or to give back busy);
+    /// `Err` gives the `ARef` back if others remain.
+    pub(super) fn count_out(this: ARef<Self>) -> Result<*mut bindings::request, ARef<Self>> {
+        if this
             .pdu()
             .refs
             .compare_exchange(1, 0, Ordering::Acquire, Ordering::Relaxed)
-            .is_ok();
-        if gone {
-            // Counted out already.
-            core::mem::forget(this);
-            Ok(())
-        } else {
-            Err(())
+            .is_err()
+        {
+            return Err(this);
         }
+        let rq = this.raw();
+        // Counted out already.
+        core::mem::forget(this);
+        Ok(rq)
     }
 
     /// The first sector (of 512 bytes).
@@ -216,20 +217,11 @@ impl<T: Operations> Request<T> {
     /// `ENOSPC`, `ETIMEDOUT`, ... as `errno_to_blk_status` maps them),
     /// from any context; `Err` gives the `ARef` back if others remain.
     pub fn end(this: ARef<Self>, status: Result) -> Result<(), ARef<Self>> {
-        let rq = this.raw();
         let err = match status {
             Ok(()) => 0,
             Err(e) => e.to_errno(),
         };
-        if this
-            .pdu()
-            .refs
-            .compare_exchange(1, 0, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            return Err(this);
-        }
-        core::mem::forget(this);
+        let rq = Self::count_out(this)?;
         // SAFETY: The request was the driver's, with this one reference,
         // now counted out: ended once; no `&Request` outlives the `ARef`
         // it came from.

@@ -95,29 +95,20 @@ impl<T: Operations> OperationsVTable<T> {
         // SAFETY: The request is started and the driver's; the `ARef` is
         // its one reference (`Request::take` sets the count).
         let taken = unsafe { Request::<T>::take(rq) };
-        match T::queue_rq(&qd, taken, last) {
-            // Busy, and the request given back is this one, with no clone
-            // left: blk-mq requeues it.
-            Err(back) if Request::is(&back, rq) => match Request::give_back(back) {
-                // SAFETY: No precondition.
-                Ok(()) => unsafe { bindings::kverbs_blk_sts_resource() },
-                // Clones of it remain, which end it.
-                // SAFETY: No precondition.
-                Err(()) => unsafe { bindings::kverbs_blk_sts_ok() },
-            },
-            // Another request given back (one the driver kept) stays the
-            // driver's, as does this one, which the driver still holds
-            // (or dropped: then it is never ended).
-            Err(other) => {
-                drop(other);
-                // SAFETY: No precondition.
-                unsafe { bindings::kverbs_blk_sts_ok() }
-            }
-            Ok(()) => {
-                // SAFETY: No precondition.
-                unsafe { bindings::kverbs_blk_sts_ok() }
-            }
-        }
+        // Busy, if the request given back is this one with no clone left:
+        // blk-mq requeues it. Otherwise, if clones of it remain, they end
+        // it; another request given back (one the driver kept) stays the
+        // driver's, as does this one, which the driver still holds (or
+        // dropped: then it is never ended).
+        let busy = match T::queue_rq(&qd, taken, last) {
+            Err(back) if Request::is(&back, rq) => Request::count_out(back).is_ok(),
+            _ => false,
+        };
+        (if busy {
+            bindings::KVERBS_BLK_STS_RESOURCE
+        } else {
+            bindings::KVERBS_BLK_STS_OK
+        }) as bindings::blk_status_t
     }
 
     /// `commit_rqs`.
