@@ -118,11 +118,8 @@ impl Pool<'_> {
         let r = self.tick(left, delay, Some(live.clone())).and_then(|t| {
             let d = Delayed::new(t.clone())?;
             live.fetch_add(1, Ordering::Relaxed);
-            *t.own.lock() = Some(d);
             // Armed once it holds itself: its last run finds it there.
-            if let Some(d) = &*t.own.lock() {
-                d.arm(delay);
-            }
+            t.own.lock().insert(d).arm(delay);
             Ok(())
         });
         self.stats.count(&r);
