@@ -456,6 +456,21 @@ void *kverbs_current(void)
 	return current;
 }
 
+void kverbs_rcu_read_lock(void)
+{
+	rcu_read_lock();
+}
+
+void kverbs_rcu_read_unlock(void)
+{
+	rcu_read_unlock();
+}
+
+void kverbs_synchronize_rcu(void)
+{
+	synchronize_rcu();
+}
+
 bool kverbs_module_get_live(struct module *mod)
 {
 	/* As full_proxy_open() reads its owner's state: unlocked. */

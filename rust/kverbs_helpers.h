@@ -300,6 +300,15 @@ bool kverbs_disable_delayed_work_sync(struct delayed_work *dw);
 void *kverbs_current(void);
 
 /*
+ * rcu_read_lock(), rcu_read_unlock() and synchronize_rcu(), for
+ * rust/kverbs/io.rs: a capsule queue's submissions and completion
+ * callbacks are read-side critical sections, its shutdown waits for them.
+ */
+void kverbs_rcu_read_lock(void);
+void kverbs_rcu_read_unlock(void);
+void kverbs_synchronize_rcu(void);
+
+/*
  * A reference to a module that has finished its init and is not going
  * (try_module_get() also succeeds during init, and a module whose init
  * fails is freed whatever its count); and its put.  Functions, also where

@@ -39,6 +39,7 @@ mod request;
 mod tag_set;
 
 pub use disk::{GenDisk, GenDiskBuilder};
+pub(crate) use request::RqRef;
 pub use request::TimeoutAction;
 pub use request::{MappedSg, Op, Request};
 pub use tag_set::TagSet;

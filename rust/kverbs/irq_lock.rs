@@ -21,7 +21,7 @@ use kernel::{prelude::*, types::Opaque};
 /// `lock` is an initialised `spinlock_t`; `value` is only accessed with it
 /// held.
 #[pin_data]
-pub(crate) struct IrqLock<T> {
+pub struct IrqLock<T> {
     #[pin]
     lock: Opaque<bindings::spinlock_t>,
     value: UnsafeCell<T>,
@@ -35,7 +35,7 @@ unsafe impl<T: Send> Sync for IrqLock<T> {}
 
 impl<T> IrqLock<T> {
     /// A lock around `value`.
-    pub(crate) fn new(value: T) -> impl PinInit<Self> {
+    pub fn new(value: T) -> impl PinInit<Self> {
         pin_init!(IrqLock {
             // SAFETY: `slot` is valid for writes and pinned.
             lock <- Opaque::ffi_init(|slot: *mut bindings::spinlock_t| unsafe {
@@ -46,7 +46,7 @@ impl<T> IrqLock<T> {
     }
 
     /// Runs `f` on the value with the lock held, interrupts off.
-    pub(crate) fn with<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
+    pub fn with<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
         // SAFETY: The lock is initialised (type invariant).
         let flags = unsafe { bindings::kverbs_spin_lock_irqsave(self.lock.get()) };
         // SAFETY: The lock is held: this is the only access to the value.

@@ -75,6 +75,7 @@ pub mod delayed;
 pub mod device;
 pub mod dma;
 pub mod event;
+pub mod io;
 mod irq_lock;
 mod layer_ref;
 pub mod mcast;
@@ -93,6 +94,7 @@ mod wait;
 pub mod wc;
 
 pub use compat::{ARef, AlwaysRefCounted};
+pub use irq_lock::IrqLock;
 pub use show::{Show, Store};
 pub(crate) use wait::Deadline;
 
@@ -180,5 +182,7 @@ pub mod errno {
         econnreset = ECONNRESET;
         /// `EDEADLK`: the call would wait for the task making it.
         edeadlk = EDEADLK;
+        /// `ENOLINK`: the link (a queue to the peer) is gone.
+        enolink = ENOLINK;
     }
 }

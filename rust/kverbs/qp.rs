@@ -119,6 +119,9 @@ struct Book {
     /// The shared parts of its streams (their requests name them); a
     /// detached stream leaves a free entry.
     streams: KVec<Option<Arc<stream::Shared>>>,
+    /// The shared part of the capsule queue the QP carries, if any (at
+    /// most one; a vector, to be leaked as the slots are).
+    io: KVec<Arc<crate::io::Shared>>,
 }
 
 /// # Invariants
@@ -273,6 +276,37 @@ impl<S: State, T: Transport> Qp<S, T> {
     }
 }
 
+impl Qp<Rts> {
+    /// Gives every slot of both queues to a capsule queue ([`crate::io`]),
+    /// and keeps `shared` until the QP is destroyed: `EBUSY` if a request,
+    /// a stream or another capsule queue has any; `EINVAL` for a QP of an
+    /// SRQ.
+    pub(crate) fn attach_io(&self, shared: &Arc<crate::io::Shared>) -> Result {
+        if self.inner.srq.is_some() {
+            return Err(EINVAL);
+        }
+        let mut book = self.inner.book.lock();
+        let book = &mut *book;
+        if !book.io.is_empty()
+            || book.streams.iter().any(Option::is_some)
+            || book.send.iter().chain(book.recv.iter()).any(|r| r.busy)
+        {
+            return Err(EBUSY);
+        }
+        book.io.push(shared.clone(), GFP_KERNEL)?;
+        for r in book.send.iter_mut().chain(book.recv.iter_mut()) {
+            *r = SlotRes {
+                busy: true,
+                signaled: true,
+                stream: true,
+                ..Default::default()
+            };
+        }
+        book.posted_any = true;
+        Ok(())
+    }
+}
+
 impl QpInner {
     /// The identity of the QP in [`WrId`]s: the address of its pinned
     /// `QpInner`.
@@ -314,13 +348,14 @@ unsafe fn destroy_qp(qp: *mut bindings::ib_qp, cm: Option<*mut bindings::rdma_cm
 impl PinnedDrop for QpInner {
     fn drop(self: Pin<&mut Self>) {
         let qp = self.qp.as_ptr();
-        let (posted_any, last_ah, groups, streams) = {
+        let (posted_any, last_ah, groups, streams, io) = {
             let mut book = self.book.lock();
             (
                 book.posted_any,
                 book.last_ah.clone(),
                 core::mem::take(&mut book.mcast),
                 core::mem::take(&mut book.streams),
+                core::mem::take(&mut book.io),
             )
         };
         for g in groups.iter() {
@@ -373,6 +408,7 @@ impl PinnedDrop for QpInner {
                 core::mem::forget(book.last_ah.take());
             }
             leak(streams);
+            leak(io);
             core::mem::forget(last_ah);
             core::mem::forget(this.srq.take());
             core::mem::forget(this.cm.take());
@@ -408,12 +444,17 @@ impl PinnedDrop for QpInner {
         for s in streams.iter().flatten() {
             s.release_bufs();
         }
+        for s in io.iter() {
+            s.qp_destroyed();
+        }
         if drained {
             drop(streams);
+            drop(io);
         } else {
             // As the slots: their CQEs may still be reached by completions
             // in the CQ; only that memory is leaked.
             leak(streams);
+            leak(io);
         }
         drop(last_ah);
         if let Some(e) = events {

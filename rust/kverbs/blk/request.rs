@@ -280,6 +280,102 @@ impl<T: Operations> Request<T> {
     }
 }
 
+/// The PDU of `rq`, a request of a tag set of the layer's.
+///
+/// # Safety
+///
+/// `rq` is a live request of a tag set made by [`super::TagSet`] (whose
+/// driver data is a [`Pdu`]).
+unsafe fn pdu_of<'a>(rq: *mut bindings::request) -> &'a Pdu {
+    // SAFETY: By the caller's guarantee.
+    unsafe { &*bindings::kverbs_rq_pdu(rq).cast::<Pdu>() }
+}
+
+/// The one `ARef` of a request, its driver type erased: what the layer
+/// holds for a driver that handed it a request to end from kverbs.ko's
+/// own code ([`crate::io`]), which runs no code of the driver's module.
+///
+/// # Invariants
+///
+/// `rq` is a request the driver owns, of a tag set made by
+/// [`super::TagSet`], whose count of references is this one.
+pub(crate) struct RqRef(NonNull<bindings::request>);
+
+// SAFETY: A request may be ended from any thread.
+unsafe impl Send for RqRef {}
+// SAFETY: `&RqRef` gives nothing.
+unsafe impl Sync for RqRef {}
+
+impl RqRef {
+    /// Takes the request's `ARef`, if it is its only one (else gives it
+    /// back): then no other `ARef` of it can be made until it is given
+    /// back, nobody else holding one to make it from.
+    pub(crate) fn new<T: Operations>(rq: ARef<Request<T>>) -> Result<Self, ARef<Request<T>>> {
+        if rq.pdu().refs.load(Ordering::Acquire) != 1 {
+            return Err(rq);
+        }
+        let raw = rq.raw();
+        core::mem::forget(rq);
+        // INVARIANT: The only reference, now this one.
+        // SAFETY: From a live request.
+        Ok(RqRef(unsafe { NonNull::new_unchecked(raw) }))
+    }
+
+    /// The request's tag.
+    pub(crate) fn tag(&self) -> u32 {
+        // SAFETY: The request is live (type invariant); started, with a tag.
+        unsafe { bindings::kverbs_rq_tag(self.0.as_ptr()) as u32 }
+    }
+
+    /// Gives the `ARef` back.
+    ///
+    /// # Safety
+    ///
+    /// It came from [`RqRef::new`] for `T`.
+    pub(crate) unsafe fn into_request<T: Operations>(self) -> ARef<Request<T>> {
+        let raw = self.0;
+        core::mem::forget(self);
+        // SAFETY: A request of `T`'s tag set (the caller's guarantee) with
+        // this one reference (type invariant).
+        unsafe { ARef::from_raw(raw.cast()) }
+    }
+
+    /// Ends the request with `status`, from any context.
+    pub(crate) fn end(self, status: Result) {
+        let err = match status {
+            Ok(()) => 0,
+            Err(e) => e.to_errno(),
+        };
+        let rq = self.0.as_ptr();
+        core::mem::forget(self);
+        // SAFETY: Live, of a tag set of the layer's (type invariant).
+        let pdu = unsafe { pdu_of(rq) };
+        // The count is 1, this reference (type invariant): counted out.
+        if pdu
+            .refs
+            .compare_exchange(1, 0, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+        {
+            // SAFETY: The driver's request, its only reference counted
+            // out: ended once.
+            unsafe { bindings::kverbs_rq_end(rq, err) };
+        }
+    }
+}
+
+impl Drop for RqRef {
+    fn drop(&mut self) {
+        // SAFETY: Live, of a tag set of the layer's (type invariant).
+        let pdu = unsafe { pdu_of(self.0.as_ptr()) };
+        // As `Request::dec_ref`: the request stays the driver's, unended.
+        let _ = pdu
+            .refs
+            .fetch_update(Ordering::Release, Ordering::Relaxed, |v| {
+                (v != u32::MAX && v != 0).then(|| v - 1)
+            });
+    }
+}
+
 /// A request's segments mapped into a scatter-gather table, while the
 /// request is borrowed: a write's to be read ([`MappedSg::copy_to`]), a
 /// read's to be written ([`MappedSg::copy_from`]). A write's pages are not

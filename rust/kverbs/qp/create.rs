@@ -160,6 +160,7 @@ impl<T: Transport> Qp<Reset, T> {
             last_ah: None,
             mcast: KVec::new(),
             streams: KVec::new(),
+            io: KVec::new(),
         };
         let mut init = bindings::ib_qp_init_attr {
             send_cq: send_cq.as_raw(),

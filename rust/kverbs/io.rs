@@ -1,0 +1,372 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Capsule queues: the I/O path of a block ULP (an NVMe over Fabrics host,
+//! an iSER or SRP initiator) on an RC QP.
+//!
+//! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
+//!
+//! A block driver's [`Operations::queue_rq`](crate::blk::Operations::queue_rq)
+//! may not sleep, and its requests end when the target's response comes,
+//! in the completion callback of a receive. [`Qp`]'s own posts and waits
+//! sleep; an [`IoQueue`] is what posts from `queue_rq` and ends requests
+//! from the callbacks: it takes the QP, a command capsule a tag and a
+//! receive a response, and
+//!
+//! - [`IoQueue::submit`] sends the capsule of a request (the driver writes
+//!   it) without sleeping or allocating, in its tag's slot;
+//! - the callbacks (kverbs.ko's code, on a [`PollCtx::Softirq`] CQ) hand
+//!   each response to the driver's [`IoHandler::response`], which says
+//!   which tag and command it answers and with what status; the request of
+//!   a slot ends once both its send completed and its response came (in
+//!   either order), with the first error of the two; a response naming a
+//!   slot that carries no such command is an
+//!   [`IoError::UnknownCommand`] and ends nothing;
+//! - [`IoQueue::shutdown`] closes the queue, drains and destroys the QP,
+//!   ends every request still carried with `EIO` and drops the handler.
+//!
+//! # Safety of the I/O path
+//!
+//! Submissions and callbacks run in RCU read-side critical sections that
+//! first check that the queue is open; the shutdown closes it and waits
+//! for them before it drops the QP, so none posts on a QP being destroyed
+//! and none acts on a completion flushed by the drain. The slots, the
+//! CQEs and the buffers are shared with the QP, which keeps them until it
+//! is destroyed (and leaks the CQEs if its drain failed, as it does its
+//! slots): a completion always finds its CQE. A slot carries one request
+//! at a time (taken by compare-and-swap on its state, freed with a new
+//! generation by whoever sets its last flag), so a request ends once, and
+//! a request's `ARef` is held by the queue in between: its driver has
+//! none to end it with, nor to make another from.
+//!
+//! An [`IoQueue`] dropped without [`IoQueue::shutdown`] shuts down on
+//! kverbs.ko's events workqueue, so it may be dropped in any context (a
+//! callback of the handler included). The handler is the only code of the
+//! driver's module the queue calls, and one the module leaked (an `Arc`
+//! cycle) is shut down when that module goes: its requests end with `EIO`,
+//! and its handler is dropped, before the module's memory is.
+
+mod slot;
+
+pub(crate) use slot::Shared;
+
+use crate::blk::{Operations, Request, RqRef};
+use crate::cq::PollCtx;
+use crate::event::seal;
+use crate::layer_ref::LayerRef;
+use crate::owned::Owned;
+use crate::qp::{Qp, Queue, Rts};
+use crate::wc::WcStatus;
+use crate::ARef;
+use core::sync::atomic::{AtomicBool, Ordering};
+use kernel::{
+    impl_has_work, new_mutex, new_work,
+    prelude::*,
+    sync::{Arc, Mutex},
+    workqueue::{self, Work, WorkItem},
+};
+
+/// The largest capsule and response, in bytes.
+pub const MAX_CAPSULE: usize = 64;
+
+/// The most tags of a queue.
+pub const MAX_DEPTH: u16 = 1024;
+
+/// The shape of a queue.
+#[derive(Clone, Copy, Debug)]
+pub struct IoConfig {
+    /// Its tags: the requests it carries at once (1 to [`MAX_DEPTH`]).
+    /// The QP's send queue must hold three requests a tag (a
+    /// registration, the capsule, an invalidation), its receive queue one.
+    pub depth: u16,
+    /// The bytes of a command capsule (1 to [`MAX_CAPSULE`]).
+    pub capsule_len: usize,
+    /// The bytes of a response (1 to [`MAX_CAPSULE`]); a shorter one is an
+    /// [`IoError::ShortResponse`].
+    pub response_len: usize,
+}
+
+/// What a response answers: the request of slot `tag`, if it carries
+/// command `cid`, which ends with `status` once its send has completed.
+#[derive(Debug)]
+pub struct Answer {
+    /// The tag of the request ([`Request::tag`]).
+    pub tag: u16,
+    /// The command id given to [`IoQueue::submit`].
+    pub cid: u16,
+    /// The request's status (an errno of `Err`, as
+    /// [`Request::end`](crate::blk::Request::end) takes it).
+    pub status: Result,
+}
+
+/// What went wrong on a queue, as told to [`IoHandler::error`]. Flushes
+/// are not told: they follow an error told already, or the shutdown.
+#[derive(Clone, Copy, Debug)]
+pub enum IoError {
+    /// A capsule's send failed; its request ends with `EIO`.
+    Send {
+        /// The completion's status.
+        status: WcStatus,
+        /// The driver's code for it.
+        vendor_err: u32,
+    },
+    /// A receive failed: the QP is in error, no response comes any more.
+    Recv {
+        /// The completion's status.
+        status: WcStatus,
+        /// The driver's code for it.
+        vendor_err: u32,
+    },
+    /// A response shorter than [`IoConfig::response_len`]: its bytes.
+    ShortResponse(u32),
+    /// A response the handler said answers a slot that carries no such
+    /// command (another, none, or one answered already).
+    UnknownCommand {
+        /// The tag it named.
+        tag: u16,
+        /// The command id it named.
+        cid: u16,
+    },
+    /// A receive could not be posted again (the errno).
+    RepostFailed(i32),
+}
+
+/// What a queue calls: the driver's decoding of responses and its error
+/// handling.
+pub trait IoHandler: Send + Sync {
+    /// A response came: which request it answers, or `None` if it answers
+    /// none (an asynchronous event the driver handles itself). Called in
+    /// softirq context, inside an RCU read-side critical section, one call
+    /// at a time per queue: it must not sleep, nor take a lock that is
+    /// taken elsewhere with interrupts or bottom halves enabled (use
+    /// [`crate::IrqLock`]).
+    fn response(&self, rsp: &[u8]) -> Option<Answer>;
+
+    /// Something went wrong ([`IoError`]); the same context as
+    /// [`IoHandler::response`]. The queue goes on as it can: the driver
+    /// decides whether to shut it down (it may drop its [`IoQueue`] here).
+    fn error(&self, e: IoError);
+
+    /// Where the handler's code is, as [`crate::event::EventSink`]'s
+    /// method of the same name. Not to be implemented.
+    #[doc(hidden)]
+    fn code_address(&self, _: seal::Seal) -> [usize; 2] {
+        [
+            <Self as IoHandler>::response as *const () as usize,
+            core::ptr::drop_in_place::<Self> as *const () as usize,
+        ]
+    }
+}
+
+/// A queue's counters.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct IoStats {
+    /// Capsules sent.
+    pub submitted: u64,
+    /// Requests ended by their send's completion and response.
+    pub finished: u64,
+    /// Of those, ended with an error.
+    pub failed: u64,
+    /// Requests ended with `EIO` by the shutdown.
+    pub ended_by_shutdown: u64,
+    /// Responses that answered no request carried.
+    pub unknown: u64,
+    /// Errors told to the handler.
+    pub errors: u64,
+}
+
+/// The queue: its shared part, its QP until the shutdown, and its entry
+/// on kverbs.ko's list of what calls a module's code.
+///
+/// # Invariants
+///
+/// `qp` is `Some` until the shutdown, which closes `shared` before it
+/// drops the QP; `down` is set once the shutdown is over. `owned` is
+/// initialised and listed from [`IoQueue::new`] on (pinned: an `Arc`'s).
+#[pin_data(PinnedDrop)]
+struct Inner {
+    shared: Arc<Shared>,
+    #[pin]
+    qp: Mutex<Option<Qp<Rts>>>,
+    down: AtomicBool,
+    #[pin]
+    work: Work<Inner>,
+    owned: Owned,
+    /// Dropped last: the work item and the orphan callback are kverbs.ko's.
+    _layer: LayerRef,
+}
+
+// SAFETY: The entry on kverbs.ko's list is reached under its lock; the
+// rest is `Send + Sync` (the shared part's atomics, the QP behind a mutex).
+unsafe impl Send for Inner {}
+// SAFETY: As above.
+unsafe impl Sync for Inner {}
+
+impl_has_work! {
+    impl HasWork<Self> for Inner { self.work }
+}
+
+impl WorkItem for Inner {
+    type Pointer = Arc<Inner>;
+
+    fn run(this: Arc<Inner>) {
+        this.shutdown();
+    }
+}
+
+impl Inner {
+    /// Closes the queue, drops the QP (drain, destroy), ends what is left
+    /// and drops the handler; once. Process context.
+    fn shutdown(&self) {
+        let mut qp = self.qp.lock();
+        let Some(q) = qp.take() else {
+            return;
+        };
+        self.shared.close();
+        drop(q);
+        self.shared.finish_closed();
+        self.down.store(true, Ordering::Release);
+    }
+}
+
+#[pinned_drop]
+impl PinnedDrop for Inner {
+    fn drop(self: Pin<&mut Self>) {
+        // The shutdown is over: the last handle queued it if it had not
+        // (`IoQueue`'s drop), and the work item holds a reference until it
+        // ran. If the notifier of the handler's module took the entry,
+        // this waits for its orphan callback.
+        // SAFETY: Initialised by `new` (type invariant).
+        let _ = unsafe { self.owned.take() };
+    }
+}
+
+/// The `orphan` of a queue whose handler's module is going with it
+/// (leaked): shuts it down, so that no callback reaches the handler after.
+///
+/// # Safety
+///
+/// Called by kverbs.ko's module notifier, in process context with no lock
+/// held, with the entry of the `owned` field of a live `Inner`, which it
+/// has taken off the list.
+unsafe extern "C" fn orphan(o: *mut crate::bindings::kverbs_owned) {
+    // SAFETY: By the caller's guarantee; `Inner` lives until its drop,
+    // which waits for `Owned::done`.
+    let inner: &Inner = unsafe { Owned::owner(o, core::mem::offset_of!(Inner, owned)) };
+    let _mark = crate::event::mark_delivering();
+    inner.shutdown();
+    inner.owned.done();
+}
+
+/// A capsule queue on an RC QP: see the [module's documentation](self).
+/// Dropped without [`IoQueue::shutdown`], it shuts down on kverbs.ko's
+/// events workqueue.
+pub struct IoQueue {
+    inner: Arc<Inner>,
+}
+
+impl IoQueue {
+    /// A queue of `cfg` on `qp`, calling `handler`; its receives posted.
+    /// `EINVAL` for a shape out of range, a QP whose send and receive
+    /// CQs differ or are not [`PollCtx::Softirq`] (one CQ's callbacks run
+    /// one at a time, in order), whose queues are too small, or of an SRQ;
+    /// `EBUSY` if the QP has requests or streams outstanding.
+    pub fn new(qp: Qp<Rts>, cfg: IoConfig, handler: Arc<dyn IoHandler>) -> Result<Self> {
+        if !(1..=MAX_DEPTH).contains(&cfg.depth)
+            || !(1..=MAX_CAPSULE).contains(&cfg.capsule_len)
+            || !(1..=MAX_CAPSULE).contains(&cfg.response_len)
+            || qp.send_cq().as_raw() != qp.recv_cq().as_raw()
+            || qp.send_cq().poll_ctx() != PollCtx::Softirq
+            || qp.queue_slots(Queue::Send) < 3 * usize::from(cfg.depth)
+            || qp.queue_slots(Queue::Recv) < usize::from(cfg.depth)
+        {
+            return Err(EINVAL);
+        }
+        let layer = LayerRef::new()?;
+        let code = handler.code_address(seal::Seal(()));
+        let shared = Shared::new(
+            qp.device(),
+            qp.as_raw(),
+            qp.pd().local_dma_lkey(),
+            cfg,
+            handler,
+        )?;
+        qp.attach_io(&shared)?;
+        let inner = Arc::pin_init(
+            pin_init!(Inner {
+                shared,
+                qp <- new_mutex!(Some(qp)),
+                down: AtomicBool::new(false),
+                work <- new_work!("kverbs::io::IoQueue::work"),
+                owned: Owned::new(),
+                _layer: layer,
+            }),
+            GFP_KERNEL,
+        )?;
+        // SAFETY: `owned` is pinned in the `Arc` until `Inner`'s drop takes
+        // it off; the addresses are of the handler's module.
+        unsafe {
+            inner.owned.init(code[0], code[1], None, orphan);
+            inner.owned.add();
+        }
+        let q = IoQueue { inner };
+        if let Err(e) = q.inner.shared.post_recvs() {
+            q.shutdown();
+            return Err(e);
+        }
+        Ok(q)
+    }
+
+    /// Sends the capsule of `rq` with command id `cid`, which `build`
+    /// writes (its [`IoConfig::capsule_len`] bytes, zeroed); the request
+    /// ends when its response comes. Never sleeps nor allocates: for
+    /// [`Operations::queue_rq`]. Gives the request back with `ENOLINK`
+    /// once the queue is shut down, `EBUSY` while the slot of its tag
+    /// still carries the request before (the driver returns it busy),
+    /// `EINVAL` for a tag not below the depth or a request whose `ARef`
+    /// was cloned, or the post's error.
+    pub fn submit<T: Operations>(
+        &self,
+        rq: ARef<Request<T>>,
+        cid: u16,
+        build: impl FnOnce(&mut [u8]),
+    ) -> Result<(), (ARef<Request<T>>, Error)> {
+        let rq = RqRef::new(rq).map_err(|rq| (rq, EINVAL))?;
+        self.inner.shared.submit(rq, cid, build).map_err(|(rq, e)| {
+            // SAFETY: Made from a request of `T` above.
+            (unsafe { rq.into_request::<T>() }, e)
+        })
+    }
+
+    /// Shuts the queue down: nothing is submitted or answered after; the
+    /// QP is drained and destroyed, every request still carried ends with
+    /// `EIO`, and the handler is dropped. Once; later calls return at
+    /// once. Process context (it sleeps), not from the handler.
+    pub fn shutdown(&self) {
+        self.inner.shutdown();
+    }
+
+    /// Whether the queue is shut down.
+    pub fn is_shut_down(&self) -> bool {
+        self.inner.down.load(Ordering::Acquire)
+    }
+
+    /// The queue's counters.
+    pub fn stats(&self) -> IoStats {
+        self.inner.shared.stats.get()
+    }
+}
+
+impl Drop for IoQueue {
+    fn drop(&mut self) {
+        if self.inner.down.load(Ordering::Acquire) {
+            return;
+        }
+        // SAFETY: `kverbs_events_wq` is the workqueue kverbs.ko allocates
+        // in its init and destroys in its exit (draining it first), which
+        // has not run: `inner` holds a `LayerRef`.
+        let wq = unsafe { workqueue::Queue::from_raw(crate::bindings::kverbs_events_wq().cast()) };
+        // The work item's reference keeps `Inner` until the shutdown ran.
+        // Queued once: only this handle queues it.
+        let _ = wq.enqueue(self.inner.clone());
+    }
+}
