@@ -31,7 +31,8 @@
 //! sink drops that client's registration (`drop_reg.rs`): for
 //! kverbs_soundness.sh, which removes the device while the sink runs.
 //! `blk` makes RAM disks on the layer's block binding (`blk.rs`), for
-//! kverbs_blk.sh.
+//! kverbs_blk.sh; `io` disks whose requests travel on the layer's capsule
+//! queue to a peer QP (`io.rs`), for kverbs_io.sh.
 
 #![deny(unsafe_code)]
 
@@ -43,6 +44,7 @@ mod cq;
 mod dma;
 mod drop_reg;
 mod forget;
+mod io;
 mod mr;
 mod qp;
 mod races;
@@ -71,7 +73,7 @@ module! {
 }
 
 /// The devices the client has, for the self-test to pick from.
-type Devices = Mutex<KVec<ARef<Device>>>;
+pub(crate) type Devices = Mutex<KVec<ARef<Device>>>;
 
 /// Adds `dev` to `devices`.
 fn add_device(devices: &Devices, dev: &Device) -> Result {
@@ -359,6 +361,7 @@ impl Show for Runner {
 /// The RDMA client: it keeps the list of devices.
 struct Selftest {
     devices: Arc<Devices>,
+    io_disks: Arc<io::Disks>,
 }
 
 kverbs::client_slot!(Selftest);
@@ -374,6 +377,7 @@ impl Client for Selftest {
 
     fn remove(&self, dev: &Device, _data: ()) {
         remove_device(&self.devices, dev);
+        io::remove_device(&self.io_disks, dev);
     }
 }
 
@@ -403,6 +407,8 @@ struct KverbsSelftest {
     _drop_reg: File<drop_reg::DropRegFile>,
     // `blk`, with the RAM disks.
     _blk: File<blk::BlkFile>,
+    // `io`, with its disks.
+    _io: File<io::IoFile>,
     // `/sys/kernel/kverbs_selftest/page`, then its directory.
     _page: Attribute<Page>,
     _sysfs: KernelDir,
@@ -424,8 +430,13 @@ impl kernel::Module for KverbsSelftest {
         )?;
         let drop_reg = root.control_file(c_str!("drop_reg"), drop_reg::DropRegFile)?;
         let blk = root.control_file(c_str!("blk"), blk::BlkFile::new(module)?)?;
+        let io_disks = io::new_disks()?;
+        let io = root.control_file(
+            c_str!("io"),
+            io::IoFile::new(module, devices.clone(), io_disks.clone()),
+        )?;
         let page = sysfs.attribute(c_str!("page"), Page)?;
-        let reg = Registration::new(c_str!("kverbs_selftest"), Selftest { devices })?;
+        let reg = Registration::new(c_str!("kverbs_selftest"), Selftest { devices, io_disks })?;
         Ok(KverbsSelftest {
             held,
             _reg: reg,
@@ -433,6 +444,7 @@ impl kernel::Module for KverbsSelftest {
             _forget: forget,
             _drop_reg: drop_reg,
             _blk: blk,
+            _io: io,
             _page: page,
             _sysfs: sysfs,
         })

@@ -7,10 +7,13 @@
 # as safe code can: one with mem::forget, one in a cycle (its sink holds
 # its own registration); a client, a debugfs file and a sysfs attribute
 # of its own, which it forgets; two timers that run every 50 ms, one
-# forgotten, one in a cycle; and a RAM disk (kverbs::blk), forgotten.  The sinks are told the device's events, the
+# forgotten, one in a cycle; a RAM disk (kverbs::blk), forgotten; and an io
+# disk, whose queue data holds its capsule queue (kverbs::io), forgotten.
+# The sinks are told the device's events, the
 # client its devices, the timers run, and the files are read, while the
 # module is loaded, and the disk is read and written; when it goes,
-# kverbs.ko drops both sinks and both timers' handlers, deletes the disk,
+# kverbs.ko drops both sinks and both timers' handlers, shuts the capsule
+# queue down, deletes the disks,
 # unregisters the client and removes the files (the
 # notifier of rust/kverbs_module.c), and the events, devices, timers and
 # reads after that reach none of them: without it, the next port event
@@ -41,7 +44,13 @@ LEAKED_DEBUGFS=$KV_SELFTEST_DEBUGFS/leaked
 LEAKED_SYSFS=/sys/kernel/$KV_SELFTEST/leaked
 EXR=/sys/kernel/debug/$KV_EXERCISER/run
 BLK=$KV_SELFTEST_DEBUGFS/blk
+IO=$KV_SELFTEST_DEBUGFS/io
 IP=10.88.0.1
+
+# qps: the QPs of $DEV (the RDMA core's resource tracking).
+qps() {
+	rdma resource show qp link $DEV/1 2>/dev/null | grep -c lqpn
+}
 
 setup() {
 	ip link add $NET type dummy || return 1
@@ -76,6 +85,13 @@ leaked_sinks_told_while_module_loaded() {
 			dd if=/tmp/kvblk7 of=/dev/kvblk7 bs=4096 oflag=direct 2>/dev/null &&
 			dd if=/dev/kvblk7 bs=4096 count=4 iflag=direct 2>/dev/null | cmp -s - /tmp/kvblk7
 	} || { kv_msg "the forgotten disk did not read back what was written"; return 1; }
+	QPS=$(qps)
+	{ echo "add 8 $DEV" >"$IO" && kv_wait test -b /dev/kvio8 &&
+		dd if=/tmp/kvblk7 of=/dev/kvio8 bs=4096 oflag=direct 2>/dev/null &&
+		echo "forget 8" >"$IO"; } || { kv_msg "adding, writing and forgetting kvio8 failed"; return 1; }
+	[ -b /dev/kvio8 ] || { kv_msg "the forgotten disk kvio8 went"; return 1; }
+	# Its peer's QP is gone, its own is still there.
+	[ "$(qps)" = $((QPS + 1)) ] || { kv_msg "QPs: $QPS before kvio8, $(qps) after its forget"; return 1; }
 	kv_logged "kverbs_selftest: leaked client: add $DEV$" || { kv_msg "the leaked client was not added $DEV"; return 1; }
 	[ "$(cat "$LEAKED_DEBUGFS")" = leaked ] || { kv_msg "$LEAKED_DEBUGFS does not show 'leaked'"; return 1; }
 	[ "$(cat "$LEAKED_SYSFS")" = leaked ] || { kv_msg "$LEAKED_SYSFS does not show 'leaked'"; return 1; }
@@ -92,6 +108,9 @@ leaked_sinks_dropped_when_their_module_goes() {
 		kv_msg "a read of the forgotten disk after its module went passed"
 		return 1
 	fi
+	[ ! -e /sys/block/kvio8 ] || { kv_msg "the forgotten disk kvio8 is still there"; return 1; }
+	# The capsule queue was shut down: its QP destroyed.
+	[ "$(qps)" = "$QPS" ] || { kv_msg "QPs: $QPS before kvio8, $(qps) after the unload"; return 1; }
 	kv_logged "kverbs_selftest: leaked client: remove $DEV$" || { kv_msg "the leaked client was not removed"; return 1; }
 	[ ! -e "$LEAKED_DEBUGFS" ] || { kv_msg "$LEAKED_DEBUGFS is still there"; return 1; }
 	[ ! -e "$LEAKED_SYSFS" ] || { kv_msg "$LEAKED_SYSFS is still there"; return 1; }

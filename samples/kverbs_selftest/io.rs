@@ -1,0 +1,657 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! `io`: RAM disks whose requests also travel as capsules on the layer's
+//! capsule queue (`kverbs::io`) to a peer QP of the same device, and end
+//! when the peer's response comes back, in the queue's callback: the I/O
+//! path of a block ULP without data on the wire (kverbs_io.sh).
+//!
+//! Writing to `/sys/kernel/debug/kverbs_selftest/io`:
+//!
+//! - `add N DEVICE [depth=D]`: disk `kvioN` of 16 MiB, one hardware queue
+//!   of `D` requests (32; 1 to 128), and its capsule queue on an RC QP of
+//!   its own PD connected to the peer's, in another PD of `DEVICE`. Each
+//!   read or write is copied in RAM in `queue_rq`, then its capsule (64
+//!   bytes: command id, tag, operation) is submitted; the peer, a task,
+//!   answers each with a response (16 bytes: command id, tag, status);
+//! - `stop N`: the peer reads capsules on but answers none;
+//! - `bad_cid N K`: the peer answers its next `K` capsules with the wrong
+//!   command id (the queue reports them, their requests stay carried);
+//! - `fail N K`: the peer answers its next `K` capsules with an error
+//!   status (their requests end with `EIO`);
+//! - `drop_in_handler N`: the handler drops the disk's queue at its next
+//!   response (the queue then shuts down on kverbs.ko's workqueue);
+//! - `del N`: shuts the queue down (the requests it carries end with
+//!   `EIO`), stops the peer, deletes the disk;
+//! - `forget N`: stops the peer, then leaks the disk, and with it its
+//!   queue data and queue: kverbs.ko shuts the queue down and deletes the
+//!   disk when this module goes (kverbs_forget.sh).
+//!
+//! A device removed takes its disks with it. Reading the file gives a
+//! line a disk: the queue's counters, the driver's and the peer's.
+
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use kernel::{
+    new_condvar, new_mutex, new_spinlock,
+    prelude::*,
+    sync::{Arc, CondVar, Mutex, SpinLock},
+    workqueue,
+};
+use kverbs::{
+    blk::{GenDisk, GenDiskBuilder, Op, Operations, Request, TagSet},
+    cq::{Cq, PollCtx},
+    device::Device,
+    dma::DmaBuf,
+    io::{Answer, IoConfig, IoError, IoHandler, IoQueue},
+    pd::Pd,
+    qp::{Access, Cancel, Qp, QpCaps, Rts, SendOp, Waited, WrId},
+    sg::SgTable,
+    ARef, IrqLock, Show, Store,
+};
+
+const CAPSULE: usize = 64;
+const RESPONSE: usize = 16;
+const MIB: usize = 16;
+
+/// A disk's counters: its driver's, its handler's, its peer's.
+#[derive(Default)]
+struct Counters {
+    reads: AtomicU64,
+    writes: AtomicU64,
+    flushes: AtomicU64,
+    /// Requests ended by the driver for a queue shut down (`ENOLINK`).
+    no_queue: AtomicU64,
+    busy: AtomicU64,
+    /// Errors the queue told the handler of.
+    unknown: AtomicU64,
+    errors: AtomicU64,
+    /// The peer's: capsules answered, read and not answered, answered
+    /// with a wrong command id, answered with an error.
+    answered: AtomicU64,
+    unanswered: AtomicU64,
+    bad_cids: AtomicU64,
+    fails: AtomicU64,
+}
+
+fn bump(a: &AtomicU64) {
+    a.fetch_add(1, Ordering::Relaxed);
+}
+
+/// What the control file shares with the peer task.
+#[pin_data]
+struct PeerCtl {
+    stop: AtomicBool,
+    bad_cid: AtomicU32,
+    fail: AtomicU32,
+    quit: Cancel,
+    /// Set by the task as it ends, its objects dropped.
+    #[pin]
+    exited: Mutex<bool>,
+    #[pin]
+    ended: CondVar,
+}
+
+impl PeerCtl {
+    fn new() -> Result<Arc<Self>> {
+        Arc::pin_init(
+            pin_init!(PeerCtl {
+                stop: AtomicBool::new(false),
+                bad_cid: AtomicU32::new(0),
+                fail: AtomicU32::new(0),
+                quit: Cancel::new(),
+                exited <- new_mutex!(false),
+                ended <- new_condvar!(),
+            }),
+            GFP_KERNEL,
+        )
+    }
+
+    /// Tells the task to end, and waits until it has: within its wait's
+    /// 100 ms and its QP's drain. Not with a sleep that a signal of the
+    /// writer ends (`msleep_interruptible`: seen spinning 10 s).
+    fn stop(&self) {
+        self.quit.close();
+        let mut exited = self.exited.lock();
+        while !*exited {
+            self.ended.wait(&mut exited);
+        }
+    }
+}
+
+/// A disk's queue data: its memory, its capsule queue.
+#[pin_data]
+struct Dev {
+    #[pin]
+    data: SpinLock<VVec<u8>>,
+    #[pin]
+    queue: IrqLock<Option<IoQueue>>,
+    next_cid: AtomicU32,
+    /// The handler drops the queue at its next response.
+    drop_next: AtomicBool,
+    c: Counters,
+}
+
+/// Takes one from `n` if it is not 0.
+fn take_one(n: &AtomicU32) -> bool {
+    n.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| v.checked_sub(1))
+        .is_ok()
+}
+
+impl Dev {
+    /// Copies `rq`'s data in RAM; the capsule's operation code.
+    fn transfer(&self, rq: &Request<IoDisk>) -> Result<u8> {
+        let op = rq.op();
+        if op == Op::Flush {
+            bump(&self.c.flushes);
+            return Ok(2);
+        }
+        if op != Op::Read && op != Op::Write {
+            return Err(kverbs::errno::eopnotsupp());
+        }
+        let off = usize::try_from(rq.sector()).map_err(|_| EIO)? * 512;
+        let len = rq.bytes() as usize;
+        let mut table = SgTable::new(u32::from(rq.nr_phys_segments()).max(1), true)?;
+        let mut sg = rq.map_sg(&mut table)?;
+        let mut data = self.data.lock();
+        let end = off.checked_add(len).ok_or(EIO)?;
+        let mem = data.get_mut(off..end).ok_or(EIO)?;
+        let done = if op == Op::Write {
+            bump(&self.c.writes);
+            sg.copy_to(mem, 0)?
+        } else {
+            bump(&self.c.reads);
+            sg.copy_from(mem, 0)?
+        };
+        if done != len {
+            return Err(EIO);
+        }
+        Ok(u8::from(op == Op::Write))
+    }
+}
+
+/// The driver of the disks.
+struct IoDisk;
+
+impl Operations for IoDisk {
+    type QueueData = Dev;
+
+    fn queue_rq(
+        d: &Dev,
+        rq: ARef<Request<Self>>,
+        _is_last: bool,
+    ) -> Result<(), ARef<Request<Self>>> {
+        let op = match d.transfer(&rq) {
+            Ok(op) => op,
+            Err(e) => {
+                let _ = Request::end(rq, Err(e));
+                return Ok(());
+            }
+        };
+        let cid = d.next_cid.fetch_add(1, Ordering::Relaxed) as u16;
+        let tag = rq.tag() as u16;
+        let r = d.queue.with(|q| match q {
+            Some(q) => q.submit(rq, cid, |c| {
+                c[0..2].copy_from_slice(&cid.to_le_bytes());
+                c[2..4].copy_from_slice(&tag.to_le_bytes());
+                c[4] = op;
+            }),
+            None => Err((rq, kverbs::errno::enolink())),
+        });
+        match r {
+            Ok(()) => Ok(()),
+            Err((rq, e)) if e.to_errno() == EBUSY.to_errno() => {
+                bump(&d.c.busy);
+                Err(rq)
+            }
+            Err((rq, _)) => {
+                bump(&d.c.no_queue);
+                let _ = Request::end(rq, Err(EIO));
+                Ok(())
+            }
+        }
+    }
+
+    fn complete(rq: ARef<Request<Self>>) {
+        let _ = Request::end_ok(rq);
+    }
+}
+
+/// The handler of a disk's queue.
+struct Handler {
+    dev: Arc<Dev>,
+}
+
+impl IoHandler for Handler {
+    fn response(&self, rsp: &[u8]) -> Option<Answer> {
+        if self.dev.drop_next.swap(false, Ordering::Relaxed) {
+            let q = self.dev.queue.with(|q| q.take());
+            // Dropped here, in the callback: it shuts down later.
+            drop(q);
+        }
+        let cid = u16::from_le_bytes([rsp[0], rsp[1]]);
+        let tag = u16::from_le_bytes([rsp[2], rsp[3]]);
+        let status = if rsp[4] == 0 { Ok(()) } else { Err(EIO) };
+        Some(Answer { tag, cid, status })
+    }
+
+    fn error(&self, e: IoError) {
+        match e {
+            IoError::UnknownCommand { .. } => bump(&self.dev.c.unknown),
+            _ => bump(&self.dev.c.errors),
+        }
+    }
+}
+
+/// The peer: answers capsules until told to quit.
+struct Peer {
+    qp: Qp<Rts>,
+    rbuf: Arc<DmaBuf>,
+    sbuf: Arc<DmaBuf>,
+    depth: usize,
+    ctl: Arc<PeerCtl>,
+    dev: Arc<Dev>,
+    _cq: Cq,
+    _pd: Pd,
+}
+
+impl Peer {
+    fn run(self) {
+        let mut ids: KVec<Option<WrId>> = KVec::new();
+        for i in 0..self.depth {
+            let id = self.qp.post_recv(&self.rbuf, i * CAPSULE, CAPSULE).ok();
+            if ids.push(id, GFP_KERNEL).is_err() {
+                break;
+            }
+        }
+        let mut next = 0;
+        while !self.ctl.quit.is_cancelled() && next < ids.len() {
+            let Some(id) = ids[next].take() else {
+                break;
+            };
+            let wc = match self.qp.wait_for(id, 100, &self.ctl.quit) {
+                Ok(Waited::Pending(id)) => {
+                    ids[next] = Some(id);
+                    continue;
+                }
+                Ok(Waited::Done(wc)) => wc,
+                Err(_) => break,
+            };
+            if wc.result().is_err() {
+                break;
+            }
+            let mut cap = [0u8; 8];
+            if self.rbuf.read(next * CAPSULE, &mut cap).is_err() {
+                break;
+            }
+            if self.ctl.stop.load(Ordering::Relaxed) {
+                bump(&self.dev.c.unanswered);
+            } else if self.answer(&cap).is_err() {
+                break;
+            }
+            ids[next] = self.qp.post_recv(&self.rbuf, next * CAPSULE, CAPSULE).ok();
+            next = (next + 1) % ids.len();
+        }
+        // The QP, its buffers, CQ and PD go here (drained), then the task
+        // says it has ended.
+        let ctl = self.ctl.clone();
+        drop(self);
+        *ctl.exited.lock() = true;
+        ctl.ended.notify_all();
+    }
+
+    /// Answers the capsule that begins with `cap`.
+    fn answer(&self, cap: &[u8; 8]) -> Result {
+        let mut rsp = [0u8; RESPONSE];
+        rsp[0..4].copy_from_slice(&cap[0..4]);
+        if take_one(&self.ctl.bad_cid) {
+            bump(&self.dev.c.bad_cids);
+            let cid = u16::from_le_bytes([cap[0], cap[1]]).wrapping_add(0x8000);
+            rsp[0..2].copy_from_slice(&cid.to_le_bytes());
+        } else if take_one(&self.ctl.fail) {
+            bump(&self.dev.c.fails);
+            rsp[4] = 1;
+        }
+        self.sbuf.write(0, &rsp)?;
+        let id = self
+            .qp
+            .post_send(SendOp::Send, &self.sbuf, 0, RESPONSE, true)?;
+        self.qp.wait(id, 5000, &self.ctl.quit)?.result()?;
+        bump(&self.dev.c.answered);
+        Ok(())
+    }
+}
+
+/// A disk: its number, device, peer and disk.
+pub(crate) struct Disk {
+    n: u32,
+    dev: ARef<Device>,
+    ctl: Arc<PeerCtl>,
+    queue_data: Arc<Dev>,
+    disk: GenDisk<IoDisk>,
+}
+
+impl Disk {
+    /// Stops the peer task and waits for it to end.
+    fn stop_peer(&self) {
+        self.ctl.stop();
+    }
+
+    /// Shuts the queue down, stops the peer, deletes the disk.
+    fn delete(self) {
+        let q = self.queue_data.queue.with(|q| q.take());
+        if let Some(q) = q {
+            q.shutdown();
+        }
+        self.stop_peer();
+        drop(self.disk);
+    }
+}
+
+/// `io`: the control file and the disks.
+pub(crate) struct IoFile {
+    module: &'static ThisModule,
+    devices: Arc<crate::Devices>,
+    disks: Arc<Disks>,
+}
+
+/// The disks, shared with the client (a device's removal deletes its own).
+pub(crate) type Disks = Mutex<KVec<Option<Disk>>>;
+
+/// A new list of disks.
+pub(crate) fn new_disks() -> Result<Arc<Disks>> {
+    Arc::pin_init(new_mutex!(KVec::new()), GFP_KERNEL)
+}
+
+/// Deletes the disks of `dev`.
+pub(crate) fn remove_device(disks: &Disks, dev: &Device) {
+    loop {
+        let d = disks
+            .lock()
+            .iter_mut()
+            .find(|s| s.as_ref().is_some_and(|d| d.dev.same_as(dev)))
+            .and_then(|s| s.take());
+        match d {
+            Some(d) => d.delete(),
+            None => break,
+        }
+    }
+}
+
+/// The value of `depth=` in `args`, or 32.
+fn depth(args: &[&str]) -> Result<u16> {
+    let mut depth = 32;
+    for a in args {
+        match a.split_once('=') {
+            Some(("depth", v)) => depth = v.parse().map_err(|_| EINVAL)?,
+            _ => {
+                pr_warn!("io: unknown option '{}'\n", a);
+                return Err(EINVAL);
+            }
+        }
+    }
+    if !(1..=128).contains(&depth) {
+        return Err(EINVAL);
+    }
+    Ok(depth)
+}
+
+/// The host's QP and the peer's, connected, each in its own PD, and the
+/// peer's CQ and PD.
+fn connect(dev: &Device, hpd: &Pd, hcq: &Cq, depth: u32) -> Result<(Qp<Rts>, Qp<Rts>, Cq, Pd)> {
+    let ppd = Pd::new(dev)?;
+    let pcq = Cq::new(dev, 2 * depth + 4, PollCtx::Softirq)?;
+    let port = crate::common::port(dev);
+    let h = Qp::new_rc(
+        hpd,
+        port,
+        hcq,
+        hcq,
+        QpCaps {
+            max_send_wr: 3 * depth,
+            max_recv_wr: depth,
+            ..Default::default()
+        },
+    )?;
+    let p = Qp::new_rc(&ppd, port, &pcq, &pcq, crate::common::caps(depth))?;
+    let (h, p) = crate::common::connect_pair(dev, h, p, Access::LOCAL_WRITE)?;
+    Ok((h, p, pcq, ppd))
+}
+
+impl IoFile {
+    pub(crate) fn new(
+        module: &'static ThisModule,
+        devices: Arc<crate::Devices>,
+        disks: Arc<Disks>,
+    ) -> Self {
+        IoFile {
+            module,
+            devices,
+            disks,
+        }
+    }
+
+    fn add(&self, n: u32, name: &str, args: &[&str]) -> Result {
+        let depth = depth(args)?;
+        let dev = self
+            .devices
+            .lock()
+            .iter()
+            .find(|d| d.name().as_str() == name)
+            .cloned()
+            .ok_or(ENODEV)?;
+        let mut list = self.disks.lock();
+        if list.iter().flatten().any(|d| d.n == n) {
+            return Err(EEXIST);
+        }
+        let d32 = u32::from(depth);
+        let hpd = Pd::new(&dev)?;
+        let hcq = Cq::new(&dev, 4 * d32 + 4, PollCtx::Softirq)?;
+        let (hqp, pqp, pcq, ppd) = connect(&dev, &hpd, &hcq, d32)?;
+        let qd = Arc::pin_init(
+            try_pin_init!(Dev {
+                data <- new_spinlock!(VVec::from_elem(0u8, MIB << 20, GFP_KERNEL)?),
+                queue <- IrqLock::new(None),
+                next_cid: AtomicU32::new(0),
+                drop_next: AtomicBool::new(false),
+                c: Counters::default(),
+            }? Error),
+            GFP_KERNEL,
+        )?;
+        let ctl = PeerCtl::new()?;
+        let peer = Peer {
+            qp: pqp,
+            rbuf: Arc::new(DmaBuf::new(&dev, usize::from(depth) * CAPSULE)?, GFP_KERNEL)?,
+            sbuf: Arc::new(DmaBuf::new(&dev, RESPONSE)?, GFP_KERNEL)?,
+            depth: usize::from(depth),
+            ctl: ctl.clone(),
+            dev: qd.clone(),
+            _cq: pcq,
+            _pd: ppd,
+        };
+        if workqueue::system_unbound()
+            .try_spawn(GFP_KERNEL, move || peer.run())
+            .is_err()
+        {
+            return Err(ENOMEM);
+        }
+        let stop = |ctl: &PeerCtl| ctl.stop();
+        let handler = match Arc::new(Handler { dev: qd.clone() }, GFP_KERNEL) {
+            Ok(h) => h,
+            Err(e) => {
+                stop(&ctl);
+                return Err(e.into());
+            }
+        };
+        let cfg = IoConfig {
+            depth,
+            capsule_len: CAPSULE,
+            response_len: RESPONSE,
+        };
+        // The host's CQ and PD stay with its QP, which the queue takes.
+        drop((hcq, hpd));
+        let q = match IoQueue::new(hqp, cfg, handler) {
+            Ok(q) => q,
+            Err(e) => {
+                stop(&ctl);
+                return Err(e);
+            }
+        };
+        qd.queue.with(|slot| *slot = Some(q));
+        let tags = TagSet::new(1, u32::from(depth), 0).and_then(|t| Ok(Arc::new(t, GFP_KERNEL)?));
+        let disk = tags.and_then(|tags| {
+            GenDiskBuilder::new()
+                .capacity_sectors((MIB << 20) as u64 / 512)
+                .max_hw_sectors(1024)
+                .max_segments(64)
+                .write_cache(true)
+                .fua(true)
+                .build(format_args!("kvio{}", n), tags, qd.clone(), self.module)
+        });
+        let disk = match disk {
+            Ok(d) => d,
+            Err(e) => {
+                if let Some(q) = qd.queue.with(|q| q.take()) {
+                    q.shutdown();
+                }
+                stop(&ctl);
+                return Err(e);
+            }
+        };
+        let d = Some(Disk {
+            n,
+            dev,
+            ctl,
+            queue_data: qd,
+            disk,
+        });
+        if let Some(free) = list.iter().position(|s| s.is_none()) {
+            list[free] = d;
+        } else {
+            list.push(d, GFP_KERNEL)?;
+        }
+        Ok(())
+    }
+
+    /// Runs `f` on disk `n`.
+    fn with(&self, n: u32, f: impl FnOnce(&Disk)) -> Result {
+        let list = self.disks.lock();
+        let d = list.iter().flatten().find(|d| d.n == n).ok_or(ENOENT)?;
+        f(d);
+        Ok(())
+    }
+
+    fn take(&self, n: u32) -> Result<Disk> {
+        self.disks
+            .lock()
+            .iter_mut()
+            .find(|s| s.as_ref().is_some_and(|d| d.n == n))
+            .and_then(|s| s.take())
+            .ok_or(ENOENT)
+    }
+}
+
+impl Drop for IoFile {
+    fn drop(&mut self) {
+        loop {
+            let d = self.disks.lock().iter_mut().find_map(|s| s.take());
+            match d {
+                Some(d) => d.delete(),
+                None => break,
+            }
+        }
+    }
+}
+
+impl Store for IoFile {
+    fn store(&self, input: &[u8]) -> Result {
+        let text = core::str::from_utf8(input).map_err(|_| EINVAL)?.trim();
+        let mut words = text.split_ascii_whitespace();
+        let cmd = words.next().ok_or(EINVAL)?;
+        let n: u32 = words.next().ok_or(EINVAL)?.parse().map_err(|_| EINVAL)?;
+        let mut rest = KVec::new();
+        for w in words {
+            rest.push(w, GFP_KERNEL)?;
+        }
+        let count = || -> Result<u32> {
+            match rest[..] {
+                [k] => k.parse().map_err(|_| EINVAL),
+                _ => Err(EINVAL),
+            }
+        };
+        let none = || if rest.is_empty() { Ok(()) } else { Err(EINVAL) };
+        match cmd {
+            "add" => {
+                let (name, args) = rest.split_first().ok_or(EINVAL)?;
+                self.add(n, name, args)
+            }
+            "stop" => {
+                none()?;
+                self.with(n, |d| d.ctl.stop.store(true, Ordering::Relaxed))
+            }
+            "bad_cid" => {
+                let k = count()?;
+                self.with(n, |d| d.ctl.bad_cid.store(k, Ordering::Relaxed))
+            }
+            "fail" => {
+                let k = count()?;
+                self.with(n, |d| d.ctl.fail.store(k, Ordering::Relaxed))
+            }
+            "drop_in_handler" => {
+                none()?;
+                self.with(n, |d| d.queue_data.drop_next.store(true, Ordering::Relaxed))
+            }
+            "del" => {
+                none()?;
+                // Outside the list's lock: it waits for the requests.
+                self.take(n)?.delete();
+                Ok(())
+            }
+            "forget" => {
+                none()?;
+                let d = self.take(n)?;
+                d.stop_peer();
+                // The disk, which holds its queue data and so the queue:
+                // both leaked (the device's reference is not).
+                core::mem::forget(d.disk);
+                Ok(())
+            }
+            _ => Err(EINVAL),
+        }
+    }
+}
+
+impl Show for IoFile {
+    fn show(&self, out: &mut dyn core::fmt::Write) -> Result {
+        for d in self.disks.lock().iter().flatten() {
+            let m = &d.queue_data;
+            let c = |a: &AtomicU64| a.load(Ordering::Relaxed);
+            let s = m.queue.with(|q| q.as_ref().map(|q| q.stats()));
+            write!(out, "kvio{}: ", d.n)?;
+            match s {
+                Some(s) => write!(
+                    out,
+                    "queue up submitted {} finished {} failed {} shutdown_ended {} unknown {} \
+                     errors {}",
+                    s.submitted, s.finished, s.failed, s.ended_by_shutdown, s.unknown, s.errors
+                )?,
+                None => write!(out, "queue gone")?,
+            }
+            writeln!(
+                out,
+                " | reads {} writes {} flushes {} no_queue {} busy {} unknown {} errors {} | \
+                 peer answered {} unanswered {} bad_cids {} fails {}",
+                c(&m.c.reads),
+                c(&m.c.writes),
+                c(&m.c.flushes),
+                c(&m.c.no_queue),
+                c(&m.c.busy),
+                c(&m.c.unknown),
+                c(&m.c.errors),
+                c(&m.c.answered),
+                c(&m.c.unanswered),
+                c(&m.c.bad_cids),
+                c(&m.c.fails),
+            )?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,220 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+#
+# The layer's capsule queue (rust/kverbs/io), on the self-test's io disks
+# (samples/kverbs_selftest/io.rs): each read, write and flush of a RAM disk
+# also travels as a capsule, submitted from queue_rq without sleeping, to a
+# peer QP of the same rxe device, and ends in the queue's receive callback
+# when the peer's response comes. Data round trips with O_DIRECT and in
+# parallel, every capsule answered and every request finished by the queue;
+# an error status ends a request with EIO; a response with a wrong command
+# id is reported and ends nothing, and the request it did not answer ends
+# with EIO when the queue shuts down, as do the requests a silent peer
+# leaves; a handler that drops its own queue in the callback; the device
+# removed under a disk takes it away; bad commands are refused. A disk and
+# queue leaked are shut down and deleted when the module goes: in
+# kverbs_forget.sh.
+
+# shellcheck source=kverbs_lib.sh
+. "$(dirname "$(readlink -f "$0")")/kverbs_lib.sh"
+
+CTL=$KV_SELFTEST_DEBUGFS/io
+PAT=/tmp/kvio.pat
+
+setup() {
+	kv_rxe_add rxe_lo lo || return 1
+	kv_load_selftest || return 1
+	[ -w "$CTL" ] || { kv_msg "no $CTL"; return 1; }
+	echo "add 0 rxe_lo" >"$CTL" || return 1
+	kv_wait test -b /dev/kvio0 || { kv_msg "no /dev/kvio0"; return 1; }
+	dd if=/dev/urandom of=$PAT bs=1024 count=1024 2>/dev/null
+}
+
+# counter DISK NAME: the disk's first counter NAME in the control file.
+counter() {
+	grep "^kvio$1: " "$CTL" | tr ' ' '\n' | awk -v k="$2" 'p { print; exit } $0 == k { p = 1 }'
+}
+
+# roundtrip DEV SECTOR COUNT: COUNT sectors of the pattern written at
+# SECTOR with O_DIRECT read back the same.
+roundtrip() {
+	local got=/tmp/kvio.got.$2
+	dd if=$PAT of="$1" bs=512 seek="$2" count="$3" oflag=direct 2>/dev/null ||
+		{ kv_msg "$1: writing $3 sectors at $2 failed"; return 1; }
+	dd if="$1" of="$got" bs=512 skip="$2" count="$3" iflag=direct 2>/dev/null ||
+		{ kv_msg "$1: reading $3 sectors at $2 failed"; return 1; }
+	head -c $(($3 * 512)) $PAT | cmp -s - "$got" || { kv_msg "$1: $3 sectors at $2 read back differ"; return 1; }
+	rm -f "$got"
+}
+
+# Every request the queue carried was answered and finished by it: as
+# many submitted as finished, as many answers as capsules, none unknown.
+all_answered() {
+	local sub fin ans
+	sub=$(counter "$1" submitted) fin=$(counter "$1" finished) ans=$(counter "$1" answered)
+	kv_msg "$(grep "^kvio$1: " "$CTL")"
+	[ "$sub" -gt 0 ] && [ "$sub" = "$fin" ] && [ "$ans" = "$sub" ] || return 1
+	[ "$(counter "$1" unknown)" = 0 ] && [ "$(counter "$1" errors)" = 0 ]
+}
+
+# Sizes from a sector to 1 MiB (two requests of 512 KiB), at aligned and
+# odd sectors.
+data() {
+	local s c n=0
+	for s in 0 1 8 2047 32760; do
+		for c in 1 8 255 2048; do
+			[ $((s + c)) -le 32768 ] || continue
+			roundtrip /dev/kvio0 "$s" "$c" || return 1
+			n=$((n + 1))
+		done
+	done
+	kv_msg "$n round trips"
+	all_answered 0
+}
+
+# Four writers and readers at once: the queue's slots are taken and given
+# back on every tag, from both CPUs.
+parallel() {
+	local pids=() p r=0 i
+	for i in 0 1 2 3; do
+		(
+			for s in 0 512 1024; do
+				roundtrip /dev/kvio0 $((i * 4096 + s)) 256 || exit 1
+			done
+		) &
+		pids+=($!)
+	done
+	for p in "${pids[@]}"; do
+		wait "$p" || r=1
+	done
+	[ $r = 0 ] || return 1
+	all_answered 0
+}
+
+# A write with fsync: the flush travels as a capsule too.
+flush() {
+	local f s
+	f=$(counter 0 flushes) s=$(counter 0 submitted)
+	dd if=$PAT of=/dev/kvio0 bs=4096 count=4 conv=fsync 2>/dev/null || return 1
+	[ "$(counter 0 flushes)" -gt "$f" ] || { kv_msg "flushes: $f, then $(counter 0 flushes)"; return 1; }
+	[ "$(counter 0 submitted)" -gt $((s + 1)) ] || return 1
+	all_answered 0
+}
+
+# An error status in the response ends the request with EIO.
+fail_status() {
+	local err
+	echo "fail 0 1" >"$CTL" || return 1
+	err=$(dd if=/dev/kvio0 of=/dev/null bs=4096 count=1 iflag=direct 2>&1) &&
+		{ kv_msg "the read passed; $(grep "^kvio0: " "$CTL")"; return 1; }
+	kv_msg "$err; $(grep "^kvio0: " "$CTL")"
+	[[ $err == *"Input/output error"* ]] || return 1
+	[ "$(counter 0 fails)" = 1 ] && [ "$(counter 0 failed)" = 1 ] || return 1
+	dd if=/dev/kvio0 of=/dev/null bs=4096 count=1 iflag=direct 2>/dev/null
+}
+
+# A response with the wrong command id: the queue reports it to the
+# handler, ends nothing (the read waits), and the shutdown ends the read's
+# request with EIO.
+unknown_cid() {
+	local pid r=0 t0
+	echo "add 1 rxe_lo" >"$CTL" && kv_wait test -b /dev/kvio1 || return 1
+	echo "bad_cid 1 1" >"$CTL" || return 1
+	dd if=/dev/kvio1 of=/dev/null bs=4096 count=1 skip=9 iflag=direct 2>/tmp/kvio.err &
+	pid=$!
+	kv_wait test "$(counter 1 unknown)" = 1 || { kv_msg "unknown: $(counter 1 unknown)"; r=1; }
+	sleep 1
+	kill -0 "$pid" 2>/dev/null || { kv_msg "the unanswered read ended"; r=1; }
+	kv_msg "$(grep "^kvio1: " "$CTL")"
+	[ "$(counter 1 bad_cids)" = 1 ] || r=1
+	read -r t0 _ </proc/uptime
+	echo "del 1" >"$CTL" || r=1
+	wait "$pid" && { kv_msg "the read passed"; r=1; }
+	kv_msg "after the del ($(kv_secs_since "$t0") s): $(cat /tmp/kvio.err)"
+	grep -q "Input/output error" /tmp/kvio.err || r=1
+	return $r
+}
+
+# A peer that answers nothing: the reads wait; the del shuts the queue
+# down, which ends them with EIO, and returns.
+silent_peer() {
+	local pids=() p r=0 t0
+	echo "add 2 rxe_lo depth=4" >"$CTL" && kv_wait test -b /dev/kvio2 || return 1
+	echo "stop 2" >"$CTL" || return 1
+	for p in 0 1 2; do
+		dd if=/dev/kvio2 of=/dev/null bs=4096 count=1 skip=$((p * 7)) iflag=direct 2>/dev/null &
+		pids+=($!)
+	done
+	kv_wait test "$(counter 2 unanswered)" -ge 3 || { kv_msg "unanswered: $(counter 2 unanswered)"; r=1; }
+	kv_msg "$(grep "^kvio2: " "$CTL")"
+	read -r t0 _ </proc/uptime
+	echo "del 2" >"$CTL" || r=1
+	for p in "${pids[@]}"; do
+		wait "$p" && { kv_msg "a read passed"; r=1; }
+	done
+	kv_msg "the del and the reads' EIO after $(kv_secs_since "$t0") s"
+	[ ! -e /sys/block/kvio2 ] || r=1
+	return $r
+}
+
+# The handler drops its own queue in the response callback: that request
+# ends as answered, the queue shuts down on kverbs.ko's workqueue, later
+# requests end with EIO (the driver's, for a queue gone).
+handler_drops_queue() {
+	echo "add 3 rxe_lo" >"$CTL" && kv_wait test -b /dev/kvio3 || return 1
+	echo "drop_in_handler 3" >"$CTL" || return 1
+	dd if=/dev/kvio3 of=/dev/null bs=4096 count=1 skip=3 iflag=direct 2>/dev/null ||
+		{ kv_msg "the read answered while its queue was dropped failed"; return 1; }
+	kv_wait grep -q "^kvio3: queue gone" "$CTL" || { kv_msg "$(grep "^kvio3: " "$CTL")"; return 1; }
+	dd if=/dev/kvio3 of=/dev/null bs=4096 count=1 skip=5 iflag=direct 2>/dev/null &&
+		{ kv_msg "a read passed without a queue"; return 1; }
+	kv_msg "$(grep "^kvio3: " "$CTL")"
+	[ "$(counter 3 no_queue)" -ge 1 ] || return 1
+	echo "del 3" >"$CTL"
+}
+
+bad_commands() {
+	kv_write_fails "$CTL" "add 0 rxe_lo" "File exists" "" &&
+		kv_write_fails "$CTL" "add 4 nodev" "No such device" "" &&
+		kv_write_fails "$CTL" "add 4" "Invalid argument" "" &&
+		kv_write_fails "$CTL" "add 4 rxe_lo depth=0" "Invalid argument" "" &&
+		kv_write_fails "$CTL" "add 4 rxe_lo depth=129" "Invalid argument" "" &&
+		kv_write_fails "$CTL" "add 4 rxe_lo bogus=1" "Invalid argument" "io: unknown option 'bogus=1'" &&
+		kv_write_fails "$CTL" "stop 9" "No such file or directory" "" &&
+		kv_write_fails "$CTL" "bad_cid 0" "Invalid argument" "" &&
+		kv_write_fails "$CTL" "del 9" "No such file or directory" "" &&
+		kv_write_fails "$CTL" "frob 0" "Invalid argument" "" || return 1
+	[ ! -e /sys/block/kvio4 ]
+}
+
+# The device removed while a reader runs: its disk goes (the reader gets
+# an error or ends), the device's unregistration does not wait for ever.
+device_removal() {
+	local pid r=0
+	echo "add 5 rxe_lo" >"$CTL" && kv_wait test -b /dev/kvio5 || return 1
+	# Reads until one fails.
+	(while dd if=/dev/kvio5 of=/dev/null bs=64k count=16 iflag=direct 2>/dev/null; do :; done) &
+	pid=$!
+	sleep 0.5
+	kill -0 "$pid" 2>/dev/null || { kv_msg "the reader ended before the removal"; r=1; }
+	kv_rxe_del rxe_lo || r=1
+	wait "$pid"
+	kv_msg "the reader ended; disks: $(find /sys/block -maxdepth 1 -name 'kvio*' -printf '%f ')"
+	[ ! -e /sys/block/kvio5 ] && [ ! -e /sys/block/kvio0 ] || r=1
+	grep -q "^kvio" "$CTL" && { kv_msg "disks still listed"; r=1; }
+	kv_rxe_add rxe_lo lo || r=1
+	return $r
+}
+
+kv_begin 11
+kv_case setup_rxe_lo_load_selftest_add_io_disk setup
+kv_case io_data_round_trips_every_capsule_answered data
+kv_case io_parallel_readers_writers_all_answered parallel
+kv_case io_fsync_flush_travels_as_capsule flush
+kv_case io_error_status_in_response_gives_eio fail_status
+kv_case io_wrong_cid_reported_request_ended_eio_by_shutdown unknown_cid
+kv_case io_silent_peer_requests_ended_eio_by_shutdown silent_peer
+kv_case io_handler_drops_own_queue_in_callback handler_drops_queue
+kv_case io_bad_commands_refused_with_errno bad_commands
+kv_case io_device_removal_deletes_disks device_removal
+kv_end
