@@ -620,6 +620,11 @@ unsigned long kverbs_msleep_interruptible(unsigned int ms)
 	return msleep_interruptible(ms);
 }
 
+void kverbs_msleep(unsigned int ms)
+{
+	msleep(ms);
+}
+
 u64 kverbs_ktime_get_ns(void)
 {
 	return ktime_get_ns();

@@ -117,6 +117,8 @@ bool kverbs_free_cq(struct ib_cq *cq);
 
 /* msleep_interruptible(). */
 unsigned long kverbs_msleep_interruptible(unsigned int ms);
+/* msleep(): not ended by a signal. */
+void kverbs_msleep(unsigned int ms);
 
 struct ib_gid_attr;
 struct rdma_ah_attr;
@@ -382,6 +384,12 @@ void kverbs_owned_init(struct kverbs_owned *o, unsigned long code,
 		       unsigned long code2, void (*get)(struct kverbs_owned *o),
 		       void (*orphan)(struct kverbs_owned *o));
 void kverbs_owned_add(struct kverbs_owned *o);
+/*
+ * The same at the list's head: orphaned before what came earlier (a
+ * capsule queue, whose orphan ends the requests a disk's orphan waits
+ * for).
+ */
+void kverbs_owned_add_first(struct kverbs_owned *o);
 /* Takes @o off the list: whether the notifier had taken it already. */
 bool kverbs_owned_del(struct kverbs_owned *o);
 /*

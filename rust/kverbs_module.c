@@ -136,6 +136,16 @@ void kverbs_owned_add(struct kverbs_owned *o)
 }
 EXPORT_SYMBOL_GPL(kverbs_owned_add);
 
+void kverbs_owned_add_first(struct kverbs_owned *o)
+{
+	unsigned long flags;
+
+	spin_lock_irqsave(&owned_lock, flags);
+	list_add(&o->list, &owned);
+	spin_unlock_irqrestore(&owned_lock, flags);
+}
+EXPORT_SYMBOL_GPL(kverbs_owned_add_first);
+
 bool kverbs_owned_del(struct kverbs_owned *o)
 {
 	unsigned long flags;

@@ -57,11 +57,11 @@ use crate::owned::Owned;
 use crate::qp::{Qp, Queue, Rts};
 use crate::wc::WcStatus;
 use crate::ARef;
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use kernel::{
-    impl_has_work, new_mutex, new_work,
+    impl_has_work, new_condvar, new_mutex, new_work,
     prelude::*,
-    sync::{Arc, Mutex},
+    sync::{Arc, CondVar, Mutex},
     workqueue::{self, Work, WorkItem},
 };
 
@@ -87,6 +87,12 @@ pub struct IoConfig {
 
 /// What a response answers: the request of slot `tag`, if it carries
 /// command `cid`, which ends with `status` once its send has completed.
+///
+/// The tag and command id are all a response is matched by: a driver that
+/// gives a tag's requests the same command ids again puts a generation in
+/// them (NVMe's host: a counter in the top bits, the tag in the others),
+/// so that a response repeated or late does not answer the tag's next
+/// request.
 #[derive(Debug)]
 pub struct Answer {
     /// The tag of the request ([`Request::tag`]).
@@ -180,14 +186,21 @@ pub struct IoStats {
 /// # Invariants
 ///
 /// `qp` is `Some` until the shutdown, which closes `shared` before it
-/// drops the QP; `down` is set once the shutdown is over. `owned` is
-/// initialised and listed from [`IoQueue::new`] on (pinned: an `Arc`'s).
+/// drops the QP, taken by the task whose address is then in `shutter`;
+/// `down` (and `is_down`) are set once that shutdown is over, its handler
+/// dropped. `owned` is initialised from [`IoQueue::new`] on (pinned: an
+/// `Arc`'s).
 #[pin_data(PinnedDrop)]
 struct Inner {
     shared: Arc<Shared>,
     #[pin]
     qp: Mutex<Option<Qp<Rts>>>,
-    down: AtomicBool,
+    shutter: AtomicUsize,
+    #[pin]
+    down: Mutex<bool>,
+    #[pin]
+    down_cv: CondVar,
+    is_down: AtomicBool,
     #[pin]
     work: Work<Inner>,
     owned: Owned,
@@ -196,7 +209,8 @@ struct Inner {
 }
 
 // SAFETY: The entry on kverbs.ko's list is reached under its lock; the
-// rest is `Send + Sync` (the shared part's atomics, the QP behind a mutex).
+// rest is `Send + Sync` (the shared part's atomics, the QP and the end of
+// the shutdown behind mutexes).
 unsafe impl Send for Inner {}
 // SAFETY: As above.
 unsafe impl Sync for Inner {}
@@ -215,16 +229,29 @@ impl WorkItem for Inner {
 
 impl Inner {
     /// Closes the queue, drops the QP (drain, destroy), ends what is left
-    /// and drops the handler; once. Process context.
+    /// and drops the handler; once: another call waits for that one to be
+    /// over, unless made by its own task (the handler's drop, which may
+    /// drop or shut down its queue). Process context.
     fn shutdown(&self) {
-        let mut qp = self.qp.lock();
-        let Some(q) = qp.take() else {
+        let me = crate::current_task();
+        let q = self.qp.lock().take();
+        let Some(q) = q else {
+            if self.shutter.load(Ordering::Acquire) != me {
+                let mut down = self.down.lock();
+                while !*down {
+                    self.down_cv.wait(&mut down);
+                }
+            }
             return;
         };
+        self.shutter.store(me, Ordering::Release);
         self.shared.close();
         drop(q);
-        self.shared.finish_closed();
-        self.down.store(true, Ordering::Release);
+        // Dropped with no lock held.
+        drop(self.shared.finish_closed());
+        *self.down.lock() = true;
+        self.is_down.store(true, Ordering::Release);
+        self.down_cv.notify_all();
     }
 }
 
@@ -290,12 +317,14 @@ impl IoQueue {
             cfg,
             handler,
         )?;
-        qp.attach_io(&shared)?;
         let inner = Arc::pin_init(
             pin_init!(Inner {
                 shared,
                 qp <- new_mutex!(Some(qp)),
-                down: AtomicBool::new(false),
+                shutter: AtomicUsize::new(0),
+                down <- new_mutex!(false),
+                down_cv <- new_condvar!(),
+                is_down: AtomicBool::new(false),
                 work <- new_work!("kverbs::io::IoQueue::work"),
                 owned: Owned::new(),
                 _layer: layer,
@@ -304,12 +333,18 @@ impl IoQueue {
         )?;
         // SAFETY: `owned` is pinned in the `Arc` until `Inner`'s drop takes
         // it off; the addresses are of the handler's module.
-        unsafe {
-            inner.owned.init(code[0], code[1], None, orphan);
-            inner.owned.add();
-        }
+        unsafe { inner.owned.init(code[0], code[1], None, orphan) };
+        // From here on a failure is the shutdown's to undo.
         let q = IoQueue { inner };
-        if let Err(e) = q.inner.shared.post_recvs() {
+        let attached = match &*q.inner.qp.lock() {
+            Some(qp) => qp.attach_io(&q.inner.shared),
+            None => Err(EINVAL),
+        };
+        // SAFETY: Once, after `init`. At the list's head: a queue is
+        // orphaned before the disks (listed earlier or later) whose
+        // orphans wait for the requests it carries.
+        unsafe { q.inner.owned.add_first() };
+        if let Err(e) = attached.and_then(|()| q.inner.shared.post_recvs()) {
             q.shutdown();
             return Err(e);
         }
@@ -319,7 +354,9 @@ impl IoQueue {
     /// Sends the capsule of `rq` with command id `cid`, which `build`
     /// writes (its [`IoConfig::capsule_len`] bytes, zeroed); the request
     /// ends when its response comes. Never sleeps nor allocates: for
-    /// [`Operations::queue_rq`]. Gives the request back with `ENOLINK`
+    /// [`Operations::queue_rq`]. `build` runs owning the tag's slot,
+    /// outside the read-side critical sections, where the caller runs: a
+    /// shutdown meanwhile waits for it. Gives the request back with `ENOLINK`
     /// once the queue is shut down, `EBUSY` while the slot of its tag
     /// still carries the request before (the driver returns it busy),
     /// `EINVAL` for a tag not below the depth or a request whose `ARef`
@@ -340,14 +377,16 @@ impl IoQueue {
     /// Shuts the queue down: nothing is submitted or answered after; the
     /// QP is drained and destroyed, every request still carried ends with
     /// `EIO`, and the handler is dropped. Once; later calls return at
-    /// once. Process context (it sleeps), not from the handler.
+    /// once, or waits for the one in progress (returns at once when called
+    /// by its own task: from the handler's drop). Process context (it
+    /// sleeps): never from the handler's `response` or `error`.
     pub fn shutdown(&self) {
         self.inner.shutdown();
     }
 
     /// Whether the queue is shut down.
     pub fn is_shut_down(&self) -> bool {
-        self.inner.down.load(Ordering::Acquire)
+        self.inner.is_down.load(Ordering::Acquire)
     }
 
     /// The queue's counters.
@@ -358,7 +397,7 @@ impl IoQueue {
 
 impl Drop for IoQueue {
     fn drop(&mut self) {
-        if self.inner.down.load(Ordering::Acquire) {
+        if self.inner.is_down.load(Ordering::Acquire) {
             return;
         }
         // SAFETY: `kverbs_events_wq` is the workqueue kverbs.ko allocates

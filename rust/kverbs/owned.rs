@@ -94,6 +94,17 @@ impl Owned {
         unsafe { bindings::kverbs_owned_add(self.entry.get()) };
     }
 
+    /// Puts the entry at the list's head: orphaned before the entries
+    /// listed earlier.
+    ///
+    /// # Safety
+    ///
+    /// As [`Owned::add`].
+    pub(crate) unsafe fn add_first(&self) {
+        // SAFETY: Initialised and pinned (the caller's guarantees).
+        unsafe { bindings::kverbs_owned_add_first(self.entry.get()) };
+    }
+
     /// Takes the entry off the list (it may be off already): whether the
     /// notifier had taken it.
     ///

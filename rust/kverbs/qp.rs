@@ -408,6 +408,13 @@ impl PinnedDrop for QpInner {
                 core::mem::forget(book.last_ah.take());
             }
             leak(streams);
+            if drained {
+                // Nothing outstanding: the device touches none of the
+                // capsule queue's memory.
+                for s in io.iter() {
+                    s.qp_quiesced();
+                }
+            }
             leak(io);
             core::mem::forget(last_ah);
             core::mem::forget(this.srq.take());
@@ -445,7 +452,7 @@ impl PinnedDrop for QpInner {
             s.release_bufs();
         }
         for s in io.iter() {
-            s.qp_destroyed();
+            s.qp_quiesced();
         }
         if drained {
             drop(streams);

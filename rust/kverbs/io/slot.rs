@@ -89,11 +89,12 @@ pub(super) fn synchronize_rcu() {
 ///
 /// # Invariants
 ///
-/// `cqe` is the first field; `shared` is the [`Shared`] this is part of.
+/// `cqe` is the first field; `shared` is the [`Shared`] this is part of,
+/// set before any request names `cqe`.
 #[repr(C)]
 struct SendCqe {
     cqe: Opaque<bindings::ib_cqe>,
-    shared: *const Shared,
+    shared: AtomicPtr<Shared>,
     tag: u16,
 }
 
@@ -105,7 +106,7 @@ struct SendCqe {
 #[repr(C)]
 struct RecvCqe {
     cqe: Opaque<bindings::ib_cqe>,
-    shared: *const Shared,
+    shared: AtomicPtr<Shared>,
     index: u16,
 }
 
@@ -114,10 +115,10 @@ struct RecvCqe {
 /// # Invariants
 ///
 /// `state`'s flags are 0 (free) or have `OWNED`: taken by [`Shared::submit`]
-/// with a compare-and-swap, so by one task. `rq` is written by that task
-/// before it publishes `POSTED` (release), and taken by the one that sets
-/// the last of the `DONE` flags (acquire), the finisher, which then frees
-/// the slot with the next generation.
+/// with a compare-and-swap, so by one task, which gives it back or
+/// publishes `POSTED` (release) with `rq` written. `rq` is then taken by the
+/// one that sets the last of the `DONE` flags (acquire), the finisher,
+/// which frees the slot with the next generation.
 struct Slot {
     state: AtomicU64,
     rq: UnsafeCell<Option<RqRef>>,
@@ -135,20 +136,23 @@ struct Bufs {
 ///
 /// # Invariants
 ///
-/// `qp` is the live QP the queue was made on while `closed` is false;
-/// `closed` is set once, and every access to `qp`, `bufs`, the slots and
-/// the handler is made in an RCU read-side critical section that first
-/// saw it false, or by [`Shared::close`]'s caller after it waited for
-/// those to end. `bufs` is `Some` until then, and its buffers are mapped
-/// on the QP's device. Every request posted on `qp` names one of the CQEs,
-/// which never move (their vectors are not resized). `handler` is null or
-/// from `KBox::into_raw`.
+/// `qp` is the QP the queue was made on, live until [`Shared::close`]'s
+/// caller drops it. `closed` is set once. Every access to `qp`, the slots
+/// and the handler is made in an RCU read-side critical section that first
+/// saw `closed` false, by the owner of a slot (`OWNED`, not `POSTED`) that
+/// saw it false when it took the slot, or by [`Shared::close`]'s caller
+/// after it waited for both to end; `bufs` likewise. `bufs` is `Some`
+/// until then, and its buffers are mapped on the QP's device. Every
+/// request posted on `qp` names one of the CQEs, which never move (their
+/// vectors are not resized). `handler` is null or from `KBox::into_raw`.
 pub(crate) struct Shared {
     qp: *mut bindings::ib_qp,
     lkey: u32,
     cfg: IoConfig,
     closed: AtomicBool,
-    destroyed: AtomicBool,
+    /// The QP was destroyed, or drained: the device touches none of the
+    /// queue's memory any more.
+    quiesced: AtomicBool,
     handler: AtomicPtr<Arc<dyn IoHandler>>,
     slots: KVec<Slot>,
     send_cqes: KVec<SendCqe>,
@@ -228,15 +232,14 @@ impl Shared {
                 GFP_KERNEL,
             )?;
         }
-        let handler = KBox::into_raw(KBox::new(handler, GFP_KERNEL)?);
         let mut sh = UniqueArc::new(
             Shared {
                 qp,
                 lkey,
                 cfg,
                 closed: AtomicBool::new(false),
-                destroyed: AtomicBool::new(false),
-                handler: AtomicPtr::new(handler),
+                quiesced: AtomicBool::new(false),
+                handler: AtomicPtr::new(ptr::null_mut()),
                 slots,
                 send_cqes: KVec::new(),
                 recv_cqes: KVec::new(),
@@ -247,25 +250,19 @@ impl Shared {
                 stats: Stats::default(),
             },
             GFP_KERNEL,
-        )
-        .inspect_err(|_| {
-            // SAFETY: From `into_raw` above, in no `Shared`.
-            drop(unsafe { KBox::from_raw(handler) })
-        })?;
-        // Not shared yet: the CQEs are filled in place, then never moved
-        // (nor is the `Shared`: an `Arc`'s, once this is made one).
-        let this = ptr::from_ref(&*sh);
+        )?;
+        // Not shared yet: the CQEs are filled in place, then never moved.
         let s = &mut *sh;
+        *s.handler.get_mut() = KBox::into_raw(KBox::new(handler, GFP_KERNEL)?);
         s.send_cqes.reserve(depth, GFP_KERNEL)?;
         s.recv_cqes.reserve(depth, GFP_KERNEL)?;
         for i in 0..depth as u16 {
-            // INVARIANT: `shared` is the `Shared` the CQEs are part of.
             s.send_cqes.push(
                 SendCqe {
                     cqe: Opaque::new(bindings::ib_cqe {
                         done: Some(send_done),
                     }),
-                    shared: this,
+                    shared: AtomicPtr::new(ptr::null_mut()),
                     tag: i,
                 },
                 GFP_KERNEL,
@@ -275,20 +272,31 @@ impl Shared {
                     cqe: Opaque::new(bindings::ib_cqe {
                         done: Some(recv_done),
                     }),
-                    shared: this,
+                    shared: AtomicPtr::new(ptr::null_mut()),
                     index: i,
                 },
                 GFP_KERNEL,
             )?;
         }
-        Ok(sh.into())
+        let sh: Arc<Shared> = sh.into();
+        // INVARIANT: the `Shared` the CQEs are part of, before any request
+        // is posted (none is before this returns).
+        let this = ptr::from_ref(&*sh).cast_mut();
+        for c in sh.send_cqes.iter() {
+            c.shared.store(this, Ordering::Relaxed);
+        }
+        for c in sh.recv_cqes.iter() {
+            c.shared.store(this, Ordering::Relaxed);
+        }
+        Ok(sh)
     }
 
     /// The buffers, while the queue is open.
     ///
     /// # Safety
     ///
-    /// In a read-side critical section that saw `closed` false.
+    /// In a read-side critical section that saw `closed` false, or by the
+    /// owner of a slot that saw it false when it took it.
     unsafe fn bufs(&self) -> &Bufs {
         // SAFETY: `Some` and unchanged until `close`'s caller takes it,
         // after waiting for the caller (type invariant).
@@ -339,43 +347,59 @@ impl Shared {
     }
 
     /// Sends the capsule of request `rq` (its tag below the depth) with
-    /// command id `cid`, built by `build`: never sleeps. The request is
-    /// given back with `ENOLINK` once the queue is closed, `EBUSY` while
+    /// command id `cid`, built by `build`: never sleeps itself. The request
+    /// is given back with `ENOLINK` once the queue is closed, `EBUSY` while
     /// its tag's slot still carries the request before, or the post's
-    /// error.
+    /// error. The slot is taken in one read-side critical section and the
+    /// capsule posted in another: `build` runs between them, owning the
+    /// slot, which [`Shared::close`] waits for (so a `build` that sleeps
+    /// delays a shutdown, and breaks nothing).
     pub(super) fn submit(
         &self,
         rq: RqRef,
         cid: u16,
         build: impl FnOnce(&mut [u8]),
     ) -> Result<(), (RqRef, Error)> {
-        let _rcu = RcuRead::new();
-        if self.closed.load(Ordering::Acquire) {
-            return Err((rq, crate::errno::enolink()));
-        }
         let Some(tag) = u16::try_from(rq.tag()).ok().filter(|t| *t < self.cfg.depth) else {
             return Err((rq, EINVAL));
         };
         let slot = &self.slots[usize::from(tag)];
-        let s = slot.state.load(Ordering::Relaxed);
-        if flags(s) != 0
-            || slot
-                .state
-                .compare_exchange(s, s | OWNED, Ordering::Acquire, Ordering::Relaxed)
-                .is_err()
-        {
-            return Err((rq, EBUSY));
-        }
-        let g = gen(s);
+        let g = {
+            let _rcu = RcuRead::new();
+            if self.closed.load(Ordering::Acquire) {
+                return Err((rq, crate::errno::enolink()));
+            }
+            let s = slot.state.load(Ordering::Relaxed);
+            if flags(s) != 0
+                || slot
+                    .state
+                    .compare_exchange(s, s | OWNED, Ordering::Acquire, Ordering::Relaxed)
+                    .is_err()
+            {
+                return Err((rq, EBUSY));
+            }
+            gen(s)
+        };
+        let give_back = |rq: RqRef, e: Error| {
+            slot.state.store(word(g, 0, 0, 0), Ordering::Release);
+            Err((rq, e))
+        };
         let mut capsule = [0u8; MAX_CAPSULE];
         let capsule = &mut capsule[..self.cfg.capsule_len];
         build(capsule);
-        // SAFETY: Inside the section, open.
+        // SAFETY: The slot's owner, which saw the queue open when it took
+        // it.
         let buf = unsafe { &self.bufs().capsules[usize::from(tag)] };
         // The slot's owner is the only writer of its capsule.
         if let Err(e) = buf.write(0, capsule) {
-            slot.state.store(word(g, 0, 0, 0), Ordering::Release);
-            return Err((rq, e));
+            return give_back(rq, e);
+        }
+        let Some(mut sge) = buf.sges(0, self.cfg.capsule_len, self.lkey, false).next() else {
+            return give_back(rq, EINVAL);
+        };
+        let _rcu = RcuRead::new();
+        if self.closed.load(Ordering::Acquire) {
+            return give_back(rq, crate::errno::enolink());
         }
         // SAFETY: `OWNED` by this task, not yet `POSTED`: nobody else
         // touches `rq` (type invariant).
@@ -385,9 +409,6 @@ impl Shared {
             word(g, cid, 0, OWNED | POSTED | REG_DEAD),
             Ordering::Release,
         );
-        let Some(mut sge) = buf.sges(0, self.cfg.capsule_len, self.lkey, false).next() else {
-            return Err(self.unpost(slot, EINVAL));
-        };
         let mut wr = bindings::ib_send_wr {
             sg_list: &mut sge,
             num_sge: 1,
@@ -397,9 +418,9 @@ impl Shared {
         };
         wr.__bindgen_anon_1.wr_cqe = self.send_cqes[usize::from(tag)].cqe.get();
         let mut bad = ptr::null();
-        // SAFETY: The QP is live while not closed; the capsule is mapped
-        // and lives until the QP is destroyed; the CQE as long as
-        // completions may name it (type invariant).
+        // SAFETY: The QP is live in a section that saw the queue open; the
+        // capsule is mapped and lives until the QP is destroyed; the CQE as
+        // long as completions may name it (type invariant).
         let r = unsafe { bindings::ib_post_send(self.qp, &wr, &mut bad) };
         if r != 0 {
             return Err(self.unpost(slot, Error::from_errno(r)));
@@ -505,21 +526,33 @@ impl Shared {
     /// this returns. Process context.
     pub(super) fn close(&self) {
         self.closed.store(true, Ordering::Release);
+        // Every section that saw the queue open has ended; one begun since
+        // sees it closed.
         synchronize_rcu();
+        // The owners of slots taken before: each sees the queue closed when
+        // it is to post, and gives its slot back.
+        while self.slots.iter().any(|s| {
+            let f = flags(s.state.load(Ordering::Acquire));
+            f & OWNED != 0 && f & POSTED == 0
+        }) {
+            // SAFETY: No precondition; process context (the caller's).
+            unsafe { bindings::kverbs_msleep(1) };
+        }
     }
 
-    /// The QP is destroyed (called by its drop): the device no longer
-    /// touches the buffers or the requests' memory.
-    pub(crate) fn qp_destroyed(&self) {
-        self.destroyed.store(true, Ordering::Release);
+    /// The QP was destroyed, or drained (called by its drop): the device
+    /// no longer touches the buffers or the requests' memory.
+    pub(crate) fn qp_quiesced(&self) {
+        self.quiesced.store(true, Ordering::Release);
     }
 
-    /// After [`Shared::close`] and the QP's drop: if the QP was destroyed,
+    /// After [`Shared::close`] and the QP's drop: if the QP was quiesced,
     /// releases the buffers and ends every request still carried with
-    /// `EIO` (else the device may still reach them: they are leaked); then
-    /// drops the handler.
-    pub(super) fn finish_closed(&self) {
-        if self.destroyed.load(Ordering::Acquire) {
+    /// `EIO` (else the device may still reach them: they are leaked).
+    /// Returns the handler, revoked, for the caller to drop with no lock
+    /// held (its drop may drop this queue's handle).
+    pub(super) fn finish_closed(&self) -> Option<KBox<Arc<dyn IoHandler>>> {
+        if self.quiesced.load(Ordering::Acquire) {
             // SAFETY: Closed, and the wait for the sections is over: only
             // the caller reaches the buffers and slots (type invariant).
             drop(unsafe { (*self.bufs.get()).take() });
@@ -539,10 +572,8 @@ impl Shared {
             }
         }
         let h = self.handler.swap(ptr::null_mut(), Ordering::AcqRel);
-        if !h.is_null() {
-            // SAFETY: From `into_raw`; no section reads it any more.
-            drop(unsafe { KBox::from_raw(h) });
-        }
+        // SAFETY: From `into_raw`; no section reads it any more.
+        (!h.is_null()).then(|| unsafe { KBox::from_raw(h) })
     }
 }
 
@@ -574,8 +605,8 @@ unsafe extern "C" fn send_done(_cq: *mut bindings::ib_cq, wc: *mut bindings::ib_
     // a `SendCqe` of a live `Shared` (the QP keeps it until its drain saw
     // every completion, or leaks it).
     let (c, wc) = unsafe { (&*(*wc).__bindgen_anon_1.wr_cqe.cast::<SendCqe>(), &*wc) };
-    // SAFETY: As above.
-    let sh = unsafe { &*c.shared };
+    // SAFETY: As above; set before the request was posted.
+    let sh = unsafe { &*c.shared.load(Ordering::Relaxed) };
     let _rcu = RcuRead::new();
     if sh.closed.load(Ordering::Acquire) {
         return;
@@ -608,7 +639,7 @@ unsafe extern "C" fn recv_done(_cq: *mut bindings::ib_cq, wc: *mut bindings::ib_
     // SAFETY: As in `send_done`.
     let (c, wc) = unsafe { (&*(*wc).__bindgen_anon_1.wr_cqe.cast::<RecvCqe>(), &*wc) };
     // SAFETY: As above.
-    let sh = unsafe { &*c.shared };
+    let sh = unsafe { &*c.shared.load(Ordering::Relaxed) };
     let _rcu = RcuRead::new();
     if sh.closed.load(Ordering::Acquire) {
         return;
