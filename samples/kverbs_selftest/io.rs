@@ -20,6 +20,10 @@
 //!   status (their requests end with `EIO`);
 //! - `drop_in_handler N`: the handler drops the disk's queue at its next
 //!   response (the queue then shuts down on kverbs.ko's workqueue);
+//! - `shutdown N [nested]`: shuts the disk's queue down, leaving it in
+//!   place (its requests then end with `EIO`); `nested`: the handler's
+//!   drop, which the shutdown makes, takes the queue and shuts it down
+//!   again;
 //! - `del N`: shuts the queue down (the requests it carries end with
 //!   `EIO`), stops the peer, deletes the disk;
 //! - `forget N`: stops the peer, then leaks the disk, and with it its
@@ -70,6 +74,8 @@ struct Counters {
     unanswered: AtomicU64,
     bad_cids: AtomicU64,
     fails: AtomicU64,
+    /// Shutdowns called by the handler's drop.
+    drop_shutdowns: AtomicU64,
 }
 
 fn bump(a: &AtomicU64) {
@@ -123,10 +129,12 @@ struct Dev {
     #[pin]
     data: SpinLock<VVec<u8>>,
     #[pin]
-    queue: IrqLock<Option<IoQueue>>,
+    queue: IrqLock<Option<Arc<IoQueue>>>,
     next_cid: AtomicU32,
     /// The handler drops the queue at its next response.
     drop_next: AtomicBool,
+    /// The handler's drop takes the queue and shuts it down.
+    shutdown_in_drop: AtomicBool,
     c: Counters,
 }
 
@@ -218,6 +226,19 @@ impl Operations for IoDisk {
 /// The handler of a disk's queue.
 struct Handler {
     dev: Arc<Dev>,
+}
+
+impl Drop for Handler {
+    fn drop(&mut self) {
+        if self.dev.shutdown_in_drop.load(Ordering::Relaxed) {
+            // Dropped by the queue's shutdown, on its task: this returns
+            // at once.
+            if let Some(q) = self.dev.queue.with(|q| q.take()) {
+                q.shutdown();
+                bump(&self.dev.c.drop_shutdowns);
+            }
+        }
+    }
 }
 
 impl IoHandler for Handler {
@@ -452,6 +473,7 @@ impl IoFile {
                 queue <- IrqLock::new(None),
                 next_cid: AtomicU32::new(0),
                 drop_next: AtomicBool::new(false),
+                shutdown_in_drop: AtomicBool::new(false),
                 c: Counters::default(),
             }? Error),
             GFP_KERNEL,
@@ -488,7 +510,7 @@ impl IoFile {
         };
         // The host's CQ and PD stay with its QP, which the queue takes.
         drop((hcq, hpd));
-        let q = match IoQueue::new(hqp, cfg, handler) {
+        let q = match IoQueue::new(hqp, cfg, handler).and_then(|q| Ok(Arc::new(q, GFP_KERNEL)?)) {
             Ok(q) => q,
             Err(e) => {
                 stop(&ctl);
@@ -599,6 +621,22 @@ impl Store for IoFile {
                 none()?;
                 self.with(n, |d| d.queue_data.drop_next.store(true, Ordering::Relaxed))
             }
+            "shutdown" => {
+                let nested = match rest[..] {
+                    [] => false,
+                    ["nested"] => true,
+                    _ => return Err(EINVAL),
+                };
+                let mut q = None;
+                self.with(n, |d| {
+                    let m = &d.queue_data;
+                    m.shutdown_in_drop.store(nested, Ordering::Relaxed);
+                    q = m.queue.with(|q| q.clone());
+                })?;
+                // Outside the list's lock: it waits for the drain.
+                q.ok_or(ENOENT)?.shutdown();
+                Ok(())
+            }
             "del" => {
                 none()?;
                 // Outside the list's lock: it waits for the requests.
@@ -624,21 +662,29 @@ impl Show for IoFile {
         for d in self.disks.lock().iter().flatten() {
             let m = &d.queue_data;
             let c = |a: &AtomicU64| a.load(Ordering::Relaxed);
-            let s = m.queue.with(|q| q.as_ref().map(|q| q.stats()));
+            let s = m
+                .queue
+                .with(|q| q.as_ref().map(|q| (q.stats(), q.is_shut_down())));
             write!(out, "kvio{}: ", d.n)?;
             match s {
-                Some(s) => write!(
+                Some((s, down)) => write!(
                     out,
-                    "queue up submitted {} finished {} failed {} shutdown_ended {} unknown {} \
+                    "queue {} submitted {} finished {} failed {} shutdown_ended {} unknown {} \
                      errors {}",
-                    s.submitted, s.finished, s.failed, s.ended_by_shutdown, s.unknown, s.errors
+                    if down { "down" } else { "up" },
+                    s.submitted,
+                    s.finished,
+                    s.failed,
+                    s.ended_by_shutdown,
+                    s.unknown,
+                    s.errors
                 )?,
                 None => write!(out, "queue gone")?,
             }
             writeln!(
                 out,
                 " | reads {} writes {} flushes {} no_queue {} busy {} unknown {} errors {} | \
-                 peer answered {} unanswered {} bad_cids {} fails {}",
+                 peer answered {} unanswered {} bad_cids {} fails {} | drop_shutdowns {}",
                 c(&m.c.reads),
                 c(&m.c.writes),
                 c(&m.c.flushes),
@@ -650,6 +696,7 @@ impl Show for IoFile {
                 c(&m.c.unanswered),
                 c(&m.c.bad_cids),
                 c(&m.c.fails),
+                c(&m.c.drop_shutdowns),
             )?;
         }
         Ok(())

@@ -10,7 +10,8 @@
 # an error status ends a request with EIO; a response with a wrong command
 # id is reported and ends nothing, and the request it did not answer ends
 # with EIO when the queue shuts down, as do the requests a silent peer
-# leaves; a handler that drops its own queue in the callback; the device
+# leaves; a shutdown with the queue in place, and one the handler's drop
+# makes again; a handler that drops its own queue in the callback; the device
 # removed under a disk takes it away; bad commands are refused. A disk and
 # queue leaked are shut down and deleted when the module goes: in
 # kverbs_forget.sh.
@@ -173,6 +174,41 @@ handler_drops_queue() {
 	echo "del 3" >"$CTL"
 }
 
+# A shutdown with the queue left in place: the requests a silent peer left
+# end with EIO, later ones too (the queue refuses them: ENOLINK).
+shutdown_in_place() {
+	local pid r=0
+	echo "add 7 rxe_lo" >"$CTL" && kv_wait test -b /dev/kvio7 || return 1
+	echo "stop 7" >"$CTL" || return 1
+	dd if=/dev/kvio7 of=/dev/null bs=4096 count=1 skip=2 iflag=direct 2>/dev/null &
+	pid=$!
+	kv_wait test "$(counter 7 unanswered)" = 1 || r=1
+	echo "shutdown 7" >"$CTL" || r=1
+	wait "$pid" && { kv_msg "the read carried passed"; r=1; }
+	dd if=/dev/kvio7 of=/dev/null bs=4096 count=1 iflag=direct 2>/dev/null &&
+		{ kv_msg "a read after the shutdown passed"; r=1; }
+	kv_msg "$(grep "^kvio7: " "$CTL")"
+	grep -q "^kvio7: queue down .* shutdown_ended 1 " "$CTL" || r=1
+	[ "$(counter 7 no_queue)" = 1 ] || r=1
+	echo "del 7" >"$CTL" || r=1
+	return $r
+}
+
+# The shutdown drops the handler, whose drop takes the queue and shuts it
+# down again, on the same task: that call returns (it waited for itself
+# before: a deadlock), and the first ends.
+shutdown_nested_in_handler_drop() {
+	echo "add 8 rxe_lo" >"$CTL" && kv_wait test -b /dev/kvio8 || return 1
+	roundtrip /dev/kvio8 16 8 || return 1
+	echo "shutdown 8 nested" >"$CTL" || return 1
+	kv_msg "$(grep "^kvio8: " "$CTL")"
+	grep -q "^kvio8: queue gone " "$CTL" || return 1
+	[ "$(counter 8 drop_shutdowns)" = 1 ] || return 1
+	dd if=/dev/kvio8 of=/dev/null bs=4096 count=1 iflag=direct 2>/dev/null &&
+		{ kv_msg "a read after the shutdown passed"; return 1; }
+	echo "del 8" >"$CTL"
+}
+
 bad_commands() {
 	kv_write_fails "$CTL" "add 0 rxe_lo" "File exists" "" &&
 		kv_write_fails "$CTL" "add 4 nodev" "No such device" "" &&
@@ -182,6 +218,8 @@ bad_commands() {
 		kv_write_fails "$CTL" "add 4 rxe_lo bogus=1" "Invalid argument" "io: unknown option 'bogus=1'" &&
 		kv_write_fails "$CTL" "stop 9" "No such file or directory" "" &&
 		kv_write_fails "$CTL" "bad_cid 0" "Invalid argument" "" &&
+		kv_write_fails "$CTL" "shutdown 0 twice" "Invalid argument" "" &&
+		kv_write_fails "$CTL" "shutdown 9" "No such file or directory" "" &&
 		kv_write_fails "$CTL" "del 9" "No such file or directory" "" &&
 		kv_write_fails "$CTL" "frob 0" "Invalid argument" "" || return 1
 	[ ! -e /sys/block/kvio4 ]
@@ -206,7 +244,7 @@ device_removal() {
 	return $r
 }
 
-kv_begin 11
+kv_begin 13
 kv_case setup_rxe_lo_load_selftest_add_io_disk setup
 kv_case io_data_round_trips_every_capsule_answered data
 kv_case io_parallel_readers_writers_all_answered parallel
@@ -215,6 +253,8 @@ kv_case io_error_status_in_response_gives_eio fail_status
 kv_case io_wrong_cid_reported_request_ended_eio_by_shutdown unknown_cid
 kv_case io_silent_peer_requests_ended_eio_by_shutdown silent_peer
 kv_case io_handler_drops_own_queue_in_callback handler_drops_queue
+kv_case io_shutdown_in_place_ends_carried_and_later_requests_eio shutdown_in_place
+kv_case io_shutdown_nested_in_handler_drop_returns shutdown_nested_in_handler_drop
 kv_case io_bad_commands_refused_with_errno bad_commands
 kv_case io_device_removal_deletes_disks device_removal
 kv_end
