@@ -54,7 +54,7 @@ use crate::cq::PollCtx;
 use crate::event::seal;
 use crate::layer_ref::LayerRef;
 use crate::owned::Owned;
-use crate::qp::{Qp, Queue, Rts};
+use crate::qp::{Qp, Queue, RemoteBuf, Rts};
 use crate::wc::WcStatus;
 use crate::ARef;
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -83,6 +83,14 @@ pub struct IoConfig {
     /// The bytes of a response (1 to [`MAX_CAPSULE`]); a shorter one is an
     /// [`IoError::ShortResponse`].
     pub response_len: usize,
+    /// The pages a request's data may take (0: data is not registered).
+    /// Each tag then has a fast-registration MR of as many pages (of 4
+    /// KiB), on which [`IoQueue::submit`] registers a read's or write's
+    /// pages for the peer: the disk's limits must fit it
+    /// (`max_segments` and `max_hw_sectors` within it, and a
+    /// `virt_boundary_mask` of 4095, else the request is refused with
+    /// `EINVAL`). At most the device's `max_fast_reg_page_list_len`.
+    pub max_pages: u32,
 }
 
 /// What a response answers: the request of slot `tag`, if it carries
@@ -134,6 +142,34 @@ pub enum IoError {
     },
     /// A receive could not be posted again (the errno).
     RepostFailed(i32),
+    /// A registration of a request's pages failed: the request waits for
+    /// the shutdown.
+    Registration {
+        /// The completion's status.
+        status: WcStatus,
+        /// The driver's code for it.
+        vendor_err: u32,
+    },
+    /// A LOCAL_INV of a request's registration failed: the request waits
+    /// for the shutdown (which deregisters the MR before it ends it).
+    Invalidation {
+        /// The completion's status.
+        status: WcStatus,
+        /// The driver's code for it.
+        vendor_err: u32,
+    },
+    /// A LOCAL_INV could not be posted (the errno): as [`IoError::Invalidation`].
+    InvalidateFailed(i32),
+    /// A response that invalidated (SEND with invalidate) an rkey that is
+    /// not the live registration of the request it answers: refused, as
+    /// [`IoError::UnknownCommand`] (`tag` `u16::MAX` for a response that
+    /// answers none). The request keeps waiting for its own.
+    BogusInvalidation {
+        /// The tag it named.
+        tag: u16,
+        /// The rkey it invalidated.
+        rkey: u32,
+    },
 }
 
 /// What a queue calls: the driver's decoding of responses and its error
@@ -178,6 +214,12 @@ pub struct IoStats {
     pub unknown: u64,
     /// Errors told to the handler.
     pub errors: u64,
+    /// Requests whose pages were registered.
+    pub registered: u64,
+    /// Registrations the peer invalidated (SEND with invalidate).
+    pub remote_invalidated: u64,
+    /// LOCAL_INVs posted.
+    pub local_invalidated: u64,
 }
 
 /// The queue: its shared part, its QP until the shutdown, and its entry
@@ -298,9 +340,15 @@ impl IoQueue {
     /// one at a time, in order), whose queues are too small, or of an SRQ;
     /// `EBUSY` if the QP has requests or streams outstanding.
     pub fn new(qp: Qp<Rts>, cfg: IoConfig, handler: Arc<dyn IoHandler>) -> Result<Self> {
+        let attrs = qp.device().attrs();
         if !(1..=MAX_DEPTH).contains(&cfg.depth)
             || !(1..=MAX_CAPSULE).contains(&cfg.capsule_len)
             || !(1..=MAX_CAPSULE).contains(&cfg.response_len)
+            || (cfg.max_pages > 0
+                && (attrs.device_cap_flags()
+                    & crate::bindings::IB_DEVICE_MEM_MGT_EXTENSIONS as u64
+                    == 0
+                    || cfg.max_pages > attrs.max_fast_reg_page_list_len()))
             || qp.send_cq().as_raw() != qp.recv_cq().as_raw()
             || qp.send_cq().poll_ctx() != PollCtx::Softirq
             || qp.queue_slots(Queue::Send) < 3 * usize::from(cfg.depth)
@@ -310,13 +358,7 @@ impl IoQueue {
         }
         let layer = LayerRef::new()?;
         let code = handler.code_address(seal::Seal(()));
-        let shared = Shared::new(
-            qp.device(),
-            qp.as_raw(),
-            qp.pd().local_dma_lkey(),
-            cfg,
-            handler,
-        )?;
+        let shared = Shared::new(qp.pd(), qp.as_raw(), cfg, handler)?;
         let inner = Arc::pin_init(
             pin_init!(Inner {
                 shared,
@@ -365,7 +407,7 @@ impl IoQueue {
         &self,
         rq: ARef<Request<T>>,
         cid: u16,
-        build: impl FnOnce(&mut [u8]),
+        build: impl FnOnce(Option<RemoteBuf>, &mut [u8]),
     ) -> Result<(), (ARef<Request<T>>, Error)> {
         let rq = RqRef::new(rq).map_err(|rq| (rq, EINVAL))?;
         self.inner.shared.submit(rq, cid, build).map_err(|(rq, e)| {

@@ -7,12 +7,20 @@
 //!
 //! Writing to `/sys/kernel/debug/kverbs_selftest/io`:
 //!
-//! - `add N DEVICE [depth=D]`: disk `kvioN` of 16 MiB, one hardware queue
-//!   of `D` requests (32; 1 to 128), and its capsule queue on an RC QP of
-//!   its own PD connected to the peer's, in another PD of `DEVICE`. Each
-//!   read or write is copied in RAM in `queue_rq`, then its capsule (64
-//!   bytes: command id, tag, operation) is submitted; the peer, a task,
-//!   answers each with a response (16 bytes: command id, tag, status);
+//! - `add N DEVICE [depth=D] [mode=ram|rdma] [inv=remote|local|swap]`:
+//!   disk `kvioN` of 16 MiB, one hardware queue of `D` requests (32; 1 to
+//!   128), and its capsule queue on an RC QP of its own PD connected to
+//!   the peer's, in another PD of `DEVICE`. `ram`: each read or write is
+//!   copied in the disk's RAM in `queue_rq`, then its capsule (64 bytes:
+//!   command id, tag, operation) is submitted; the peer, a task, answers
+//!   each with a response (16 bytes: command id, tag, status). `rdma`:
+//!   the data is in the peer's buffer; the queue registers each request's
+//!   pages (an MR a tag), its capsule names them (sector, length, rkey,
+//!   address), and the peer moves them with RDMA WRITE (a read) or READ
+//!   (a write) before it answers with a SEND that invalidates the rkey
+//!   (`inv=remote`), a plain SEND (`local`: the queue invalidates), or,
+//!   two requests at a time, SENDs that each invalidate the other's rkey
+//!   (`swap`: the queue refuses both answers);
 //! - `stop N`: the peer reads capsules on but answers none;
 //! - `bad_cid N K`: the peer answers its next `K` capsules with the wrong
 //!   command id (the queue reports them, their requests stay carried);
@@ -47,7 +55,7 @@ use kverbs::{
     dma::DmaBuf,
     io::{Answer, IoConfig, IoError, IoHandler, IoQueue},
     pd::Pd,
-    qp::{Access, Cancel, Qp, QpCaps, Rts, SendOp, Waited, WrId},
+    qp::{Access, Cancel, Qp, QpCaps, RemoteBuf, Rts, SendOp, Waited, WrId},
     sg::SgTable,
     ARef, IrqLock, Show, Store,
 };
@@ -55,6 +63,8 @@ use kverbs::{
 const CAPSULE: usize = 64;
 const RESPONSE: usize = 16;
 const MIB: usize = 16;
+/// The pages a registered request takes at most: 512 KiB, unaligned.
+const MAX_PAGES: u32 = 129;
 
 /// A disk's counters: its driver's, its handler's, its peer's.
 #[derive(Default)]
@@ -123,9 +133,32 @@ impl PeerCtl {
     }
 }
 
+/// Where a disk's data is.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// In the disk's RAM, copied in `queue_rq`; capsules carry no data.
+    Ram,
+    /// In the peer's buffer: each read or write's pages are registered by
+    /// the queue, and the peer moves the data with RDMA WRITE or READ.
+    Rdma,
+}
+
+/// How the peer answers a read or write of `Mode::Rdma`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Inv {
+    /// SEND with invalidate of the request's rkey.
+    Remote,
+    /// A plain SEND: the queue invalidates.
+    Local,
+    /// Two requests at a time, each answered with a SEND that
+    /// invalidates the other's rkey.
+    Swap,
+}
+
 /// A disk's queue data: its memory, its capsule queue.
 #[pin_data]
 struct Dev {
+    mode: Mode,
     #[pin]
     data: SpinLock<VVec<u8>>,
     #[pin]
@@ -154,6 +187,14 @@ impl Dev {
         }
         if op != Op::Read && op != Op::Write {
             return Err(kverbs::errno::eopnotsupp());
+        }
+        if self.mode == Mode::Rdma {
+            bump(if op == Op::Write {
+                &self.c.writes
+            } else {
+                &self.c.reads
+            });
+            return Ok(u8::from(op == Op::Write));
         }
         let off = usize::try_from(rq.sector()).map_err(|_| EIO)? * 512;
         let len = rq.bytes() as usize;
@@ -196,11 +237,18 @@ impl Operations for IoDisk {
         };
         let cid = d.next_cid.fetch_add(1, Ordering::Relaxed) as u16;
         let tag = rq.tag() as u16;
+        let sector = rq.sector();
         let r = d.queue.with(|q| match q {
-            Some(q) => q.submit(rq, cid, |c| {
+            Some(q) => q.submit(rq, cid, |remote, c| {
                 c[0..2].copy_from_slice(&cid.to_le_bytes());
                 c[2..4].copy_from_slice(&tag.to_le_bytes());
                 c[4] = op;
+                if let Some(r) = remote {
+                    c[8..16].copy_from_slice(&sector.to_le_bytes());
+                    c[16..20].copy_from_slice(&r.len.to_le_bytes());
+                    c[20..24].copy_from_slice(&r.rkey.to_le_bytes());
+                    c[24..32].copy_from_slice(&r.addr.to_le_bytes());
+                }
             }),
             None => Err((rq, kverbs::errno::enolink())),
         });
@@ -256,7 +304,9 @@ impl IoHandler for Handler {
 
     fn error(&self, e: IoError) {
         match e {
-            IoError::UnknownCommand { .. } => bump(&self.dev.c.unknown),
+            IoError::UnknownCommand { .. } | IoError::BogusInvalidation { .. } => {
+                bump(&self.dev.c.unknown)
+            }
             _ => bump(&self.dev.c.errors),
         }
     }
@@ -267,6 +317,8 @@ struct Peer {
     qp: Qp<Rts>,
     rbuf: Arc<DmaBuf>,
     sbuf: Arc<DmaBuf>,
+    /// `Mode::Rdma`: the disk's data, and how the peer answers.
+    data: Option<(Arc<DmaBuf>, Inv)>,
     depth: usize,
     ctl: Arc<PeerCtl>,
     dev: Arc<Dev>,
@@ -284,6 +336,8 @@ impl Peer {
             }
         }
         let mut next = 0;
+        // `Inv::Swap`: the first of two capsules, answered with the second.
+        let mut held: Option<[u8; 32]> = None;
         while !self.ctl.quit.is_cancelled() && next < ids.len() {
             let Some(id) = ids[next].take() else {
                 break;
@@ -299,13 +353,13 @@ impl Peer {
             if wc.result().is_err() {
                 break;
             }
-            let mut cap = [0u8; 8];
+            let mut cap = [0u8; 32];
             if self.rbuf.read(next * CAPSULE, &mut cap).is_err() {
                 break;
             }
             if self.ctl.stop.load(Ordering::Relaxed) {
                 bump(&self.dev.c.unanswered);
-            } else if self.answer(&cap).is_err() {
+            } else if self.serve(&cap, &mut held).is_err() {
                 break;
             }
             ids[next] = self.qp.post_recv(&self.rbuf, next * CAPSULE, CAPSULE).ok();
@@ -319,8 +373,56 @@ impl Peer {
         ctl.ended.notify_all();
     }
 
-    /// Answers the capsule that begins with `cap`.
-    fn answer(&self, cap: &[u8; 8]) -> Result {
+    /// Moves the data of the capsule `cap` (`Mode::Rdma`), and answers it
+    /// (with `Inv::Swap`, with the one `held`).
+    fn serve(&self, cap: &[u8; 32], held: &mut Option<[u8; 32]>) -> Result {
+        let Some((data, inv)) = &self.data else {
+            return self.answer(cap, None);
+        };
+        let word = |a: usize, n: usize| {
+            let mut b = [0u8; 8];
+            b[..n].copy_from_slice(&cap[a..a + n]);
+            u64::from_le_bytes(b)
+        };
+        let op = cap[4];
+        if op > 1 {
+            return self.answer(cap, None);
+        }
+        let (off, len, rkey, addr) = (
+            word(8, 8) as usize * 512,
+            word(16, 4) as u32,
+            word(20, 4) as u32,
+            word(24, 8),
+        );
+        let remote = RemoteBuf { addr, rkey, len };
+        let op = if op == 1 {
+            SendOp::Read(remote)
+        } else {
+            SendOp::Write(remote)
+        };
+        let id = self.qp.post_send(op, data, off, len as usize, true)?;
+        self.qp.wait(id, 5000, &self.ctl.quit)?.result()?;
+        match inv {
+            Inv::Remote => self.answer(cap, Some(rkey)),
+            Inv::Local => self.answer(cap, None),
+            Inv::Swap => match held.take() {
+                None => {
+                    *held = Some(*cap);
+                    Ok(())
+                }
+                Some(first) => {
+                    let first_rkey =
+                        u32::from_le_bytes([first[20], first[21], first[22], first[23]]);
+                    self.answer(&first, Some(rkey))?;
+                    self.answer(cap, Some(first_rkey))
+                }
+            },
+        }
+    }
+
+    /// Answers the capsule that begins with `cap`, with a SEND that
+    /// invalidates `inv` if any.
+    fn answer(&self, cap: &[u8; 32], inv: Option<u32>) -> Result {
         let mut rsp = [0u8; RESPONSE];
         rsp[0..4].copy_from_slice(&cap[0..4]);
         if take_one(&self.ctl.bad_cid) {
@@ -332,9 +434,11 @@ impl Peer {
             rsp[4] = 1;
         }
         self.sbuf.write(0, &rsp)?;
-        let id = self
-            .qp
-            .post_send(SendOp::Send, &self.sbuf, 0, RESPONSE, true)?;
+        let op = match inv {
+            Some(k) => SendOp::SendWithInv(k),
+            None => SendOp::Send,
+        };
+        let id = self.qp.post_send(op, &self.sbuf, 0, RESPONSE, true)?;
         self.qp.wait(id, 5000, &self.ctl.quit)?.result()?;
         bump(&self.dev.c.answered);
         Ok(())
@@ -397,12 +501,17 @@ pub(crate) fn remove_device(disks: &Disks, dev: &Device) {
     }
 }
 
-/// The value of `depth=` in `args`, or 32.
-fn depth(args: &[&str]) -> Result<u16> {
-    let mut depth = 32;
+/// The options of `add`: `depth=` (32), `mode=` (`ram`), `inv=` (`remote`).
+fn options(args: &[&str]) -> Result<(u16, Mode, Inv)> {
+    let (mut depth, mut mode, mut inv) = (32, Mode::Ram, Inv::Remote);
     for a in args {
         match a.split_once('=') {
             Some(("depth", v)) => depth = v.parse().map_err(|_| EINVAL)?,
+            Some(("mode", "ram")) => mode = Mode::Ram,
+            Some(("mode", "rdma")) => mode = Mode::Rdma,
+            Some(("inv", "remote")) => inv = Inv::Remote,
+            Some(("inv", "local")) => inv = Inv::Local,
+            Some(("inv", "swap")) => inv = Inv::Swap,
             _ => {
                 pr_warn!("io: unknown option '{}'\n", a);
                 return Err(EINVAL);
@@ -412,7 +521,7 @@ fn depth(args: &[&str]) -> Result<u16> {
     if !(1..=128).contains(&depth) {
         return Err(EINVAL);
     }
-    Ok(depth)
+    Ok((depth, mode, inv))
 }
 
 /// The host's QP and the peer's, connected, each in its own PD, and the
@@ -432,8 +541,19 @@ fn connect(dev: &Device, hpd: &Pd, hcq: &Cq, depth: u32) -> Result<(Qp<Rts>, Qp<
             ..Default::default()
         },
     )?;
-    let p = Qp::new_rc(&ppd, port, &pcq, &pcq, crate::common::caps(depth))?;
-    let (h, p) = crate::common::connect_pair(dev, h, p, Access::LOCAL_WRITE)?;
+    // Two SGEs: a transfer may cross a chunk of the peer's data.
+    let p = Qp::new_rc(
+        &ppd,
+        port,
+        &pcq,
+        &pcq,
+        QpCaps {
+            max_sge: 2,
+            ..crate::common::caps(depth)
+        },
+    )?;
+    let access = Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE;
+    let (h, p) = crate::common::connect_pair(dev, h, p, access)?;
     Ok((h, p, pcq, ppd))
 }
 
@@ -451,7 +571,7 @@ impl IoFile {
     }
 
     fn add(&self, n: u32, name: &str, args: &[&str]) -> Result {
-        let depth = depth(args)?;
+        let (depth, mode, inv) = options(args)?;
         let dev = self
             .devices
             .lock()
@@ -469,7 +589,12 @@ impl IoFile {
         let (hqp, pqp, pcq, ppd) = connect(&dev, &hpd, &hcq, d32)?;
         let qd = Arc::pin_init(
             try_pin_init!(Dev {
-                data <- new_spinlock!(VVec::from_elem(0u8, MIB << 20, GFP_KERNEL)?),
+                data <- new_spinlock!(VVec::from_elem(
+                    0u8,
+                    if mode == Mode::Ram { MIB << 20 } else { 0 },
+                    GFP_KERNEL
+                )?),
+                mode,
                 queue <- IrqLock::new(None),
                 next_cid: AtomicU32::new(0),
                 drop_next: AtomicBool::new(false),
@@ -483,6 +608,10 @@ impl IoFile {
             qp: pqp,
             rbuf: Arc::new(DmaBuf::new(&dev, usize::from(depth) * CAPSULE)?, GFP_KERNEL)?,
             sbuf: Arc::new(DmaBuf::new(&dev, RESPONSE)?, GFP_KERNEL)?,
+            data: match mode {
+                Mode::Ram => None,
+                Mode::Rdma => Some((Arc::new(DmaBuf::new(&dev, MIB << 20)?, GFP_KERNEL)?, inv)),
+            },
             depth: usize::from(depth),
             ctl: ctl.clone(),
             dev: qd.clone(),
@@ -507,6 +636,8 @@ impl IoFile {
             depth,
             capsule_len: CAPSULE,
             response_len: RESPONSE,
+            // A request of 512 KiB, unaligned: 129 pages.
+            max_pages: if mode == Mode::Rdma { MAX_PAGES } else { 0 },
         };
         // The host's CQ and PD stay with its QP, which the queue takes.
         drop((hcq, hpd));
@@ -524,6 +655,11 @@ impl IoFile {
                 .capacity_sectors((MIB << 20) as u64 / 512)
                 .max_hw_sectors(1024)
                 .max_segments(64)
+                // Registered pages: no gap within a page between segments.
+                .virt_boundary_mask(if mode == Mode::Rdma { 4095 } else { 0 })
+                // A peer that answers two reads at a time would hold the
+                // adding's single read of the partition table.
+                .partitions(!(mode == Mode::Rdma && inv == Inv::Swap))
                 .write_cache(true)
                 .fua(true)
                 .build(format_args!("kvio{}", n), tags, qd.clone(), self.module)
@@ -670,14 +806,17 @@ impl Show for IoFile {
                 Some((s, down)) => write!(
                     out,
                     "queue {} submitted {} finished {} failed {} shutdown_ended {} unknown {} \
-                     errors {}",
+                     errors {} registered {} remote_inv {} local_inv {}",
                     if down { "down" } else { "up" },
                     s.submitted,
                     s.finished,
                     s.failed,
                     s.ended_by_shutdown,
                     s.unknown,
-                    s.errors
+                    s.errors,
+                    s.registered,
+                    s.remote_invalidated,
+                    s.local_invalidated
                 )?,
                 None => write!(out, "queue gone")?,
             }

@@ -321,6 +321,29 @@ impl RqRef {
         Ok(RqRef(unsafe { NonNull::new_unchecked(raw) }))
     }
 
+    /// The request.
+    pub(crate) fn as_raw(&self) -> *mut bindings::request {
+        self.0.as_ptr()
+    }
+
+    /// Its operation (`enum req_op`).
+    pub(crate) fn op(&self) -> u32 {
+        // SAFETY: The request is live (type invariant).
+        unsafe { bindings::kverbs_rq_op(self.0.as_ptr()) }
+    }
+
+    /// Its bytes.
+    pub(crate) fn bytes(&self) -> u32 {
+        // SAFETY: As above.
+        unsafe { bindings::kverbs_rq_bytes(self.0.as_ptr()) }
+    }
+
+    /// Its physical segments.
+    pub(crate) fn segments(&self) -> u16 {
+        // SAFETY: As above.
+        unsafe { bindings::kverbs_rq_segments(self.0.as_ptr()) }
+    }
+
     /// The request's tag.
     pub(crate) fn tag(&self) -> u32 {
         // SAFETY: The request is live (type invariant); started, with a tag.

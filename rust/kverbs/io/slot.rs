@@ -11,11 +11,14 @@ use super::{Answer, IoConfig, IoError, IoHandler, IoStats, MAX_CAPSULE};
 use crate::bindings;
 use crate::blk::RqRef;
 use crate::dma::DmaBuf;
+use crate::pd::Pd;
+use crate::qp::{Access, RemoteBuf};
+use crate::sg::SgTable;
 use crate::wc::WcStatus;
 use core::{
     cell::UnsafeCell,
-    ptr,
-    sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering},
+    ptr::{self, NonNull},
+    sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering},
 };
 use kernel::{
     prelude::*,
@@ -32,7 +35,8 @@ const RESPONDED: u64 = 1 << 3;
 const REG_DEAD: u64 = 1 << 4;
 const FLAGS: u64 = 0xff;
 /// What a request waits for before it is finished: its send's completion,
-/// its response, and the end of its memory registration (none yet).
+/// its response, and the end of its memory registration (at once for a
+/// request without one).
 const DONE: u64 = SEND_DONE | RESPONDED | REG_DEAD;
 const ERR_SHIFT: u32 = 8;
 const CID_SHIFT: u32 = 24;
@@ -85,7 +89,10 @@ pub(super) fn synchronize_rcu() {
     unsafe { bindings::kverbs_synchronize_rcu() };
 }
 
-/// The `ib_cqe` of a tag's SEND.
+/// A `done` function of an `ib_cqe`.
+type Done = unsafe extern "C" fn(*mut bindings::ib_cq, *mut bindings::ib_wc);
+
+/// The `ib_cqe` of a tag's SEND, REG_MR or LOCAL_INV.
 ///
 /// # Invariants
 ///
@@ -119,15 +126,56 @@ struct RecvCqe {
 /// publishes `POSTED` (release) with `rq` written. `rq` is then taken by the
 /// one that sets the last of the `DONE` flags (acquire), the finisher,
 /// which frees the slot with the next generation.
+/// `rkey` and `map` are the registration of the request's pages, written
+/// with `rq` and taken with it.
 struct Slot {
     state: AtomicU64,
+    rkey: AtomicU32,
     rq: UnsafeCell<Option<RqRef>>,
+    map: UnsafeCell<Option<Mapping>>,
 }
 
-/// The DMA buffers: a capsule a tag, a response a receive.
+/// A request's pages mapped for the device (`ib_dma_map_sg`) into its
+/// tag's table: the entries given to the mapping, and the direction.
+#[derive(Clone, Copy)]
+struct Mapping {
+    nents: i32,
+    dir: bindings::dma_data_direction,
+}
+
+/// The DMA buffers (a capsule a tag, a response a receive), and with data
+/// registration a scatter-gather table and a fast-registration MR a tag,
+/// in the PD of the QP, held here.
+///
+/// # Invariants
+///
+/// Each of `mrs` was allocated by `ib_alloc_mr` in `_pd`, and is
+/// deregistered by [`Bufs::dereg`] (or the drop).
 struct Bufs {
     capsules: KVec<DmaBuf>,
     responses: KVec<DmaBuf>,
+    tables: KVec<SgTable>,
+    mrs: KVec<NonNull<bindings::ib_mr>>,
+    /// Held until the MRs are deregistered.
+    _pd: Pd,
+}
+
+impl Bufs {
+    /// Deregisters the MRs: no rkey of theirs gives access after this.
+    fn dereg(&mut self) {
+        for mr in core::mem::replace(&mut self.mrs, KVec::new()).iter() {
+            // SAFETY: Allocated in `pd`, deregistered once (type
+            // invariant). A failure leaves it to the device: nothing to do.
+            let _ = unsafe { bindings::ib_dereg_mr(mr.as_ptr()) };
+        }
+    }
+}
+
+impl Drop for Bufs {
+    fn drop(&mut self) {
+        // Before `_pd`, a field, is dropped.
+        self.dereg();
+    }
 }
 
 /// What a capsule queue shares with its QP, which keeps it until it is
@@ -156,7 +204,10 @@ pub(crate) struct Shared {
     handler: AtomicPtr<Arc<dyn IoHandler>>,
     slots: KVec<Slot>,
     send_cqes: KVec<SendCqe>,
+    reg_cqes: KVec<SendCqe>,
+    inv_cqes: KVec<SendCqe>,
     recv_cqes: KVec<RecvCqe>,
+    dev: *mut bindings::ib_device,
     bufs: UnsafeCell<Option<Bufs>>,
     pub(super) stats: Stats,
 }
@@ -176,6 +227,9 @@ pub(super) struct Stats {
     ended_by_shutdown: AtomicU64,
     unknown: AtomicU64,
     errors: AtomicU64,
+    registered: AtomicU64,
+    remote_invalidated: AtomicU64,
+    local_invalidated: AtomicU64,
 }
 
 impl Stats {
@@ -188,6 +242,9 @@ impl Stats {
             ended_by_shutdown: g(&self.ended_by_shutdown),
             unknown: g(&self.unknown),
             errors: g(&self.errors),
+            registered: g(&self.registered),
+            remote_invalidated: g(&self.remote_invalidated),
+            local_invalidated: g(&self.local_invalidated),
         }
     }
 }
@@ -202,51 +259,78 @@ enum Marked {
     Set,
     /// Set, the last of `DONE`: the caller finishes the request.
     Finish(u64),
+    /// Set (a response), the registration still live: the caller posts
+    /// its LOCAL_INV.
+    Invalidate(u32),
     /// Not set: the slot carries no request, or another command, or has
     /// them already.
     Refused,
+    /// Not set: a response that invalidated an rkey not of the slot's
+    /// live registration.
+    Bogus(u32),
 }
 
 impl Shared {
-    /// The shared part of a queue of `cfg` on `qp` (of `dev`, with the
-    /// PD's `lkey`), calling `handler`.
+    /// The shared part of a queue of `cfg` on `qp` of `pd`, calling
+    /// `handler`.
     pub(super) fn new(
-        dev: &crate::device::Device,
+        pd: &Pd,
         qp: *mut bindings::ib_qp,
-        lkey: u32,
         cfg: IoConfig,
         handler: Arc<dyn IoHandler>,
     ) -> Result<Arc<Self>> {
+        let dev = pd.device();
         let depth = usize::from(cfg.depth);
-        let mut capsules = KVec::with_capacity(depth, GFP_KERNEL)?;
-        let mut responses = KVec::with_capacity(depth, GFP_KERNEL)?;
+        let mut bufs = Bufs {
+            capsules: KVec::with_capacity(depth, GFP_KERNEL)?,
+            responses: KVec::with_capacity(depth, GFP_KERNEL)?,
+            tables: KVec::new(),
+            mrs: KVec::new(),
+            _pd: pd.clone(),
+        };
         let mut slots = KVec::with_capacity(depth, GFP_KERNEL)?;
         for _ in 0..depth {
-            capsules.push(DmaBuf::new(dev, cfg.capsule_len)?, GFP_KERNEL)?;
-            responses.push(DmaBuf::new(dev, cfg.response_len)?, GFP_KERNEL)?;
+            bufs.capsules
+                .push(DmaBuf::new(dev, cfg.capsule_len)?, GFP_KERNEL)?;
+            bufs.responses
+                .push(DmaBuf::new(dev, cfg.response_len)?, GFP_KERNEL)?;
             slots.push(
                 Slot {
                     state: AtomicU64::new(0),
+                    rkey: AtomicU32::new(0),
                     rq: UnsafeCell::new(None),
+                    map: UnsafeCell::new(None),
                 },
                 GFP_KERNEL,
             )?;
+            if cfg.max_pages > 0 {
+                bufs.tables
+                    .push(SgTable::new(cfg.max_pages, false)?, GFP_KERNEL)?;
+                bufs.mrs.reserve(1, GFP_KERNEL)?;
+                // SAFETY: `pd` is live; `IoQueue::new` checked the device
+                // registers as many pages.
+                let mr = kernel::error::from_err_ptr(unsafe {
+                    bindings::ib_alloc_mr(pd.as_raw(), bindings::IB_MR_TYPE_MEM_REG, cfg.max_pages)
+                })?;
+                // INVARIANT: allocated in `pd`; the room was made above.
+                bufs.mrs.push(NonNull::new(mr).ok_or(ENOMEM)?, GFP_KERNEL)?;
+            }
         }
         let mut sh = UniqueArc::new(
             Shared {
                 qp,
-                lkey,
+                lkey: pd.local_dma_lkey(),
                 cfg,
                 closed: AtomicBool::new(false),
                 quiesced: AtomicBool::new(false),
                 handler: AtomicPtr::new(ptr::null_mut()),
                 slots,
                 send_cqes: KVec::new(),
+                reg_cqes: KVec::new(),
+                inv_cqes: KVec::new(),
                 recv_cqes: KVec::new(),
-                bufs: UnsafeCell::new(Some(Bufs {
-                    capsules,
-                    responses,
-                })),
+                dev: dev.as_raw(),
+                bufs: UnsafeCell::new(Some(bufs)),
                 stats: Stats::default(),
             },
             GFP_KERNEL,
@@ -254,19 +338,19 @@ impl Shared {
         // Not shared yet: the CQEs are filled in place, then never moved.
         let s = &mut *sh;
         *s.handler.get_mut() = KBox::into_raw(KBox::new(handler, GFP_KERNEL)?);
+        let cqe = |done: Done, tag| SendCqe {
+            cqe: Opaque::new(bindings::ib_cqe { done: Some(done) }),
+            shared: AtomicPtr::new(ptr::null_mut()),
+            tag,
+        };
         s.send_cqes.reserve(depth, GFP_KERNEL)?;
+        s.reg_cqes.reserve(depth, GFP_KERNEL)?;
+        s.inv_cqes.reserve(depth, GFP_KERNEL)?;
         s.recv_cqes.reserve(depth, GFP_KERNEL)?;
         for i in 0..depth as u16 {
-            s.send_cqes.push(
-                SendCqe {
-                    cqe: Opaque::new(bindings::ib_cqe {
-                        done: Some(send_done),
-                    }),
-                    shared: AtomicPtr::new(ptr::null_mut()),
-                    tag: i,
-                },
-                GFP_KERNEL,
-            )?;
+            s.send_cqes.push(cqe(send_done, i), GFP_KERNEL)?;
+            s.reg_cqes.push(cqe(reg_done, i), GFP_KERNEL)?;
+            s.inv_cqes.push(cqe(inv_done, i), GFP_KERNEL)?;
             s.recv_cqes.push(
                 RecvCqe {
                     cqe: Opaque::new(bindings::ib_cqe {
@@ -282,7 +366,8 @@ impl Shared {
         // INVARIANT: the `Shared` the CQEs are part of, before any request
         // is posted (none is before this returns).
         let this = ptr::from_ref(&*sh).cast_mut();
-        for c in sh.send_cqes.iter() {
+        let cqes = Iterator::chain(sh.send_cqes.iter(), sh.reg_cqes.iter());
+        for c in Iterator::chain(cqes, sh.inv_cqes.iter()) {
             c.shared.store(this, Ordering::Relaxed);
         }
         for c in sh.recv_cqes.iter() {
@@ -346,19 +431,120 @@ impl Shared {
         Ok(())
     }
 
+    /// Maps the pages of `rq`, a read or write, for the device into the
+    /// table of `tag` and its MR with a fresh key: the remote buffer the
+    /// capsule names, and the access the registration gives. The slot's
+    /// owner only, with the queue open when it took it.
+    ///
+    /// # Safety
+    ///
+    /// The caller owns the slot of `tag` (`OWNED`), taken while open.
+    unsafe fn map_data(&self, tag: u16, rq: &RqRef) -> Result<(RemoteBuf, Access)> {
+        // SAFETY: The caller's guarantee.
+        let bufs = unsafe { self.bufs() };
+        let table = &bufs.tables[usize::from(tag)];
+        let mr = bufs.mrs[usize::from(tag)].as_ptr();
+        let segs = usize::from(rq.segments());
+        if segs == 0 || segs > table.len() {
+            return Err(EINVAL);
+        }
+        let write = rq.op() == bindings::REQ_OP_WRITE;
+        // SAFETY: The request is the queue's, its segments fit the table,
+        // which only the slot's owner uses.
+        let n = unsafe { bindings::kverbs_rq_map_sg(rq.as_raw(), table.as_raw()) };
+        if n <= 0 {
+            return Err(EINVAL);
+        }
+        let dir = if write {
+            bindings::DMA_TO_DEVICE
+        } else {
+            bindings::DMA_FROM_DEVICE
+        };
+        // SAFETY: `n` entries of the request's pages, mapped on the
+        // queue's device; unmapped by the request's finisher.
+        let count = unsafe { bindings::ib_dma_map_sg(self.dev, table.sgl(), n, dir) };
+        if count <= 0 {
+            return Err(ENOMEM);
+        }
+        // SAFETY: The MR is the slot's, not registered (its last
+        // registration ended before the slot was freed); `count` entries
+        // are mapped.
+        let mapped =
+            unsafe { bindings::ib_map_mr_sg(mr, table.sgl(), count, ptr::null_mut(), 4096) };
+        if mapped != count {
+            // Entries the MR cannot take (a gap within a page: the disk
+            // has no virt_boundary_mask of the page, or more pages).
+            // SAFETY: Mapped above.
+            unsafe { bindings::ib_dma_unmap_sg(self.dev, table.sgl(), n, dir) };
+            return Err(EINVAL);
+        }
+        // SAFETY: As above: a new key for each registration, so that a
+        // response naming an older one invalidates nothing of this.
+        let (rkey, addr, len) = unsafe {
+            bindings::ib_update_fast_reg_key(mr, ((*mr).rkey as u8).wrapping_add(1));
+            ((*mr).rkey, (*mr).iova, (*mr).length)
+        };
+        let slot = &self.slots[usize::from(tag)];
+        slot.rkey.store(rkey, Ordering::Relaxed);
+        // SAFETY: The slot's owner (the caller's guarantee) writes it
+        // before it publishes `POSTED`.
+        unsafe { *slot.map.get() = Some(Mapping { nents: n, dir }) };
+        let access = if write {
+            Access::REMOTE_READ
+        } else {
+            Access::LOCAL_WRITE | Access::REMOTE_WRITE
+        };
+        let len = u32::try_from(len).map_err(|_| EINVAL)?;
+        Ok((RemoteBuf { addr, rkey, len }, access))
+    }
+
+    /// Unmaps the pages of the slot of `tag`, if mapped.
+    ///
+    /// # Safety
+    ///
+    /// The caller owns the slot's request (its owner before `POSTED`, its
+    /// finisher, or the shutdown), and reaches the buffers as
+    /// [`Shared::bufs`] says.
+    unsafe fn unmap(&self, tag: u16) {
+        let slot = &self.slots[usize::from(tag)];
+        // SAFETY: The caller's guarantee.
+        let map = unsafe { (*slot.map.get()).take() };
+        // SAFETY: As above.
+        unsafe { self.unmap_with(tag, map) };
+    }
+
+    /// Unmaps `map`, taken from the slot of `tag`.
+    ///
+    /// # Safety
+    ///
+    /// As [`Shared::unmap`], `map` its mapping.
+    unsafe fn unmap_with(&self, tag: u16, map: Option<Mapping>) {
+        if let Some(m) = map {
+            // SAFETY: The caller's guarantee: the table lives, its first
+            // `nents` mapped by `map_data` with these.
+            unsafe {
+                let sgl = self.bufs().tables[usize::from(tag)].sgl();
+                bindings::ib_dma_unmap_sg(self.dev, sgl, m.nents, m.dir);
+            }
+        }
+    }
+
     /// Sends the capsule of request `rq` (its tag below the depth) with
-    /// command id `cid`, built by `build`: never sleeps itself. The request
-    /// is given back with `ENOLINK` once the queue is closed, `EBUSY` while
-    /// its tag's slot still carries the request before, or the post's
-    /// error. The slot is taken in one read-side critical section and the
-    /// capsule posted in another: `build` runs between them, owning the
-    /// slot, which [`Shared::close`] waits for (so a `build` that sleeps
-    /// delays a shutdown, and breaks nothing).
+    /// command id `cid`, built by `build` -- given the remote buffer of
+    /// the request's pages, registered for the peer, for a read or write
+    /// when the queue registers data: never sleeps itself. The request is
+    /// given back with `ENOLINK` once the queue is closed, `EBUSY` while
+    /// its tag's slot still carries the request before, `EINVAL` for
+    /// pages the MR cannot take, or the post's error. The slot is taken in
+    /// one read-side critical section and the capsule posted in another:
+    /// the mapping and `build` run between them, owning the slot, which
+    /// [`Shared::close`] waits for (so a `build` that sleeps delays a
+    /// shutdown, and breaks nothing).
     pub(super) fn submit(
         &self,
         rq: RqRef,
         cid: u16,
-        build: impl FnOnce(&mut [u8]),
+        build: impl FnOnce(Option<RemoteBuf>, &mut [u8]),
     ) -> Result<(), (RqRef, Error)> {
         let Some(tag) = u16::try_from(rq.tag()).ok().filter(|t| *t < self.cfg.depth) else {
             return Err((rq, EINVAL));
@@ -381,12 +567,26 @@ impl Shared {
             gen(s)
         };
         let give_back = |rq: RqRef, e: Error| {
+            // SAFETY: The slot's owner, before `POSTED`.
+            unsafe { self.unmap(tag) };
             slot.state.store(word(g, 0, 0, 0), Ordering::Release);
             Err((rq, e))
         };
+        let data = self.cfg.max_pages > 0
+            && rq.bytes() > 0
+            && matches!(rq.op(), bindings::REQ_OP_READ | bindings::REQ_OP_WRITE);
+        let reg = if data {
+            // SAFETY: The slot's owner, which saw the queue open.
+            match unsafe { self.map_data(tag, &rq) } {
+                Ok(r) => Some(r),
+                Err(e) => return give_back(rq, e),
+            }
+        } else {
+            None
+        };
         let mut capsule = [0u8; MAX_CAPSULE];
         let capsule = &mut capsule[..self.cfg.capsule_len];
-        build(capsule);
+        build(reg.as_ref().map(|(r, _)| *r), capsule);
         // SAFETY: The slot's owner, which saw the queue open when it took
         // it.
         let buf = unsafe { &self.bufs().capsules[usize::from(tag)] };
@@ -404,11 +604,10 @@ impl Shared {
         // SAFETY: `OWNED` by this task, not yet `POSTED`: nobody else
         // touches `rq` (type invariant).
         unsafe { *slot.rq.get() = Some(rq) };
-        // No memory registration yet: `REG_DEAD` at once.
-        slot.state.store(
-            word(g, cid, 0, OWNED | POSTED | REG_DEAD),
-            Ordering::Release,
-        );
+        // Without a registration, `REG_DEAD` at once.
+        let dead = if reg.is_some() { 0 } else { REG_DEAD };
+        slot.state
+            .store(word(g, cid, 0, OWNED | POSTED | dead), Ordering::Release);
         let mut wr = bindings::ib_send_wr {
             sg_list: &mut sge,
             num_sge: 1,
@@ -417,47 +616,151 @@ impl Shared {
             ..Default::default()
         };
         wr.__bindgen_anon_1.wr_cqe = self.send_cqes[usize::from(tag)].cqe.get();
+        // SAFETY: The slot's owner.
+        let mr = reg
+            .as_ref()
+            .map(|_| unsafe { self.bufs().mrs[usize::from(tag)].as_ptr() });
+        let mut reg_wr = bindings::ib_reg_wr {
+            mr: mr.unwrap_or(ptr::null_mut()),
+            key: reg.as_ref().map_or(0, |(r, _)| r.rkey),
+            access: reg.as_ref().map_or(0, |(_, a)| a.bits() as i32),
+            ..Default::default()
+        };
+        // Unsignaled: only its failure completes.
+        reg_wr.wr.opcode = bindings::IB_WR_REG_MR;
+        reg_wr.wr.__bindgen_anon_1.wr_cqe = self.reg_cqes[usize::from(tag)].cqe.get();
+        let send: *mut bindings::ib_send_wr = &mut wr;
+        reg_wr.wr.next = send;
+        let first: *const bindings::ib_send_wr = if reg.is_some() { &reg_wr.wr } else { send };
         let mut bad = ptr::null();
         // SAFETY: The QP is live in a section that saw the queue open; the
-        // capsule is mapped and lives until the QP is destroyed; the CQE as
-        // long as completions may name it (type invariant).
-        let r = unsafe { bindings::ib_post_send(self.qp, &wr, &mut bad) };
+        // capsule is mapped and lives until the QP is destroyed, the MR
+        // until it is deregistered after; the CQEs as long as completions
+        // may name them (type invariant).
+        let r = unsafe { bindings::ib_post_send(self.qp, first, &mut bad) };
         if r != 0 {
-            return Err(self.unpost(slot, Error::from_errno(r)));
+            let e = Error::from_errno(r);
+            if reg.is_some() && !ptr::eq(bad, first) {
+                // The registration was posted, the capsule not: the
+                // request ends with the error once the registration is
+                // invalidated (or by the shutdown).
+                if let Marked::Invalidate(k) = self.force_fail(slot, e.to_errno()) {
+                    // SAFETY: Inside the section, open.
+                    unsafe { self.post_inv(tag, k) };
+                }
+                return Ok(());
+            }
+            return Err(self.unpost(tag, e));
+        }
+        if reg.is_some() {
+            bump(&self.stats.registered);
         }
         bump(&self.stats.submitted);
         Ok(())
     }
 
-    /// Takes back the request of `slot`, whose send was not posted: no
-    /// completion comes for it, so this sets `SEND_DONE`, the last flag
-    /// (a response may have come already, for a command never sent).
-    fn unpost(&self, slot: &Slot, e: Error) -> (RqRef, Error) {
+    /// Marks the request of `slot`, whose capsule was not posted, sent and
+    /// answered with the error `e` (no completion or response comes for
+    /// it): its registration, if live, still to be invalidated.
+    fn force_fail(&self, slot: &Slot, e: i32) -> Marked {
+        let s = slot.state.fetch_or(SEND_DONE | RESPONDED, Ordering::AcqRel);
+        let _ = e;
+        if flags(s) & REG_DEAD == 0 {
+            Marked::Invalidate(slot.rkey.load(Ordering::Relaxed))
+        } else {
+            Marked::Set
+        }
+    }
+
+    /// Posts a signaled LOCAL_INV of `rkey`, the registration of the slot
+    /// of `tag`; reports a failure (the request then waits for the
+    /// shutdown).
+    ///
+    /// # Safety
+    ///
+    /// In a read-side critical section that saw the queue open.
+    unsafe fn post_inv(&self, tag: u16, rkey: u32) {
+        let mut wr = bindings::ib_send_wr {
+            opcode: bindings::IB_WR_LOCAL_INV,
+            send_flags: bindings::IB_SEND_SIGNALED,
+            ..Default::default()
+        };
+        wr.ex.invalidate_rkey = rkey;
+        wr.__bindgen_anon_1.wr_cqe = self.inv_cqes[usize::from(tag)].cqe.get();
+        let mut bad = ptr::null();
+        // SAFETY: The QP is live in the caller's section; the CQE lives as
+        // long as completions may name it.
+        let r = unsafe { bindings::ib_post_send(self.qp, &wr, &mut bad) };
+        if r != 0 {
+            // SAFETY: The caller's section.
+            unsafe { self.report(IoError::InvalidateFailed(r)) };
+        } else {
+            bump(&self.stats.local_invalidated);
+        }
+    }
+
+    /// Takes back the request of the slot of `tag`, whose send was not
+    /// posted (nor a registration): no completion comes for it, so this
+    /// sets `SEND_DONE`, the last flag (a response may have come already,
+    /// for a command never sent).
+    fn unpost(&self, tag: u16, e: Error) -> (RqRef, Error) {
+        let slot = &self.slots[usize::from(tag)];
         let s = slot
             .state
-            .fetch_or(SEND_DONE | RESPONDED, Ordering::Acquire);
+            .fetch_or(SEND_DONE | RESPONDED | REG_DEAD, Ordering::Acquire);
         // SAFETY: `SEND_DONE` was not set, and only this sets it for a
         // send never posted: this task is the finisher, and `rq` is `Some`
         // (type invariant).
         let rq = unsafe { (*slot.rq.get()).take().unwrap_unchecked() };
+        // SAFETY: As above; the queue is open (the caller's section).
+        unsafe { self.unmap(tag) };
         slot.state
             .store(word(gen(s).wrapping_add(1), 0, 0, 0), Ordering::Release);
         (rq, e)
     }
 
-    /// Sets `bits` of the slot of `tag` (and `err`, the request's first
-    /// error), if it carries a request that has not had them; with `cid`,
-    /// only if it carries that command.
-    fn mark(&self, tag: u16, bits: u64, cid: Option<u16>, e: i32) -> Marked {
+    /// A response to the slot of `tag` for command `cid` with status `e`,
+    /// which invalidated `inv`, if any: sets `RESPONDED`, and `REG_DEAD`
+    /// if it invalidated the slot's live registration.
+    fn respond(&self, tag: u16, cid: u16, e: i32, inv: Option<u32>) -> Marked {
         let Some(slot) = self.slots.get(usize::from(tag)) else {
             return Marked::Refused;
         };
         let mut s = slot.state.load(Ordering::Acquire);
         loop {
-            if flags(s) & POSTED == 0
-                || flags(s) & bits != 0
-                || cid.is_some_and(|c| c != self::cid(s))
+            if flags(s) & POSTED == 0 || flags(s) & RESPONDED != 0 || cid != self::cid(s) {
+                return Marked::Refused;
+            }
+            let live = flags(s) & REG_DEAD == 0;
+            let rkey = slot.rkey.load(Ordering::Relaxed);
+            let bits = match inv {
+                None => RESPONDED,
+                Some(k) if live && k == rkey => RESPONDED | REG_DEAD,
+                Some(k) => return Marked::Bogus(k),
+            };
+            let e = if err(s) != 0 { err(s) } else { e };
+            let new = word(gen(s), cid, e, flags(s) | bits);
+            match slot
+                .state
+                .compare_exchange(s, new, Ordering::AcqRel, Ordering::Acquire)
             {
+                Ok(_) if flags(new) & DONE == DONE => return Marked::Finish(new),
+                Ok(_) if flags(new) & REG_DEAD == 0 => return Marked::Invalidate(rkey),
+                Ok(_) => return Marked::Set,
+                Err(now) => s = now,
+            }
+        }
+    }
+
+    /// Sets `bits` of the slot of `tag` (and `e`, the request's first
+    /// error), if it carries a request that has not had them.
+    fn mark(&self, tag: u16, bits: u64, e: i32) -> Marked {
+        let Some(slot) = self.slots.get(usize::from(tag)) else {
+            return Marked::Refused;
+        };
+        let mut s = slot.state.load(Ordering::Acquire);
+        loop {
+            if flags(s) & POSTED == 0 || flags(s) & bits != 0 {
                 return Marked::Refused;
             }
             let e = if err(s) != 0 { err(s) } else { e };
@@ -476,13 +779,22 @@ impl Shared {
     /// Ends the request of the slot of `tag`, which the caller finished
     /// with state `s`, and frees the slot first (the request's end may
     /// hand its tag to the next).
-    fn finish(&self, tag: u16, s: u64) {
+    ///
+    /// # Safety
+    ///
+    /// In a read-side critical section that saw the queue open.
+    unsafe fn finish(&self, tag: u16, s: u64) {
         let slot = &self.slots[usize::from(tag)];
         // SAFETY: The caller set the last `DONE` flag: the finisher, the
-        // only one to take `rq` (type invariant); `Some` since `POSTED`.
-        let rq = unsafe { (*slot.rq.get()).take() };
+        // only one to take `rq` and `map` (type invariant); `rq` is `Some`
+        // since `POSTED`.
+        let (rq, map) = unsafe { ((*slot.rq.get()).take(), (*slot.map.get()).take()) };
         slot.state
             .store(word(gen(s).wrapping_add(1), 0, 0, 0), Ordering::Release);
+        // Before the end (with swiotlb, a read's data is copied back here);
+        // the table is the tag's, not used again before the end.
+        // SAFETY: The caller's section.
+        unsafe { self.unmap_with(tag, map) };
         let e = err(s);
         if e != 0 {
             bump(&self.stats.failed);
@@ -555,25 +867,47 @@ impl Shared {
         if self.quiesced.load(Ordering::Acquire) {
             // SAFETY: Closed, and the wait for the sections is over: only
             // the caller reaches the buffers and slots (type invariant).
-            drop(unsafe { (*self.bufs.get()).take() });
-            for slot in self.slots.iter() {
-                let s = slot.state.load(Ordering::Acquire);
-                if flags(s) & POSTED == 0 {
-                    continue;
-                }
-                // SAFETY: As above.
-                let rq = unsafe { (*slot.rq.get()).take() };
-                slot.state
-                    .store(word(gen(s).wrapping_add(1), 0, 0, 0), Ordering::Release);
-                if let Some(rq) = rq {
-                    bump(&self.stats.ended_by_shutdown);
-                    rq.end(Err(EIO));
-                }
+            // The registrations go first: no rkey reaches a request's pages
+            // once it ends.
+            if let Some(b) = unsafe { (*self.bufs.get()).as_mut() } {
+                b.dereg();
             }
+            // SAFETY: As above.
+            unsafe { self.end_carried() };
+            // SAFETY: As above.
+            drop(unsafe { (*self.bufs.get()).take() });
         }
         let h = self.handler.swap(ptr::null_mut(), Ordering::AcqRel);
         // SAFETY: From `into_raw`; no section reads it any more.
         (!h.is_null()).then(|| unsafe { KBox::from_raw(h) })
+    }
+}
+
+impl Shared {
+    /// Unmaps and ends with `EIO` every request the slots still carry,
+    /// after the registrations were deregistered.
+    ///
+    /// # Safety
+    ///
+    /// The caller alone reaches the slots and the buffers, which are
+    /// `Some`; the device touches none of them any more.
+    unsafe fn end_carried(&self) {
+        for (tag, slot) in self.slots.iter().enumerate() {
+            let s = slot.state.load(Ordering::Acquire);
+            if flags(s) & POSTED == 0 {
+                continue;
+            }
+            // SAFETY: The caller's guarantee.
+            let rq = unsafe { (*slot.rq.get()).take() };
+            // SAFETY: As above; `tag` is below the depth.
+            unsafe { self.unmap(tag as u16) };
+            slot.state
+                .store(word(gen(s).wrapping_add(1), 0, 0, 0), Ordering::Release);
+            if let Some(rq) = rq {
+                bump(&self.stats.ended_by_shutdown);
+                rq.end(Err(EIO));
+            }
+        }
     }
 }
 
@@ -584,12 +918,14 @@ impl Drop for Shared {
             // SAFETY: From `into_raw`, not revoked.
             drop(unsafe { KBox::from_raw(h) });
         }
-        for slot in self.slots.iter_mut() {
-            // A request still carried (a queue whose QP could not be made
-            // to carry it): ended.
-            if let Some(rq) = slot.rq.get_mut().take() {
-                rq.end(Err(EIO));
-            }
+        // A request still carried (a queue whose QP could not be made to
+        // carry it): the registrations go, then it ends.
+        if let Some(b) = self.bufs.get_mut().as_mut() {
+            b.dereg();
+            // SAFETY: Dropped: nothing else reaches the slots; the buffers
+            // are there; the device no longer reaches them (the QP is
+            // gone, else it would hold this).
+            unsafe { self.end_carried() };
         }
     }
 }
@@ -625,8 +961,71 @@ unsafe extern "C" fn send_done(_cq: *mut bindings::ib_cq, wc: *mut bindings::ib_
             };
         }
     }
-    if let Marked::Finish(s) = sh.mark(c.tag, SEND_DONE, None, e) {
-        sh.finish(c.tag, s);
+    if let Marked::Finish(s) = sh.mark(c.tag, SEND_DONE, e) {
+        // SAFETY: Inside the section, open.
+        unsafe { sh.finish(c.tag, s) };
+    }
+}
+
+/// The `done` of an unsignaled REG_MR: its failure only. The registration
+/// may or may not be live: the request waits for the shutdown.
+///
+/// # Safety
+///
+/// As [`send_done`].
+unsafe extern "C" fn reg_done(_cq: *mut bindings::ib_cq, wc: *mut bindings::ib_wc) {
+    // SAFETY: As in `send_done`.
+    let (c, wc) = unsafe { (&*(*wc).__bindgen_anon_1.wr_cqe.cast::<SendCqe>(), &*wc) };
+    // SAFETY: As above.
+    let sh = unsafe { &*c.shared.load(Ordering::Relaxed) };
+    let _rcu = RcuRead::new();
+    if sh.closed.load(Ordering::Acquire) {
+        return;
+    }
+    let status = WcStatus::from_raw(wc.status);
+    if status != WcStatus::Success && status != WcStatus::WrFlushErr {
+        // SAFETY: Inside the section, open.
+        unsafe {
+            sh.report(IoError::Registration {
+                status,
+                vendor_err: wc.vendor_err,
+            })
+        };
+    }
+}
+
+/// The `done` of a LOCAL_INV: the registration is dead once it succeeded;
+/// after a failure the request waits for the shutdown (which deregisters
+/// the MR before it ends the request).
+///
+/// # Safety
+///
+/// As [`send_done`].
+unsafe extern "C" fn inv_done(_cq: *mut bindings::ib_cq, wc: *mut bindings::ib_wc) {
+    // SAFETY: As in `send_done`.
+    let (c, wc) = unsafe { (&*(*wc).__bindgen_anon_1.wr_cqe.cast::<SendCqe>(), &*wc) };
+    // SAFETY: As above.
+    let sh = unsafe { &*c.shared.load(Ordering::Relaxed) };
+    let _rcu = RcuRead::new();
+    if sh.closed.load(Ordering::Acquire) {
+        return;
+    }
+    let status = WcStatus::from_raw(wc.status);
+    if status != WcStatus::Success {
+        if status != WcStatus::WrFlushErr {
+            // SAFETY: Inside the section, open.
+            unsafe {
+                sh.report(IoError::Invalidation {
+                    status,
+                    vendor_err: wc.vendor_err,
+                })
+            };
+        }
+        return;
+    }
+    if let Marked::Finish(s) = sh.mark(c.tag, REG_DEAD, 0) {
+        // SAFETY: Inside the section, open.
+        unsafe { sh.finish(c.tag, s) };
     }
 }
 
@@ -673,17 +1072,48 @@ unsafe extern "C" fn recv_done(_cq: *mut bindings::ib_cq, wc: *mut bindings::ib_
             (Ok(()), Some(h)) => h.response(rsp),
             _ => None,
         };
+        // Read only with the flag: the union is not written otherwise.
+        #[allow(clippy::unnecessary_lazy_evaluations)]
+        let inv = (wc.wc_flags & bindings::IB_WC_WITH_INVALIDATE as i32 != 0)
+            // SAFETY: With `IB_WC_WITH_INVALIDATE` the union holds the
+            // rkey the peer invalidated.
+            .then(|| unsafe { wc.ex.invalidate_rkey });
         if let Some(Answer { tag, cid, status }) = answer {
             let e = status.err().map_or(0, |e| e.to_errno());
-            match sh.mark(tag, RESPONDED, Some(cid), e) {
-                Marked::Finish(s) => sh.finish(tag, s),
-                Marked::Set => {}
+            match sh.respond(tag, cid, e, inv) {
+                Marked::Finish(s) => {
+                    if inv.is_some() {
+                        bump(&sh.stats.remote_invalidated);
+                    }
+                    // SAFETY: Inside the section, open.
+                    unsafe { sh.finish(tag, s) }
+                }
+                Marked::Set => {
+                    if inv.is_some() {
+                        bump(&sh.stats.remote_invalidated);
+                    }
+                }
+                // SAFETY: Inside the section, open.
+                Marked::Invalidate(k) => unsafe { sh.post_inv(tag, k) },
                 Marked::Refused => {
                     bump(&sh.stats.unknown);
                     // SAFETY: As above.
                     unsafe { sh.report(IoError::UnknownCommand { tag, cid }) };
                 }
+                Marked::Bogus(rkey) => {
+                    bump(&sh.stats.unknown);
+                    // SAFETY: As above.
+                    unsafe { sh.report(IoError::BogusInvalidation { tag, rkey }) };
+                }
             }
+        } else if let Some(rkey) = inv {
+            // SAFETY: As above.
+            unsafe {
+                sh.report(IoError::BogusInvalidation {
+                    tag: u16::MAX,
+                    rkey,
+                })
+            };
         }
     }
     // SAFETY: Inside the section, open; this receive completed.

@@ -12,7 +12,12 @@
 # with EIO when the queue shuts down, as do the requests a silent peer
 # leaves; a shutdown with the queue in place, and one the handler's drop
 # makes again; a handler that drops its own queue in the callback; the device
-# removed under a disk takes it away; bad commands are refused. A disk and
+# removed under a disk takes it away; bad commands are refused. With the
+# data in the peer (mode=rdma): each request's pages registered by the
+# queue (FRWR), moved by the peer's RDMA READ and WRITE, from 512 B to
+# 1 MiB; the registration ended by the peer's SEND with invalidate (no
+# LOCAL_INV) or by the queue's LOCAL_INV after a plain SEND; answers that
+# invalidate another request's rkey refused. A disk and
 # queue leaked are shut down and deleted when the module goes: in
 # kverbs_forget.sh.
 
@@ -209,6 +214,68 @@ shutdown_nested_in_handler_drop() {
 	echo "del 8" >"$CTL"
 }
 
+# rdma_data DISK: round trips of 512 B to 1 MiB at aligned and odd
+# sectors through /dev/kvioDISK, whose data the peer moves by RDMA.
+rdma_data() {
+	local s c n=0
+	for s in 0 1 8 2047 32760; do
+		for c in 1 8 255 2048; do
+			[ $((s + c)) -le 32768 ] || continue
+			roundtrip "/dev/kvio$1" "$s" "$c" || return 1
+			n=$((n + 1))
+		done
+	done
+	kv_msg "$n round trips; $(grep "^kvio$1: " "$CTL")"
+	all_answered "$1" || return 1
+	[ "$(counter "$1" registered)" -gt "$n" ] || { kv_msg "registered: $(counter "$1" registered)"; return 1; }
+}
+
+# The peer answers with SEND with invalidate: every registration ends in
+# the response's completion, no LOCAL_INV is posted.
+rdma_remote_inv() {
+	echo "add 10 rxe_lo mode=rdma inv=remote" >"$CTL" && kv_wait test -b /dev/kvio10 || return 1
+	rdma_data 10 || return 1
+	[ "$(counter 10 remote_inv)" = "$(counter 10 registered)" ] || return 1
+	[ "$(counter 10 local_inv)" = 0 ] || return 1
+	echo "del 10" >"$CTL"
+}
+
+# The peer answers with a plain SEND: the queue posts a LOCAL_INV for every
+# registration, from the receive's callback, and ends the request on its
+# completion.
+rdma_local_inv() {
+	echo "add 11 rxe_lo mode=rdma inv=local" >"$CTL" && kv_wait test -b /dev/kvio11 || return 1
+	rdma_data 11 || return 1
+	[ "$(counter 11 local_inv)" = "$(counter 11 registered)" ] || return 1
+	[ "$(counter 11 remote_inv)" = 0 ] || return 1
+	echo "del 11" >"$CTL"
+}
+
+# Two reads answered each with a SEND that invalidates the other's rkey:
+# the queue refuses both answers (an rkey not of the request answered),
+# the reads wait, and the del ends them with EIO. A queue that trusted the
+# answer would have ended each read with the other's registration live.
+rdma_swapped_inv() {
+	local pids=() p r=0
+	echo "add 12 rxe_lo mode=rdma inv=swap" >"$CTL" && kv_wait test -b /dev/kvio12 || return 1
+	for p in 3 5; do
+		dd if=/dev/kvio12 of=/dev/null bs=4096 count=1 skip=$p iflag=direct 2>/dev/null &
+		pids+=($!)
+	done
+	kv_wait test "$(counter 12 unknown)" = 2 || r=1
+	sleep 0.5
+	kv_msg "$(grep "^kvio12: " "$CTL")"
+	for p in "${pids[@]}"; do
+		kill -0 "$p" 2>/dev/null || { kv_msg "a read answered with the other's rkey ended"; r=1; }
+	done
+	[ "$(counter 12 finished)" = 0 ] || r=1
+	echo "del 12" >"$CTL" || r=1
+	for p in "${pids[@]}"; do
+		wait "$p" && { kv_msg "a read passed"; r=1; }
+	done
+	return $r
+}
+
 bad_commands() {
 	kv_write_fails "$CTL" "add 0 rxe_lo" "File exists" "" &&
 		kv_write_fails "$CTL" "add 4 nodev" "No such device" "" &&
@@ -216,6 +283,7 @@ bad_commands() {
 		kv_write_fails "$CTL" "add 4 rxe_lo depth=0" "Invalid argument" "" &&
 		kv_write_fails "$CTL" "add 4 rxe_lo depth=129" "Invalid argument" "" &&
 		kv_write_fails "$CTL" "add 4 rxe_lo bogus=1" "Invalid argument" "io: unknown option 'bogus=1'" &&
+		kv_write_fails "$CTL" "add 4 rxe_lo mode=disk" "Invalid argument" "io: unknown option 'mode=disk'" &&
 		kv_write_fails "$CTL" "stop 9" "No such file or directory" "" &&
 		kv_write_fails "$CTL" "bad_cid 0" "Invalid argument" "" &&
 		kv_write_fails "$CTL" "shutdown 0 twice" "Invalid argument" "" &&
@@ -244,7 +312,7 @@ device_removal() {
 	return $r
 }
 
-kv_begin 13
+kv_begin 16
 kv_case setup_rxe_lo_load_selftest_add_io_disk setup
 kv_case io_data_round_trips_every_capsule_answered data
 kv_case io_parallel_readers_writers_all_answered parallel
@@ -255,6 +323,9 @@ kv_case io_silent_peer_requests_ended_eio_by_shutdown silent_peer
 kv_case io_handler_drops_own_queue_in_callback handler_drops_queue
 kv_case io_shutdown_in_place_ends_carried_and_later_requests_eio shutdown_in_place
 kv_case io_shutdown_nested_in_handler_drop_returns shutdown_nested_in_handler_drop
+kv_case io_rdma_data_remote_invalidation_no_local_inv rdma_remote_inv
+kv_case io_rdma_data_plain_send_local_inv_each rdma_local_inv
+kv_case io_rdma_swapped_invalidations_refused_ended_eio_by_del rdma_swapped_inv
 kv_case io_bad_commands_refused_with_errno bad_commands
 kv_case io_device_removal_deletes_disks device_removal
 kv_end
