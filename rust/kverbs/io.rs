@@ -158,7 +158,9 @@ pub enum IoError {
         /// The driver's code for it.
         vendor_err: u32,
     },
-    /// A LOCAL_INV could not be posted (the errno): as [`IoError::Invalidation`].
+    /// A LOCAL_INV could not be posted (the errno): as
+    /// [`IoError::Invalidation`], though the QP may still be working: the
+    /// driver shuts the queue down (the tag is otherwise taken for good).
     InvalidateFailed(i32),
     /// A response that invalidated (SEND with invalidate) an rkey that is
     /// not the live registration of the request it answers: refused, as

@@ -141,6 +141,10 @@ struct Slot {
 struct Mapping {
     nents: i32,
     dir: bindings::dma_data_direction,
+    /// The MR's key byte before this registration's: given back if its
+    /// REG_MR is not posted, so that the MR's key, as the device knows it,
+    /// is always the one before the next registration's.
+    old_key: u8,
 }
 
 /// The DMA buffers (a capsule a tag, a response a receive), and with data
@@ -161,20 +165,24 @@ struct Bufs {
 }
 
 impl Bufs {
-    /// Deregisters the MRs: no rkey of theirs gives access after this.
-    fn dereg(&mut self) {
+    /// Deregisters the MRs: no rkey of theirs gives access after this,
+    /// unless it returns `false` (one failed: it may still be valid).
+    fn dereg(&mut self) -> bool {
+        let mut ok = true;
         for mr in core::mem::replace(&mut self.mrs, KVec::new()).iter() {
-            // SAFETY: Allocated in `pd`, deregistered once (type
-            // invariant). A failure leaves it to the device: nothing to do.
-            let _ = unsafe { bindings::ib_dereg_mr(mr.as_ptr()) };
+            // SAFETY: Allocated in `_pd`, deregistered once (type
+            // invariant).
+            ok &= unsafe { bindings::ib_dereg_mr(mr.as_ptr()) } == 0;
         }
+        ok
     }
 }
 
 impl Drop for Bufs {
     fn drop(&mut self) {
-        // Before `_pd`, a field, is dropped.
-        self.dereg();
+        // Before `_pd`, a field, is dropped (what failed is the device's:
+        // nothing else to do).
+        let _ = self.dereg();
     }
 }
 
@@ -480,15 +488,22 @@ impl Shared {
         }
         // SAFETY: As above: a new key for each registration, so that a
         // response naming an older one invalidates nothing of this.
-        let (rkey, addr, len) = unsafe {
-            bindings::ib_update_fast_reg_key(mr, ((*mr).rkey as u8).wrapping_add(1));
-            ((*mr).rkey, (*mr).iova, (*mr).length)
+        let (old_key, rkey, addr, len) = unsafe {
+            let old_key = (*mr).rkey as u8;
+            bindings::ib_update_fast_reg_key(mr, old_key.wrapping_add(1));
+            (old_key, (*mr).rkey, (*mr).iova, (*mr).length)
         };
         let slot = &self.slots[usize::from(tag)];
         slot.rkey.store(rkey, Ordering::Relaxed);
         // SAFETY: The slot's owner (the caller's guarantee) writes it
         // before it publishes `POSTED`.
-        unsafe { *slot.map.get() = Some(Mapping { nents: n, dir }) };
+        unsafe {
+            *slot.map.get() = Some(Mapping {
+                nents: n,
+                dir,
+                old_key,
+            })
+        };
         let access = if write {
             Access::REMOTE_READ
         } else {
@@ -509,6 +524,29 @@ impl Shared {
         let slot = &self.slots[usize::from(tag)];
         // SAFETY: The caller's guarantee.
         let map = unsafe { (*slot.map.get()).take() };
+        // SAFETY: As above.
+        unsafe { self.unmap_with(tag, map) };
+    }
+
+    /// Unmaps the pages of the slot of `tag`, whose REG_MR was not posted,
+    /// and gives the MR its key back.
+    ///
+    /// # Safety
+    ///
+    /// As [`Shared::unmap`].
+    unsafe fn unmap_unposted(&self, tag: u16) {
+        let slot = &self.slots[usize::from(tag)];
+        // SAFETY: The caller's guarantee.
+        let map = unsafe { (*slot.map.get()).take() };
+        if let Some(m) = map {
+            // SAFETY: As above: the MR is the slot's, not registered.
+            unsafe {
+                bindings::ib_update_fast_reg_key(
+                    self.bufs().mrs[usize::from(tag)].as_ptr(),
+                    m.old_key,
+                )
+            };
+        }
         // SAFETY: As above.
         unsafe { self.unmap_with(tag, map) };
     }
@@ -568,7 +606,7 @@ impl Shared {
         };
         let give_back = |rq: RqRef, e: Error| {
             // SAFETY: The slot's owner, before `POSTED`.
-            unsafe { self.unmap(tag) };
+            unsafe { self.unmap_unposted(tag) };
             slot.state.store(word(g, 0, 0, 0), Ordering::Release);
             Err((rq, e))
         };
@@ -644,10 +682,14 @@ impl Shared {
                 // The registration was posted, the capsule not: the
                 // request ends with the error once the registration is
                 // invalidated (or by the shutdown).
-                if let Marked::Invalidate(k) = self.force_fail(slot, e.to_errno()) {
+                match self.force_fail(slot, e.to_errno()) {
                     // SAFETY: Inside the section, open.
-                    unsafe { self.post_inv(tag, k) };
+                    Marked::Invalidate(k) => unsafe { self.post_inv(tag, k) },
+                    // SAFETY: As above.
+                    Marked::Finish(s) => unsafe { self.finish(tag, s) },
+                    _ => {}
                 }
+                bump(&self.stats.submitted);
                 return Ok(());
             }
             return Err(self.unpost(tag, e));
@@ -661,14 +703,20 @@ impl Shared {
 
     /// Marks the request of `slot`, whose capsule was not posted, sent and
     /// answered with the error `e` (no completion or response comes for
-    /// it): its registration, if live, still to be invalidated.
+    /// it): its registration, if live, still to be invalidated; else the
+    /// caller finishes it.
     fn force_fail(&self, slot: &Slot, e: i32) -> Marked {
-        let s = slot.state.fetch_or(SEND_DONE | RESPONDED, Ordering::AcqRel);
-        let _ = e;
-        if flags(s) & REG_DEAD == 0 {
-            Marked::Invalidate(slot.rkey.load(Ordering::Relaxed))
-        } else {
-            Marked::Set
+        let mut s = slot.state.load(Ordering::Acquire);
+        loop {
+            let e = if err(s) != 0 { err(s) } else { e };
+            let new = word(gen(s), cid(s), e, flags(s) | SEND_DONE | RESPONDED);
+            match slot
+                .state
+                .compare_exchange(s, new, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return Self::outcome(slot, s, new),
+                Err(now) => s = now,
+            }
         }
     }
 
@@ -713,7 +761,7 @@ impl Shared {
         // (type invariant).
         let rq = unsafe { (*slot.rq.get()).take().unwrap_unchecked() };
         // SAFETY: As above; the queue is open (the caller's section).
-        unsafe { self.unmap(tag) };
+        unsafe { self.unmap_unposted(tag) };
         slot.state
             .store(word(gen(s).wrapping_add(1), 0, 0, 0), Ordering::Release);
         (rq, e)
@@ -744,11 +792,25 @@ impl Shared {
                 .state
                 .compare_exchange(s, new, Ordering::AcqRel, Ordering::Acquire)
             {
-                Ok(_) if flags(new) & DONE == DONE => return Marked::Finish(new),
-                Ok(_) if flags(new) & REG_DEAD == 0 => return Marked::Invalidate(rkey),
-                Ok(_) => return Marked::Set,
+                Ok(_) => return Self::outcome(slot, s, new),
                 Err(now) => s = now,
             }
+        }
+    }
+
+    /// What the change of a slot's state from `old` to `new` leaves the
+    /// changer to do: finish the request when it set the last of `DONE`;
+    /// post the LOCAL_INV of a live registration when it set the second
+    /// of `SEND_DONE` and `RESPONDED` -- once a registration, and behind
+    /// its REG_MR (the SEND after it completed, or was never posted).
+    fn outcome(slot: &Slot, old: u64, new: u64) -> Marked {
+        let both = SEND_DONE | RESPONDED;
+        if flags(new) & DONE == DONE {
+            Marked::Finish(new)
+        } else if flags(old) & both != both && flags(new) & both == both {
+            Marked::Invalidate(slot.rkey.load(Ordering::Relaxed))
+        } else {
+            Marked::Set
         }
     }
 
@@ -769,16 +831,15 @@ impl Shared {
                 .state
                 .compare_exchange(s, new, Ordering::AcqRel, Ordering::Acquire)
             {
-                Ok(_) if flags(new) & DONE == DONE => return Marked::Finish(new),
-                Ok(_) => return Marked::Set,
+                Ok(_) => return Self::outcome(slot, s, new),
                 Err(now) => s = now,
             }
         }
     }
 
     /// Ends the request of the slot of `tag`, which the caller finished
-    /// with state `s`, and frees the slot first (the request's end may
-    /// hand its tag to the next).
+    /// with state `s`: unmaps it, frees the slot (the request's end may
+    /// hand its tag to the next), ends it.
     ///
     /// # Safety
     ///
@@ -789,12 +850,13 @@ impl Shared {
         // only one to take `rq` and `map` (type invariant); `rq` is `Some`
         // since `POSTED`.
         let (rq, map) = unsafe { ((*slot.rq.get()).take(), (*slot.map.get()).take()) };
-        slot.state
-            .store(word(gen(s).wrapping_add(1), 0, 0, 0), Ordering::Release);
-        // Before the end (with swiotlb, a read's data is copied back here);
-        // the table is the tag's, not used again before the end.
+        // Before the slot is freed (its table is then the next owner's)
+        // and the request ends (with swiotlb, a read's data is copied back
+        // here).
         // SAFETY: The caller's section.
         unsafe { self.unmap_with(tag, map) };
+        slot.state
+            .store(word(gen(s).wrapping_add(1), 0, 0, 0), Ordering::Release);
         let e = err(s);
         if e != 0 {
             bump(&self.stats.failed);
@@ -869,13 +931,18 @@ impl Shared {
             // the caller reaches the buffers and slots (type invariant).
             // The registrations go first: no rkey reaches a request's pages
             // once it ends.
-            if let Some(b) = unsafe { (*self.bufs.get()).as_mut() } {
-                b.dereg();
+            // SAFETY: As above.
+            let bufs = unsafe { &mut *self.bufs.get() };
+            if bufs.as_mut().is_some_and(|b| b.dereg()) {
+                // SAFETY: As above.
+                unsafe { self.end_carried() };
+                drop(bufs.take());
+            } else {
+                // An MR may still give access to a request's pages: the
+                // requests, their mappings and the buffers are leaked
+                // (the PD with them, which the MR still counts).
+                core::mem::forget(bufs.take());
             }
-            // SAFETY: As above.
-            unsafe { self.end_carried() };
-            // SAFETY: As above.
-            drop(unsafe { (*self.bufs.get()).take() });
         }
         let h = self.handler.swap(ptr::null_mut(), Ordering::AcqRel);
         // SAFETY: From `into_raw`; no section reads it any more.
@@ -921,11 +988,18 @@ impl Drop for Shared {
         // A request still carried (a queue whose QP could not be made to
         // carry it): the registrations go, then it ends.
         if let Some(b) = self.bufs.get_mut().as_mut() {
-            b.dereg();
-            // SAFETY: Dropped: nothing else reaches the slots; the buffers
-            // are there; the device no longer reaches them (the QP is
-            // gone, else it would hold this).
-            unsafe { self.end_carried() };
+            if b.dereg() {
+                // SAFETY: Dropped: nothing else reaches the slots; the
+                // buffers are there; the device no longer reaches them
+                // (the QP is gone, else it would hold this).
+                unsafe { self.end_carried() };
+            } else {
+                // As in `finish_closed`: leaked.
+                core::mem::forget(self.bufs.get_mut().take());
+                for slot in self.slots.iter_mut() {
+                    core::mem::forget(slot.rq.get_mut().take());
+                }
+            }
         }
     }
 }
@@ -961,9 +1035,12 @@ unsafe extern "C" fn send_done(_cq: *mut bindings::ib_cq, wc: *mut bindings::ib_
             };
         }
     }
-    if let Marked::Finish(s) = sh.mark(c.tag, SEND_DONE, e) {
+    match sh.mark(c.tag, SEND_DONE, e) {
         // SAFETY: Inside the section, open.
-        unsafe { sh.finish(c.tag, s) };
+        Marked::Finish(s) => unsafe { sh.finish(c.tag, s) },
+        // SAFETY: As above.
+        Marked::Invalidate(k) => unsafe { sh.post_inv(c.tag, k) },
+        _ => {}
     }
 }
 
