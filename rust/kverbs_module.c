@@ -126,23 +126,27 @@ void kverbs_owned_init(struct kverbs_owned *o, unsigned long code,
 }
 EXPORT_SYMBOL_GPL(kverbs_owned_init);
 
-void kverbs_owned_add(struct kverbs_owned *o)
+static void owned_add(struct kverbs_owned *o, bool first)
 {
 	unsigned long flags;
 
 	spin_lock_irqsave(&owned_lock, flags);
-	list_add_tail(&o->list, &owned);
+	if (first)
+		list_add(&o->list, &owned);
+	else
+		list_add_tail(&o->list, &owned);
 	spin_unlock_irqrestore(&owned_lock, flags);
+}
+
+void kverbs_owned_add(struct kverbs_owned *o)
+{
+	owned_add(o, false);
 }
 EXPORT_SYMBOL_GPL(kverbs_owned_add);
 
 void kverbs_owned_add_first(struct kverbs_owned *o)
 {
-	unsigned long flags;
-
-	spin_lock_irqsave(&owned_lock, flags);
-	list_add(&o->list, &owned);
-	spin_unlock_irqrestore(&owned_lock, flags);
+	owned_add(o, true);
 }
 EXPORT_SYMBOL_GPL(kverbs_owned_add_first);
 

@@ -245,14 +245,10 @@ impl<S: State, T: Transport> Qp<S, T> {
             Some(free) => *free = Some(shared.clone()),
             None => book.streams.push(Some(shared.clone()), GFP_KERNEL)?,
         }
-        for r in res.iter_mut().filter(|r| !r.busy).take(n as usize) {
-            *r = SlotRes {
-                busy: true,
-                signaled: true,
-                stream: true,
-                ..Default::default()
-            };
-        }
+        res.iter_mut()
+            .filter(|r| !r.busy)
+            .take(n as usize)
+            .for_each(SlotRes::take_for_stream);
         book.posted_any = true;
         Ok(())
     }
@@ -294,14 +290,10 @@ impl Qp<Rts> {
             return Err(EBUSY);
         }
         book.io.push(shared.clone(), GFP_KERNEL)?;
-        for r in book.send.iter_mut().chain(book.recv.iter_mut()) {
-            *r = SlotRes {
-                busy: true,
-                signaled: true,
-                stream: true,
-                ..Default::default()
-            };
-        }
+        book.send
+            .iter_mut()
+            .chain(book.recv.iter_mut())
+            .for_each(SlotRes::take_for_stream);
         book.posted_any = true;
         Ok(())
     }

@@ -290,13 +290,7 @@ impl BlkFile {
             // of the partition table for the timeout (30 s).
             .partitions(mode != Mode::Hold)
             .build(format_args!("kvblk{}", n), tags, mem, self.module)?;
-        let d = Some(Disk { n, disk });
-        if let Some(free) = list.iter().position(|s| s.is_none()) {
-            list[free] = d;
-        } else {
-            list.push(d, GFP_KERNEL)?;
-        }
-        Ok(())
+        crate::common::put(&mut list, Disk { n, disk })
     }
 
     /// Runs `f` on disk `n`'s memory.
@@ -310,14 +304,7 @@ impl BlkFile {
 
 impl Store for BlkFile {
     fn store(&self, input: &[u8]) -> Result {
-        let text = core::str::from_utf8(input).map_err(|_| EINVAL)?.trim();
-        let mut words = text.split_ascii_whitespace();
-        let cmd = words.next().ok_or(EINVAL)?;
-        let n: u32 = words.next().ok_or(EINVAL)?.parse().map_err(|_| EINVAL)?;
-        let mut rest = KVec::new();
-        for w in words {
-            rest.push(w, GFP_KERNEL)?;
-        }
+        let (cmd, n, rest) = crate::common::command(input)?;
         let count = || -> Result<u32> {
             if rest.len() != 1 {
                 return Err(EINVAL);

@@ -290,3 +290,26 @@ pub(crate) fn wait_until(ms: u64, done: impl Fn() -> bool) -> bool {
     }
     true
 }
+
+/// Puts `item` in the first free entry of `list`, or at its end.
+pub(crate) fn put<T>(list: &mut KVec<Option<T>>, item: T) -> Result {
+    match list.iter_mut().find(|s| s.is_none()) {
+        Some(free) => *free = Some(item),
+        None => list.push(Some(item), GFP_KERNEL)?,
+    }
+    Ok(())
+}
+
+/// A control file's command `CMD N [WORD...]`: the command, the number
+/// and the rest.
+pub(crate) fn command(input: &[u8]) -> Result<(&str, u32, KVec<&str>)> {
+    let text = core::str::from_utf8(input).map_err(|_| EINVAL)?.trim();
+    let mut words = text.split_ascii_whitespace();
+    let cmd = words.next().ok_or(EINVAL)?;
+    let n: u32 = words.next().ok_or(EINVAL)?.parse().map_err(|_| EINVAL)?;
+    let mut rest = KVec::new();
+    for w in words {
+        rest.push(w, GFP_KERNEL)?;
+    }
+    Ok((cmd, n, rest))
+}

@@ -446,28 +446,37 @@ impl Peer {
 }
 
 /// A disk: its number, device, peer and disk.
+///
+/// Dropped, it shuts the queue down, stops the peer and deletes the disk,
+/// in that order (the disk's deletion waits for the requests the queue
+/// ends); forgotten (`forgotten`), it only stops the peer.
 pub(crate) struct Disk {
     n: u32,
     dev: ARef<Device>,
     ctl: Arc<PeerCtl>,
     queue_data: Arc<Dev>,
-    disk: GenDisk<IoDisk>,
+    disk: Option<GenDisk<IoDisk>>,
+    forgotten: bool,
 }
 
 impl Disk {
-    /// Stops the peer task and waits for it to end.
-    fn stop_peer(&self) {
-        self.ctl.stop();
-    }
-
     /// Shuts the queue down, stops the peer, deletes the disk.
     fn delete(self) {
-        let q = self.queue_data.queue.with(|q| q.take());
-        if let Some(q) = q {
+        drop(self);
+    }
+}
+
+impl Drop for Disk {
+    fn drop(&mut self) {
+        if self.forgotten {
+            // The disk, which holds its queue data and so the queue: both
+            // leaked (the device's reference is not).
+            core::mem::forget(self.disk.take());
+        } else if let Some(q) = self.queue_data.queue.with(|q| q.take()) {
             q.shutdown();
         }
-        self.stop_peer();
-        drop(self.disk);
+        self.ctl.stop();
+        // Then the disk, a field, is deleted.
     }
 }
 
@@ -674,19 +683,17 @@ impl IoFile {
                 return Err(e);
             }
         };
-        let d = Some(Disk {
-            n,
-            dev,
-            ctl,
-            queue_data: qd,
-            disk,
-        });
-        if let Some(free) = list.iter().position(|s| s.is_none()) {
-            list[free] = d;
-        } else {
-            list.push(d, GFP_KERNEL)?;
-        }
-        Ok(())
+        crate::common::put(
+            &mut list,
+            Disk {
+                n,
+                dev,
+                ctl,
+                queue_data: qd,
+                disk: Some(disk),
+                forgotten: false,
+            },
+        )
     }
 
     /// Runs `f` on disk `n`.
@@ -721,14 +728,7 @@ impl Drop for IoFile {
 
 impl Store for IoFile {
     fn store(&self, input: &[u8]) -> Result {
-        let text = core::str::from_utf8(input).map_err(|_| EINVAL)?.trim();
-        let mut words = text.split_ascii_whitespace();
-        let cmd = words.next().ok_or(EINVAL)?;
-        let n: u32 = words.next().ok_or(EINVAL)?.parse().map_err(|_| EINVAL)?;
-        let mut rest = KVec::new();
-        for w in words {
-            rest.push(w, GFP_KERNEL)?;
-        }
+        let (cmd, n, rest) = crate::common::command(input)?;
         let count = || -> Result<u32> {
             match rest[..] {
                 [k] => k.parse().map_err(|_| EINVAL),
@@ -781,11 +781,9 @@ impl Store for IoFile {
             }
             "forget" => {
                 none()?;
-                let d = self.take(n)?;
-                d.stop_peer();
-                // The disk, which holds its queue data and so the queue:
-                // both leaked (the device's reference is not).
-                core::mem::forget(d.disk);
+                let mut d = self.take(n)?;
+                d.forgotten = true;
+                drop(d);
                 Ok(())
             }
             _ => Err(EINVAL),

@@ -1004,39 +1004,90 @@ impl Drop for Shared {
     }
 }
 
+/// A CQE of a queue's: it names the queue.
+trait QueueCqe {
+    fn shared(&self) -> &AtomicPtr<Shared>;
+}
+
+impl QueueCqe for SendCqe {
+    fn shared(&self) -> &AtomicPtr<Shared> {
+        &self.shared
+    }
+}
+
+impl QueueCqe for RecvCqe {
+    fn shared(&self) -> &AtomicPtr<Shared> {
+        &self.shared
+    }
+}
+
+/// What a callback starts from: its CQE of type `C`, the queue, the
+/// completion, its status, and a read-side section -- or `None` once the
+/// queue is closed (a flush of the shutdown's drain, or a completion left
+/// in the CQ of a QP whose drain failed: nothing is touched then).
+///
+/// # Safety
+///
+/// Called by a `done` of the RDMA core with a completion whose `wr_cqe`
+/// is the first field of a `C` of a live [`Shared`] (the QP keeps it until
+/// its drain saw every completion, or leaks it), in the CQ's context.
+unsafe fn enter<'a, C: QueueCqe>(
+    wc: *mut bindings::ib_wc,
+) -> Option<(&'a C, &'a Shared, &'a bindings::ib_wc, WcStatus, RcuRead)> {
+    // SAFETY: `wc` is valid during the call; `wr_cqe` is the first field
+    // of a `C` (the caller's guarantee).
+    let (c, wc) = unsafe { (&*(*wc).__bindgen_anon_1.wr_cqe.cast::<C>(), &*wc) };
+    // SAFETY: As above; set before any request naming it was posted.
+    let sh = unsafe { &*c.shared().load(Ordering::Relaxed) };
+    let rcu = RcuRead::new();
+    if sh.closed.load(Ordering::Acquire) {
+        return None;
+    }
+    Some((c, sh, wc, WcStatus::from_raw(wc.status), rcu))
+}
+
+/// Whether `status` is a failure; tells the handler of it (made by `e`)
+/// unless it is a flush.
+///
+/// # Safety
+///
+/// In a read-side critical section that saw the queue open.
+unsafe fn failed(
+    sh: &Shared,
+    wc: &bindings::ib_wc,
+    status: WcStatus,
+    e: fn(WcStatus, u32) -> IoError,
+) -> bool {
+    if status == WcStatus::Success {
+        return false;
+    }
+    if status != WcStatus::WrFlushErr {
+        // SAFETY: The caller's guarantee.
+        unsafe { sh.report(e(status, wc.vendor_err)) };
+    }
+    true
+}
+
 /// The `done` of a capsule's SEND.
 ///
 /// # Safety
 ///
 /// Called by the RDMA core with a completion whose `wr_cqe` is a
-/// [`SendCqe`]'s, in the CQ's context (softirq).
+/// [`SendCqe`]'s `send_cqes`, in the CQ's context (softirq).
 unsafe extern "C" fn send_done(_cq: *mut bindings::ib_cq, wc: *mut bindings::ib_wc) {
-    // SAFETY: `wc` is valid during the call; `wr_cqe` is the first field of
-    // a `SendCqe` of a live `Shared` (the QP keeps it until its drain saw
-    // every completion, or leaks it).
-    let (c, wc) = unsafe { (&*(*wc).__bindgen_anon_1.wr_cqe.cast::<SendCqe>(), &*wc) };
-    // SAFETY: As above; set before the request was posted.
-    let sh = unsafe { &*c.shared.load(Ordering::Relaxed) };
-    let _rcu = RcuRead::new();
-    if sh.closed.load(Ordering::Acquire) {
+    // SAFETY: The caller's guarantee.
+    let Some((c, sh, wc, status, _rcu)) = (unsafe { enter::<SendCqe>(wc) }) else {
         return;
-    }
-    let status = WcStatus::from_raw(wc.status);
-    let mut e = 0;
-    if status != WcStatus::Success {
-        e = EIO.to_errno();
-        if status != WcStatus::WrFlushErr {
-            // SAFETY: Inside the section, open.
-            unsafe {
-                sh.report(IoError::Send {
-                    status,
-                    vendor_err: wc.vendor_err,
-                })
-            };
-        }
-    }
+    };
+    let send = |status, vendor_err| IoError::Send { status, vendor_err };
+    // SAFETY: Inside the section, open.
+    let e = if unsafe { failed(sh, wc, status, send) } {
+        EIO.to_errno()
+    } else {
+        0
+    };
     match sh.mark(c.tag, SEND_DONE, e) {
-        // SAFETY: Inside the section, open.
+        // SAFETY: As above.
         Marked::Finish(s) => unsafe { sh.finish(c.tag, s) },
         // SAFETY: As above.
         Marked::Invalidate(k) => unsafe { sh.post_inv(c.tag, k) },
@@ -1049,26 +1100,15 @@ unsafe extern "C" fn send_done(_cq: *mut bindings::ib_cq, wc: *mut bindings::ib_
 ///
 /// # Safety
 ///
-/// As [`send_done`].
+/// As [`send_done`], of `reg_cqes`.
 unsafe extern "C" fn reg_done(_cq: *mut bindings::ib_cq, wc: *mut bindings::ib_wc) {
-    // SAFETY: As in `send_done`.
-    let (c, wc) = unsafe { (&*(*wc).__bindgen_anon_1.wr_cqe.cast::<SendCqe>(), &*wc) };
-    // SAFETY: As above.
-    let sh = unsafe { &*c.shared.load(Ordering::Relaxed) };
-    let _rcu = RcuRead::new();
-    if sh.closed.load(Ordering::Acquire) {
+    // SAFETY: The caller's guarantee.
+    let Some((_, sh, wc, status, _rcu)) = (unsafe { enter::<SendCqe>(wc) }) else {
         return;
-    }
-    let status = WcStatus::from_raw(wc.status);
-    if status != WcStatus::Success && status != WcStatus::WrFlushErr {
-        // SAFETY: Inside the section, open.
-        unsafe {
-            sh.report(IoError::Registration {
-                status,
-                vendor_err: wc.vendor_err,
-            })
-        };
-    }
+    };
+    let reg = |status, vendor_err| IoError::Registration { status, vendor_err };
+    // SAFETY: Inside the section, open.
+    let _ = unsafe { failed(sh, wc, status, reg) };
 }
 
 /// The `done` of a LOCAL_INV: the registration is dead once it succeeded;
@@ -1077,31 +1117,19 @@ unsafe extern "C" fn reg_done(_cq: *mut bindings::ib_cq, wc: *mut bindings::ib_w
 ///
 /// # Safety
 ///
-/// As [`send_done`].
+/// As [`send_done`], of `inv_cqes`.
 unsafe extern "C" fn inv_done(_cq: *mut bindings::ib_cq, wc: *mut bindings::ib_wc) {
-    // SAFETY: As in `send_done`.
-    let (c, wc) = unsafe { (&*(*wc).__bindgen_anon_1.wr_cqe.cast::<SendCqe>(), &*wc) };
-    // SAFETY: As above.
-    let sh = unsafe { &*c.shared.load(Ordering::Relaxed) };
-    let _rcu = RcuRead::new();
-    if sh.closed.load(Ordering::Acquire) {
+    // SAFETY: The caller's guarantee.
+    let Some((c, sh, wc, status, _rcu)) = (unsafe { enter::<SendCqe>(wc) }) else {
         return;
-    }
-    let status = WcStatus::from_raw(wc.status);
-    if status != WcStatus::Success {
-        if status != WcStatus::WrFlushErr {
-            // SAFETY: Inside the section, open.
-            unsafe {
-                sh.report(IoError::Invalidation {
-                    status,
-                    vendor_err: wc.vendor_err,
-                })
-            };
-        }
+    };
+    let inv = |status, vendor_err| IoError::Invalidation { status, vendor_err };
+    // SAFETY: Inside the section, open.
+    if unsafe { failed(sh, wc, status, inv) } {
         return;
     }
     if let Marked::Finish(s) = sh.mark(c.tag, REG_DEAD, 0) {
-        // SAFETY: Inside the section, open.
+        // SAFETY: As above.
         unsafe { sh.finish(c.tag, s) };
     }
 }
@@ -1112,26 +1140,14 @@ unsafe extern "C" fn inv_done(_cq: *mut bindings::ib_cq, wc: *mut bindings::ib_w
 ///
 /// As [`send_done`], with a [`RecvCqe`].
 unsafe extern "C" fn recv_done(_cq: *mut bindings::ib_cq, wc: *mut bindings::ib_wc) {
-    // SAFETY: As in `send_done`.
-    let (c, wc) = unsafe { (&*(*wc).__bindgen_anon_1.wr_cqe.cast::<RecvCqe>(), &*wc) };
-    // SAFETY: As above.
-    let sh = unsafe { &*c.shared.load(Ordering::Relaxed) };
-    let _rcu = RcuRead::new();
-    if sh.closed.load(Ordering::Acquire) {
+    // SAFETY: The caller's guarantee.
+    let Some((c, sh, wc, status, _rcu)) = (unsafe { enter::<RecvCqe>(wc) }) else {
         return;
-    }
-    let status = WcStatus::from_raw(wc.status);
-    if status != WcStatus::Success {
-        // Not posted again: the QP is in error.
-        if status != WcStatus::WrFlushErr {
-            // SAFETY: Inside the section, open.
-            unsafe {
-                sh.report(IoError::Recv {
-                    status,
-                    vendor_err: wc.vendor_err,
-                })
-            };
-        }
+    };
+    let recv = |status, vendor_err| IoError::Recv { status, vendor_err };
+    // Not posted again after a failure: the QP is in error.
+    // SAFETY: Inside the section, open.
+    if unsafe { failed(sh, wc, status, recv) } {
         return;
     }
     let len = sh.cfg.response_len;

@@ -106,6 +106,19 @@ pub(crate) struct SlotRes {
     pub(crate) ah: Option<Arc<AhInner>>,
 }
 
+impl SlotRes {
+    /// Takes the slot for a stream or a capsule queue, which posts through
+    /// it on its own.
+    pub(crate) fn take_for_stream(&mut self) {
+        *self = SlotRes {
+            busy: true,
+            signaled: true,
+            stream: true,
+            ..Default::default()
+        };
+    }
+}
+
 /// `n` free slots; of the SRQ whose table is `qps`, if any (which must
 /// outlive them: keep it with them).
 pub(crate) fn new_slots(n: u32, qps: Option<&Arc<crate::srq::QpTable>>) -> Result<KVec<Slot>> {

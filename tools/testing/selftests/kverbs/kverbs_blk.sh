@@ -30,7 +30,7 @@ setup() {
 
 # counter DISK NAME: the disk's counter NAME in the control file.
 counter() {
-	grep "^kvblk$1: " "$CTL" | tr ' ' '\n' | awk -v k="$2" 'p { print; exit } $0 == k { p = 1 }'
+	kv_counter "$CTL" "kvblk$1: " "$2"
 }
 
 # queue_attr NAME: /sys/block/kvblk0/queue/NAME.
@@ -60,12 +60,7 @@ limits() {
 # roundtrip DEV SECTOR COUNT: COUNT sectors of the pattern written at
 # SECTOR with O_DIRECT read back the same.
 roundtrip() {
-	local got=/tmp/kvblk.got
-	dd if=$PAT of="$1" bs=512 seek="$2" count="$3" oflag=direct 2>/dev/null ||
-		{ kv_msg "$1: writing $3 sectors at $2 failed"; return 1; }
-	dd if="$1" of=$got bs=512 skip="$2" count="$3" iflag=direct 2>/dev/null ||
-		{ kv_msg "$1: reading $3 sectors at $2 failed"; return 1; }
-	head -c $(($3 * 512)) $PAT | cmp -s - $got || { kv_msg "$1: $3 sectors at $2 read back differ"; return 1; }
+	kv_roundtrip $PAT "$@"
 }
 
 # data DEV: sizes from a sector to 1 MiB (two requests of 512 KiB), at

@@ -36,21 +36,15 @@ setup() {
 	dd if=/dev/urandom of=$PAT bs=1024 count=1024 2>/dev/null
 }
 
-# counter DISK NAME: the disk's first counter NAME in the control file.
+# counter DISK NAME: the disk's counter NAME in the control file.
 counter() {
-	grep "^kvio$1: " "$CTL" | tr ' ' '\n' | awk -v k="$2" 'p { print; exit } $0 == k { p = 1 }'
+	kv_counter "$CTL" "kvio$1: " "$2"
 }
 
 # roundtrip DEV SECTOR COUNT: COUNT sectors of the pattern written at
 # SECTOR with O_DIRECT read back the same.
 roundtrip() {
-	local got=/tmp/kvio.got.$2
-	dd if=$PAT of="$1" bs=512 seek="$2" count="$3" oflag=direct 2>/dev/null ||
-		{ kv_msg "$1: writing $3 sectors at $2 failed"; return 1; }
-	dd if="$1" of="$got" bs=512 skip="$2" count="$3" iflag=direct 2>/dev/null ||
-		{ kv_msg "$1: reading $3 sectors at $2 failed"; return 1; }
-	head -c $(($3 * 512)) $PAT | cmp -s - "$got" || { kv_msg "$1: $3 sectors at $2 read back differ"; return 1; }
-	rm -f "$got"
+	kv_roundtrip $PAT "$@"
 }
 
 # Every request the queue carried was answered and finished by it: as
@@ -163,14 +157,17 @@ silent_peer() {
 	return $r
 }
 
-# The handler drops its own queue in the response callback: that request
-# ends as answered, the queue shuts down on kverbs.ko's workqueue, later
-# requests end with EIO (the driver's, for a queue gone).
+# The handler drops its own queue in the response callback: the queue
+# shuts down on kverbs.ko's workqueue (that request ends as answered, or
+# with EIO if its send's completion comes after), later requests end with
+# EIO (the driver's, for a queue gone).
 handler_drops_queue() {
 	echo "add 3 rxe_lo" >"$CTL" && kv_wait test -b /dev/kvio3 || return 1
 	echo "drop_in_handler 3" >"$CTL" || return 1
+	# Its send's completion may come after the queue closed: it ends with
+	# EIO then.
 	dd if=/dev/kvio3 of=/dev/null bs=4096 count=1 skip=3 iflag=direct 2>/dev/null ||
-		{ kv_msg "the read answered while its queue was dropped failed"; return 1; }
+		kv_msg "the read answered while its queue was dropped ended with an error"
 	kv_wait grep -q "^kvio3: queue gone" "$CTL" || { kv_msg "$(grep "^kvio3: " "$CTL")"; return 1; }
 	dd if=/dev/kvio3 of=/dev/null bs=4096 count=1 skip=5 iflag=direct 2>/dev/null &&
 		{ kv_msg "a read passed without a queue"; return 1; }
@@ -230,25 +227,19 @@ rdma_data() {
 	[ "$(counter "$1" registered)" -gt "$n" ] || { kv_msg "registered: $(counter "$1" registered)"; return 1; }
 }
 
-# The peer answers with SEND with invalidate: every registration ends in
-# the response's completion, no LOCAL_INV is posted.
-rdma_remote_inv() {
-	echo "add 10 rxe_lo mode=rdma inv=remote" >"$CTL" && kv_wait test -b /dev/kvio10 || return 1
-	rdma_data 10 || return 1
-	[ "$(counter 10 remote_inv)" = "$(counter 10 registered)" ] || return 1
-	[ "$(counter 10 local_inv)" = 0 ] || return 1
-	echo "del 10" >"$CTL"
-}
-
-# The peer answers with a plain SEND: the queue posts a LOCAL_INV for every
-# registration, from the receive's callback, and ends the request on its
-# completion.
-rdma_local_inv() {
-	echo "add 11 rxe_lo mode=rdma inv=local" >"$CTL" && kv_wait test -b /dev/kvio11 || return 1
-	rdma_data 11 || return 1
-	[ "$(counter 11 local_inv)" = "$(counter 11 registered)" ] || return 1
-	[ "$(counter 11 remote_inv)" = 0 ] || return 1
-	echo "del 11" >"$CTL"
+# rdma_inv DISK INV: a disk whose peer answers with SEND with invalidate
+# (INV remote: every registration ends in the response's completion, no
+# LOCAL_INV is posted) or a plain SEND (local: the queue posts a LOCAL_INV
+# for every registration from the callback, and ends the request on its
+# completion); the same data round trips.
+rdma_inv() {
+	local other=remote
+	[ "$2" = remote ] && other=local
+	echo "add $1 rxe_lo mode=rdma inv=$2" >"$CTL" && kv_wait test -b "/dev/kvio$1" || return 1
+	rdma_data "$1" || return 1
+	[ "$(counter "$1" "$2_inv")" = "$(counter "$1" registered)" ] || return 1
+	[ "$(counter "$1" "${other}_inv")" = 0 ] || return 1
+	echo "del $1" >"$CTL"
 }
 
 # Two reads answered each with a SEND that invalidates the other's rkey:
@@ -323,8 +314,8 @@ kv_case io_silent_peer_requests_ended_eio_by_shutdown silent_peer
 kv_case io_handler_drops_own_queue_in_callback handler_drops_queue
 kv_case io_shutdown_in_place_ends_carried_and_later_requests_eio shutdown_in_place
 kv_case io_shutdown_nested_in_handler_drop_returns shutdown_nested_in_handler_drop
-kv_case io_rdma_data_remote_invalidation_no_local_inv rdma_remote_inv
-kv_case io_rdma_data_plain_send_local_inv_each rdma_local_inv
+kv_case io_rdma_data_remote_invalidation_no_local_inv rdma_inv 10 remote
+kv_case io_rdma_data_plain_send_local_inv_each rdma_inv 11 local
 kv_case io_rdma_swapped_invalidations_refused_ended_eio_by_del rdma_swapped_inv
 kv_case io_bad_commands_refused_with_errno bad_commands
 kv_case io_device_removal_deletes_disks device_removal

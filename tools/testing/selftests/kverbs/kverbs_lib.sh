@@ -372,6 +372,25 @@ kv_wait() {
 	return 1
 }
 
+# kv_roundtrip PATTERN DEV SECTOR COUNT: COUNT sectors of the file
+# PATTERN written at SECTOR of DEV with O_DIRECT read back the same.
+kv_roundtrip() {
+	local got=/tmp/kv_roundtrip.$BASHPID
+	dd if="$1" of="$2" bs=512 seek="$3" count="$4" oflag=direct 2>/dev/null ||
+		{ kv_msg "$2: writing $4 sectors at $3 failed"; return 1; }
+	dd if="$2" of="$got" bs=512 skip="$3" count="$4" iflag=direct 2>/dev/null ||
+		{ kv_msg "$2: reading $4 sectors at $3 failed"; return 1; }
+	head -c $(($4 * 512)) "$1" | cmp -s - "$got" ||
+		{ kv_msg "$2: $4 sectors at $3 read back differ"; rm -f "$got"; return 1; }
+	rm -f "$got"
+}
+
+# kv_counter FILE PREFIX KEY: the word after KEY on the line of FILE that
+# begins with PREFIX (a disk's counter in a control file).
+kv_counter() {
+	grep "^$2" "$1" | tr ' ' '\n' | awk -v k="$3" 'p { print; exit } $0 == k { p = 1 }'
+}
+
 # kv_layer_refs: kverbs.ko's reference count (its users' and its live
 # objects': rust/kverbs/layer_ref.rs).
 kv_layer_refs() {
