@@ -45,6 +45,7 @@
 //! cycle) is shut down when that module goes: its requests end with `EIO`,
 //! and its handler is dropped, before the module's memory is.
 
+mod done;
 mod slot;
 
 pub(crate) use slot::Shared;

@@ -372,6 +372,14 @@ impl PinnedDrop for QpInner {
         if let Some(cm) = &self.cm {
             cm.release_qp();
         }
+        if drained || ret == 0 {
+            // Destroyed, or nothing outstanding (a drained QP whose
+            // destruction failed): the device touches none of the capsule
+            // queue's memory.
+            for s in io.iter() {
+                s.qp_quiesced();
+            }
+        }
         // SAFETY: Only fields that are not structurally pinned are moved out
         // or dropped below (not `book`, only what its lock gives).
         let this = unsafe { self.get_unchecked_mut() };
@@ -400,13 +408,6 @@ impl PinnedDrop for QpInner {
                 core::mem::forget(book.last_ah.take());
             }
             leak(streams);
-            if drained {
-                // Nothing outstanding: the device touches none of the
-                // capsule queue's memory.
-                for s in io.iter() {
-                    s.qp_quiesced();
-                }
-            }
             leak(io);
             core::mem::forget(last_ah);
             core::mem::forget(this.srq.take());
@@ -442,9 +443,6 @@ impl PinnedDrop for QpInner {
         // reference to the device is left behind.
         for s in streams.iter().flatten() {
             s.release_bufs();
-        }
-        for s in io.iter() {
-            s.qp_quiesced();
         }
         if drained {
             drop(streams);

@@ -2,19 +2,19 @@
 
 //! What a capsule queue shares with its QP and its completion callbacks:
 //! a slot per tag (its state, its capsule, the request it carries), the
-//! receives of the responses, the handler, and the callbacks themselves.
+//! receives of the responses, the handler; the callbacks are in `done.rs`.
 //!
 //! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
 //! (`ib_post_send`, `ib_post_recv`, `struct ib_cqe`)
 
-use super::{Answer, IoConfig, IoError, IoHandler, IoStats, MAX_CAPSULE};
+use super::done::{inv_done, recv_done, reg_done, send_done, Done, RecvCqe, SendCqe};
+use super::{IoConfig, IoError, IoHandler, IoStats, MAX_CAPSULE};
 use crate::bindings;
 use crate::blk::RqRef;
 use crate::dma::DmaBuf;
 use crate::pd::Pd;
 use crate::qp::{Access, RemoteBuf};
 use crate::sg::SgTable;
-use crate::wc::WcStatus;
 use core::{
     cell::UnsafeCell,
     ptr::{self, NonNull},
@@ -30,9 +30,9 @@ use kernel::{
 // request, the command id and the generation (bumped when it is freed).
 const OWNED: u64 = 1 << 0;
 const POSTED: u64 = 1 << 1;
-const SEND_DONE: u64 = 1 << 2;
+pub(super) const SEND_DONE: u64 = 1 << 2;
 const RESPONDED: u64 = 1 << 3;
-const REG_DEAD: u64 = 1 << 4;
+pub(super) const REG_DEAD: u64 = 1 << 4;
 const FLAGS: u64 = 0xff;
 /// What a request waits for before it is finished: its send's completion,
 /// its response, and the end of its memory registration (at once for a
@@ -65,10 +65,10 @@ fn word(gen: u16, cid: u16, err: i32, flags: u64) -> u64 {
 }
 
 /// A read-side critical section of RCU, while this lives.
-struct RcuRead;
+pub(super) struct RcuRead;
 
 impl RcuRead {
-    fn new() -> Self {
+    pub(super) fn new() -> Self {
         // SAFETY: No precondition; unlocked by the drop, on this task.
         unsafe { bindings::kverbs_rcu_read_lock() };
         RcuRead
@@ -89,34 +89,6 @@ pub(super) fn synchronize_rcu() {
     unsafe { bindings::kverbs_synchronize_rcu() };
 }
 
-/// A `done` function of an `ib_cqe`.
-type Done = unsafe extern "C" fn(*mut bindings::ib_cq, *mut bindings::ib_wc);
-
-/// The `ib_cqe` of a tag's SEND, REG_MR or LOCAL_INV.
-///
-/// # Invariants
-///
-/// `cqe` is the first field; `shared` is the [`Shared`] this is part of,
-/// set before any request names `cqe`.
-#[repr(C)]
-struct SendCqe {
-    cqe: Opaque<bindings::ib_cqe>,
-    shared: AtomicPtr<Shared>,
-    tag: u16,
-}
-
-/// The `ib_cqe` of a receive.
-///
-/// # Invariants
-///
-/// As [`SendCqe`]'s.
-#[repr(C)]
-struct RecvCqe {
-    cqe: Opaque<bindings::ib_cqe>,
-    shared: AtomicPtr<Shared>,
-    index: u16,
-}
-
 /// A tag's slot.
 ///
 /// # Invariants
@@ -133,6 +105,54 @@ struct Slot {
     rkey: AtomicU32,
     rq: UnsafeCell<Option<RqRef>>,
     map: UnsafeCell<Option<Mapping>>,
+}
+
+impl Slot {
+    /// Sets the flags `bits(state)` gives on the slot's state (and `e`,
+    /// if the request has no error yet), by compare-and-swap, unless it
+    /// gives what to return instead; then what the setter is to do
+    /// ([`Slot::outcome`]).
+    fn set(&self, e: i32, bits: impl Fn(u64) -> core::result::Result<u64, Marked>) -> Marked {
+        let mut s = self.state.load(Ordering::Acquire);
+        loop {
+            let b = match bits(s) {
+                Ok(b) => b,
+                Err(m) => return m,
+            };
+            let e = if err(s) != 0 { err(s) } else { e };
+            let new = word(gen(s), cid(s), e, flags(s) | b);
+            match self
+                .state
+                .compare_exchange(s, new, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return self.outcome(s, new),
+                Err(now) => s = now,
+            }
+        }
+    }
+
+    /// What the change of the state from `old` to `new` leaves the changer
+    /// to do: finish the request when it set the last of `DONE`; post the
+    /// LOCAL_INV of a live registration when it set the second of
+    /// `SEND_DONE` and `RESPONDED` -- once a registration, and behind its
+    /// REG_MR (the SEND after it completed, or was never posted).
+    fn outcome(&self, old: u64, new: u64) -> Marked {
+        let both = SEND_DONE | RESPONDED;
+        if flags(new) & DONE == DONE {
+            Marked::Finish(new)
+        } else if flags(old) & both != both && flags(new) & both == both {
+            Marked::Invalidate(self.rkey.load(Ordering::Relaxed))
+        } else {
+            Marked::Set
+        }
+    }
+
+    /// Frees the slot, whose state was `s`, for the next request: the
+    /// next generation, no flags.
+    fn free(&self, s: u64) {
+        self.state
+            .store(word(gen(s).wrapping_add(1), 0, 0, 0), Ordering::Release);
+    }
 }
 
 /// A request's pages mapped for the device (`ib_dma_map_sg`) into its
@@ -155,9 +175,9 @@ struct Mapping {
 ///
 /// Each of `mrs` was allocated by `ib_alloc_mr` in `_pd`, and is
 /// deregistered by [`Bufs::dereg`] (or the drop).
-struct Bufs {
+pub(super) struct Bufs {
     capsules: KVec<DmaBuf>,
-    responses: KVec<DmaBuf>,
+    pub(super) responses: KVec<DmaBuf>,
     tables: KVec<SgTable>,
     mrs: KVec<NonNull<bindings::ib_mr>>,
     /// Held until the MRs are deregistered.
@@ -204,8 +224,8 @@ impl Drop for Bufs {
 pub(crate) struct Shared {
     qp: *mut bindings::ib_qp,
     lkey: u32,
-    cfg: IoConfig,
-    closed: AtomicBool,
+    pub(super) cfg: IoConfig,
+    pub(super) closed: AtomicBool,
     /// The QP was destroyed, or drained: the device touches none of the
     /// queue's memory any more.
     quiesced: AtomicBool,
@@ -233,10 +253,10 @@ pub(super) struct Stats {
     finished: AtomicU64,
     failed: AtomicU64,
     ended_by_shutdown: AtomicU64,
-    unknown: AtomicU64,
+    pub(super) unknown: AtomicU64,
     errors: AtomicU64,
     registered: AtomicU64,
-    remote_invalidated: AtomicU64,
+    pub(super) remote_invalidated: AtomicU64,
     local_invalidated: AtomicU64,
 }
 
@@ -257,12 +277,12 @@ impl Stats {
     }
 }
 
-fn bump(a: &AtomicU64) {
+pub(super) fn bump(a: &AtomicU64) {
     a.fetch_add(1, Ordering::Relaxed);
 }
 
 /// What setting flags of a slot found.
-enum Marked {
+pub(super) enum Marked {
     /// Set; others still to come.
     Set,
     /// Set, the last of `DONE`: the caller finishes the request.
@@ -390,7 +410,7 @@ impl Shared {
     ///
     /// In a read-side critical section that saw `closed` false, or by the
     /// owner of a slot that saw it false when it took it.
-    unsafe fn bufs(&self) -> &Bufs {
+    pub(super) unsafe fn bufs(&self) -> &Bufs {
         // SAFETY: `Some` and unchanged until `close`'s caller takes it,
         // after waiting for the caller (type invariant).
         unsafe { (*self.bufs.get()).as_ref().unwrap_unchecked() }
@@ -402,7 +422,7 @@ impl Shared {
     ///
     /// In a read-side critical section that saw `closed` false; the
     /// receive is not posted.
-    unsafe fn post_recv(&self, index: u16) -> Result {
+    pub(super) unsafe fn post_recv(&self, index: u16) -> Result {
         // SAFETY: The caller's guarantee.
         let buf = unsafe { &self.bufs().responses[usize::from(index)] };
         let mut sge = buf
@@ -706,18 +726,7 @@ impl Shared {
     /// it): its registration, if live, still to be invalidated; else the
     /// caller finishes it.
     fn force_fail(&self, slot: &Slot, e: i32) -> Marked {
-        let mut s = slot.state.load(Ordering::Acquire);
-        loop {
-            let e = if err(s) != 0 { err(s) } else { e };
-            let new = word(gen(s), cid(s), e, flags(s) | SEND_DONE | RESPONDED);
-            match slot
-                .state
-                .compare_exchange(s, new, Ordering::AcqRel, Ordering::Acquire)
-            {
-                Ok(_) => return Self::outcome(slot, s, new),
-                Err(now) => s = now,
-            }
-        }
+        slot.set(e, |_| Ok(SEND_DONE | RESPONDED))
     }
 
     /// Posts a signaled LOCAL_INV of `rkey`, the registration of the slot
@@ -727,7 +736,7 @@ impl Shared {
     /// # Safety
     ///
     /// In a read-side critical section that saw the queue open.
-    unsafe fn post_inv(&self, tag: u16, rkey: u32) {
+    pub(super) unsafe fn post_inv(&self, tag: u16, rkey: u32) {
         let mut wr = bindings::ib_send_wr {
             opcode: bindings::IB_WR_LOCAL_INV,
             send_flags: bindings::IB_SEND_SIGNALED,
@@ -762,79 +771,45 @@ impl Shared {
         let rq = unsafe { (*slot.rq.get()).take().unwrap_unchecked() };
         // SAFETY: As above; the queue is open (the caller's section).
         unsafe { self.unmap_unposted(tag) };
-        slot.state
-            .store(word(gen(s).wrapping_add(1), 0, 0, 0), Ordering::Release);
+        slot.free(s);
         (rq, e)
     }
 
     /// A response to the slot of `tag` for command `cid` with status `e`,
     /// which invalidated `inv`, if any: sets `RESPONDED`, and `REG_DEAD`
     /// if it invalidated the slot's live registration.
-    fn respond(&self, tag: u16, cid: u16, e: i32, inv: Option<u32>) -> Marked {
+    pub(super) fn respond(&self, tag: u16, cid: u16, e: i32, inv: Option<u32>) -> Marked {
         let Some(slot) = self.slots.get(usize::from(tag)) else {
             return Marked::Refused;
         };
-        let mut s = slot.state.load(Ordering::Acquire);
-        loop {
+        slot.set(e, |s| {
             if flags(s) & POSTED == 0 || flags(s) & RESPONDED != 0 || cid != self::cid(s) {
-                return Marked::Refused;
+                return Err(Marked::Refused);
             }
             let live = flags(s) & REG_DEAD == 0;
-            let rkey = slot.rkey.load(Ordering::Relaxed);
-            let bits = match inv {
-                None => RESPONDED,
-                Some(k) if live && k == rkey => RESPONDED | REG_DEAD,
-                Some(k) => return Marked::Bogus(k),
-            };
-            let e = if err(s) != 0 { err(s) } else { e };
-            let new = word(gen(s), cid, e, flags(s) | bits);
-            match slot
-                .state
-                .compare_exchange(s, new, Ordering::AcqRel, Ordering::Acquire)
-            {
-                Ok(_) => return Self::outcome(slot, s, new),
-                Err(now) => s = now,
+            match inv {
+                None => Ok(RESPONDED),
+                Some(k) if live && k == slot.rkey.load(Ordering::Relaxed) => {
+                    Ok(RESPONDED | REG_DEAD)
+                }
+                Some(k) => Err(Marked::Bogus(k)),
             }
-        }
-    }
-
-    /// What the change of a slot's state from `old` to `new` leaves the
-    /// changer to do: finish the request when it set the last of `DONE`;
-    /// post the LOCAL_INV of a live registration when it set the second
-    /// of `SEND_DONE` and `RESPONDED` -- once a registration, and behind
-    /// its REG_MR (the SEND after it completed, or was never posted).
-    fn outcome(slot: &Slot, old: u64, new: u64) -> Marked {
-        let both = SEND_DONE | RESPONDED;
-        if flags(new) & DONE == DONE {
-            Marked::Finish(new)
-        } else if flags(old) & both != both && flags(new) & both == both {
-            Marked::Invalidate(slot.rkey.load(Ordering::Relaxed))
-        } else {
-            Marked::Set
-        }
+        })
     }
 
     /// Sets `bits` of the slot of `tag` (and `e`, the request's first
     /// error), if it carries a request that has not had them.
-    fn mark(&self, tag: u16, bits: u64, e: i32) -> Marked {
+    pub(super) fn mark(&self, tag: u16, bits: u64, e: i32) -> Marked {
         let Some(slot) = self.slots.get(usize::from(tag)) else {
             return Marked::Refused;
         };
-        let mut s = slot.state.load(Ordering::Acquire);
-        loop {
+        slot.set(e, |s| {
             if flags(s) & POSTED == 0 || flags(s) & bits != 0 {
-                return Marked::Refused;
+                Err(Marked::Refused)
+            } else {
+                Ok(bits)
             }
-            let e = if err(s) != 0 { err(s) } else { e };
-            let new = word(gen(s), self::cid(s), e, flags(s) | bits);
-            match slot
-                .state
-                .compare_exchange(s, new, Ordering::AcqRel, Ordering::Acquire)
-            {
-                Ok(_) => return Self::outcome(slot, s, new),
-                Err(now) => s = now,
-            }
-        }
+        })
     }
 
     /// Ends the request of the slot of `tag`, which the caller finished
@@ -844,7 +819,7 @@ impl Shared {
     /// # Safety
     ///
     /// In a read-side critical section that saw the queue open.
-    unsafe fn finish(&self, tag: u16, s: u64) {
+    pub(super) unsafe fn finish(&self, tag: u16, s: u64) {
         let slot = &self.slots[usize::from(tag)];
         // SAFETY: The caller set the last `DONE` flag: the finisher, the
         // only one to take `rq` and `map` (type invariant); `rq` is `Some`
@@ -855,8 +830,7 @@ impl Shared {
         // here).
         // SAFETY: The caller's section.
         unsafe { self.unmap_with(tag, map) };
-        slot.state
-            .store(word(gen(s).wrapping_add(1), 0, 0, 0), Ordering::Release);
+        slot.free(s);
         let e = err(s);
         if e != 0 {
             bump(&self.stats.failed);
@@ -876,7 +850,7 @@ impl Shared {
     /// # Safety
     ///
     /// In a read-side critical section that saw `closed` false.
-    unsafe fn handler(&self) -> Option<&Arc<dyn IoHandler>> {
+    pub(super) unsafe fn handler(&self) -> Option<&Arc<dyn IoHandler>> {
         let h = self.handler.load(Ordering::Acquire);
         // SAFETY: From `into_raw`, freed only after `close`'s caller
         // waited for this section (type invariant).
@@ -888,7 +862,7 @@ impl Shared {
     /// # Safety
     ///
     /// As [`Shared::handler`].
-    unsafe fn report(&self, e: IoError) {
+    pub(super) unsafe fn report(&self, e: IoError) {
         bump(&self.stats.errors);
         // SAFETY: The caller's guarantee.
         if let Some(h) = unsafe { self.handler() } {
@@ -968,8 +942,7 @@ impl Shared {
             let rq = unsafe { (*slot.rq.get()).take() };
             // SAFETY: As above; `tag` is below the depth.
             unsafe { self.unmap(tag as u16) };
-            slot.state
-                .store(word(gen(s).wrapping_add(1), 0, 0, 0), Ordering::Release);
+            slot.free(s);
             if let Some(rq) = rq {
                 bump(&self.stats.ended_by_shutdown);
                 rq.end(Err(EIO));
@@ -1001,217 +974,5 @@ impl Drop for Shared {
                 }
             }
         }
-    }
-}
-
-/// A CQE of a queue's: it names the queue.
-trait QueueCqe {
-    fn shared(&self) -> &AtomicPtr<Shared>;
-}
-
-impl QueueCqe for SendCqe {
-    fn shared(&self) -> &AtomicPtr<Shared> {
-        &self.shared
-    }
-}
-
-impl QueueCqe for RecvCqe {
-    fn shared(&self) -> &AtomicPtr<Shared> {
-        &self.shared
-    }
-}
-
-/// What a callback starts from: its CQE of type `C`, the queue, the
-/// completion, its status, and a read-side section -- or `None` once the
-/// queue is closed (a flush of the shutdown's drain, or a completion left
-/// in the CQ of a QP whose drain failed: nothing is touched then).
-///
-/// # Safety
-///
-/// Called by a `done` of the RDMA core with a completion whose `wr_cqe`
-/// is the first field of a `C` of a live [`Shared`] (the QP keeps it until
-/// its drain saw every completion, or leaks it), in the CQ's context.
-unsafe fn enter<'a, C: QueueCqe>(
-    wc: *mut bindings::ib_wc,
-) -> Option<(&'a C, &'a Shared, &'a bindings::ib_wc, WcStatus, RcuRead)> {
-    // SAFETY: `wc` is valid during the call; `wr_cqe` is the first field
-    // of a `C` (the caller's guarantee).
-    let (c, wc) = unsafe { (&*(*wc).__bindgen_anon_1.wr_cqe.cast::<C>(), &*wc) };
-    // SAFETY: As above; set before any request naming it was posted.
-    let sh = unsafe { &*c.shared().load(Ordering::Relaxed) };
-    let rcu = RcuRead::new();
-    if sh.closed.load(Ordering::Acquire) {
-        return None;
-    }
-    Some((c, sh, wc, WcStatus::from_raw(wc.status), rcu))
-}
-
-/// Whether `status` is a failure; tells the handler of it (made by `e`)
-/// unless it is a flush.
-///
-/// # Safety
-///
-/// In a read-side critical section that saw the queue open.
-unsafe fn failed(
-    sh: &Shared,
-    wc: &bindings::ib_wc,
-    status: WcStatus,
-    e: fn(WcStatus, u32) -> IoError,
-) -> bool {
-    if status == WcStatus::Success {
-        return false;
-    }
-    if status != WcStatus::WrFlushErr {
-        // SAFETY: The caller's guarantee.
-        unsafe { sh.report(e(status, wc.vendor_err)) };
-    }
-    true
-}
-
-/// The `done` of a capsule's SEND.
-///
-/// # Safety
-///
-/// Called by the RDMA core with a completion whose `wr_cqe` is a
-/// [`SendCqe`]'s `send_cqes`, in the CQ's context (softirq).
-unsafe extern "C" fn send_done(_cq: *mut bindings::ib_cq, wc: *mut bindings::ib_wc) {
-    // SAFETY: The caller's guarantee.
-    let Some((c, sh, wc, status, _rcu)) = (unsafe { enter::<SendCqe>(wc) }) else {
-        return;
-    };
-    let send = |status, vendor_err| IoError::Send { status, vendor_err };
-    // SAFETY: Inside the section, open.
-    let e = if unsafe { failed(sh, wc, status, send) } {
-        EIO.to_errno()
-    } else {
-        0
-    };
-    match sh.mark(c.tag, SEND_DONE, e) {
-        // SAFETY: As above.
-        Marked::Finish(s) => unsafe { sh.finish(c.tag, s) },
-        // SAFETY: As above.
-        Marked::Invalidate(k) => unsafe { sh.post_inv(c.tag, k) },
-        _ => {}
-    }
-}
-
-/// The `done` of an unsignaled REG_MR: its failure only. The registration
-/// may or may not be live: the request waits for the shutdown.
-///
-/// # Safety
-///
-/// As [`send_done`], of `reg_cqes`.
-unsafe extern "C" fn reg_done(_cq: *mut bindings::ib_cq, wc: *mut bindings::ib_wc) {
-    // SAFETY: The caller's guarantee.
-    let Some((_, sh, wc, status, _rcu)) = (unsafe { enter::<SendCqe>(wc) }) else {
-        return;
-    };
-    let reg = |status, vendor_err| IoError::Registration { status, vendor_err };
-    // SAFETY: Inside the section, open.
-    let _ = unsafe { failed(sh, wc, status, reg) };
-}
-
-/// The `done` of a LOCAL_INV: the registration is dead once it succeeded;
-/// after a failure the request waits for the shutdown (which deregisters
-/// the MR before it ends the request).
-///
-/// # Safety
-///
-/// As [`send_done`], of `inv_cqes`.
-unsafe extern "C" fn inv_done(_cq: *mut bindings::ib_cq, wc: *mut bindings::ib_wc) {
-    // SAFETY: The caller's guarantee.
-    let Some((c, sh, wc, status, _rcu)) = (unsafe { enter::<SendCqe>(wc) }) else {
-        return;
-    };
-    let inv = |status, vendor_err| IoError::Invalidation { status, vendor_err };
-    // SAFETY: Inside the section, open.
-    if unsafe { failed(sh, wc, status, inv) } {
-        return;
-    }
-    if let Marked::Finish(s) = sh.mark(c.tag, REG_DEAD, 0) {
-        // SAFETY: As above.
-        unsafe { sh.finish(c.tag, s) };
-    }
-}
-
-/// The `done` of a receive: a response.
-///
-/// # Safety
-///
-/// As [`send_done`], with a [`RecvCqe`].
-unsafe extern "C" fn recv_done(_cq: *mut bindings::ib_cq, wc: *mut bindings::ib_wc) {
-    // SAFETY: The caller's guarantee.
-    let Some((c, sh, wc, status, _rcu)) = (unsafe { enter::<RecvCqe>(wc) }) else {
-        return;
-    };
-    let recv = |status, vendor_err| IoError::Recv { status, vendor_err };
-    // Not posted again after a failure: the QP is in error.
-    // SAFETY: Inside the section, open.
-    if unsafe { failed(sh, wc, status, recv) } {
-        return;
-    }
-    let len = sh.cfg.response_len;
-    if (wc.byte_len as usize) < len {
-        // SAFETY: Inside the section, open.
-        unsafe { sh.report(IoError::ShortResponse(wc.byte_len)) };
-    } else {
-        let mut rsp = [0u8; MAX_CAPSULE];
-        let rsp = &mut rsp[..len];
-        // SAFETY: Inside the section, open. The callbacks of one CQ run one
-        // at a time: nothing else copies from this buffer.
-        let read = unsafe { sh.bufs().responses[usize::from(c.index)].read(0, rsp) };
-        // SAFETY: As above.
-        let answer = match (read, unsafe { sh.handler() }) {
-            (Ok(()), Some(h)) => h.response(rsp),
-            _ => None,
-        };
-        // Read only with the flag: the union is not written otherwise.
-        #[allow(clippy::unnecessary_lazy_evaluations)]
-        let inv = (wc.wc_flags & bindings::IB_WC_WITH_INVALIDATE as i32 != 0)
-            // SAFETY: With `IB_WC_WITH_INVALIDATE` the union holds the
-            // rkey the peer invalidated.
-            .then(|| unsafe { wc.ex.invalidate_rkey });
-        if let Some(Answer { tag, cid, status }) = answer {
-            let e = status.err().map_or(0, |e| e.to_errno());
-            match sh.respond(tag, cid, e, inv) {
-                Marked::Finish(s) => {
-                    if inv.is_some() {
-                        bump(&sh.stats.remote_invalidated);
-                    }
-                    // SAFETY: Inside the section, open.
-                    unsafe { sh.finish(tag, s) }
-                }
-                Marked::Set => {
-                    if inv.is_some() {
-                        bump(&sh.stats.remote_invalidated);
-                    }
-                }
-                // SAFETY: Inside the section, open.
-                Marked::Invalidate(k) => unsafe { sh.post_inv(tag, k) },
-                Marked::Refused => {
-                    bump(&sh.stats.unknown);
-                    // SAFETY: As above.
-                    unsafe { sh.report(IoError::UnknownCommand { tag, cid }) };
-                }
-                Marked::Bogus(rkey) => {
-                    bump(&sh.stats.unknown);
-                    // SAFETY: As above.
-                    unsafe { sh.report(IoError::BogusInvalidation { tag, rkey }) };
-                }
-            }
-        } else if let Some(rkey) = inv {
-            // SAFETY: As above.
-            unsafe {
-                sh.report(IoError::BogusInvalidation {
-                    tag: u16::MAX,
-                    rkey,
-                })
-            };
-        }
-    }
-    // SAFETY: Inside the section, open; this receive completed.
-    if let Err(e) = unsafe { sh.post_recv(c.index) } {
-        // SAFETY: As above.
-        unsafe { sh.report(IoError::RepostFailed(e.to_errno())) };
     }
 }
