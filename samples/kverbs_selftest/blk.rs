@@ -28,6 +28,7 @@
 //! the entries: at most the request's segments, their bytes the request's
 //! (else `bad maps` counts it and it fails with `EIO`).
 
+use crate::common::take_one;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use kernel::{
     new_mutex, new_spinlock,
@@ -76,12 +77,6 @@ struct Mem {
     /// The requests held (`hold`), a slot each.
     #[pin]
     held: SpinLock<KVec<Option<ARef<Request<RamDisk>>>>>,
-}
-
-/// Takes one from `n` if it is not 0.
-fn take_one(n: &AtomicU32) -> bool {
-    n.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| v.checked_sub(1))
-        .is_ok()
 }
 
 impl Mem {

@@ -313,3 +313,10 @@ pub(crate) fn command(input: &[u8]) -> Result<(&str, u32, KVec<&str>)> {
     }
     Ok((cmd, n, rest))
 }
+
+/// Takes one from `n` if it is not 0 (a count of things still to do).
+pub(crate) fn take_one(n: &core::sync::atomic::AtomicU32) -> bool {
+    use core::sync::atomic::Ordering;
+    n.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| v.checked_sub(1))
+        .is_ok()
+}
