@@ -429,6 +429,23 @@ impl IoQueue {
         self.inner.shutdown();
     }
 
+    /// Starts [`IoQueue::shutdown`] on kverbs.ko's events workqueue and
+    /// returns: from any context, a callback's too (a driver's error
+    /// recovery, a request's timeout). A later `shutdown` waits for it.
+    pub fn shutdown_async(&self) {
+        if self.is_shut_down() {
+            return;
+        }
+        // SAFETY: `kverbs_events_wq` is the workqueue kverbs.ko allocates
+        // in its init and destroys in its exit (draining it first), which
+        // has not run: `inner` holds a `LayerRef`.
+        let wq = unsafe { workqueue::Queue::from_raw(crate::bindings::kverbs_events_wq().cast()) };
+        // The work item's reference keeps `Inner` until the shutdown ran;
+        // a work already queued is not queued again (that reference is
+        // dropped), and one that ran already returns at once.
+        let _ = wq.enqueue(self.inner.clone());
+    }
+
     /// Whether the queue is shut down.
     pub fn is_shut_down(&self) -> bool {
         self.inner.is_down.load(Ordering::Acquire)
@@ -442,15 +459,6 @@ impl IoQueue {
 
 impl Drop for IoQueue {
     fn drop(&mut self) {
-        if self.inner.is_down.load(Ordering::Acquire) {
-            return;
-        }
-        // SAFETY: `kverbs_events_wq` is the workqueue kverbs.ko allocates
-        // in its init and destroys in its exit (draining it first), which
-        // has not run: `inner` holds a `LayerRef`.
-        let wq = unsafe { workqueue::Queue::from_raw(crate::bindings::kverbs_events_wq().cast()) };
-        // The work item's reference keeps `Inner` until the shutdown ran.
-        // Queued once: only this handle queues it.
-        let _ = wq.enqueue(self.inner.clone());
+        self.shutdown_async();
     }
 }

@@ -184,5 +184,7 @@ pub mod errno {
         edeadlk = EDEADLK;
         /// `ENOLINK`: the link (a queue to the peer) is gone.
         enolink = ENOLINK;
+        /// `EREMOTEIO`: the target refused the I/O (`BLK_STS_TARGET`).
+        eremoteio = EREMOTEIO;
     }
 }
