@@ -53,7 +53,8 @@ impl From<Error> for CmdError {
 }
 
 /// The admin queue: its connection, the receive ring, a capsule buffer, a
-/// data buffer and its MR.
+/// data buffer and its MR. An I/O queue is one too for its Fabrics Connect
+/// ([`Admin::for_connect`]), before its QP goes to its capsule queue.
 ///
 /// Dropped: the queue (its drain flushes whatever is posted), then the
 /// MR and the buffers the flushed requests held.
@@ -64,6 +65,9 @@ pub(crate) struct Admin {
     rx_ids: KVec<Option<WrId>>,
     /// The ring's next response.
     next: usize,
+    /// The ring's receives are posted again when used: not for one
+    /// command ([`Admin::for_connect`]).
+    repost: bool,
     cmd: Arc<DmaBuf>,
     data: Arc<DmaBuf>,
     mr: Mr,
@@ -84,16 +88,24 @@ impl Admin {
     /// Takes the connected admin queue `q`: posts its receives. Its waits
     /// end when `gone` is closed.
     pub(crate) fn new(q: Queue, gone: Arc<Cancel>) -> Result<Self> {
+        Self::with_ring(q, gone, usize::from(AQ_DEPTH), true)
+    }
+
+    /// Takes the connected I/O queue `q` for one command, its Fabrics
+    /// Connect: one receive posted, not again. [`Admin::into_queue`] then
+    /// gives the queue back with nothing posted.
+    pub(crate) fn for_connect(q: Queue, gone: Arc<Cancel>) -> Result<Self> {
+        Self::with_ring(q, gone, 1, false)
+    }
+
+    fn with_ring(q: Queue, gone: Arc<Cancel>, ring: usize, repost: bool) -> Result<Self> {
         let dev = q.qp().device();
-        let rx = Arc::new(
-            DmaBuf::new(dev, usize::from(AQ_DEPTH) * Cqe::LEN)?,
-            GFP_KERNEL,
-        )?;
+        let rx = Arc::new(DmaBuf::new(dev, ring * Cqe::LEN)?, GFP_KERNEL)?;
         let cmd = Arc::new(DmaBuf::new(dev, Cmd::LEN)?, GFP_KERNEL)?;
         let data = Arc::new(DmaBuf::new(dev, Self::DATA_LEN)?, GFP_KERNEL)?;
         let mr = Mr::new(q.qp().pd(), Self::DATA_LEN)?;
-        let mut rx_ids = KVec::with_capacity(usize::from(AQ_DEPTH), GFP_KERNEL)?;
-        for i in 0..usize::from(AQ_DEPTH) {
+        let mut rx_ids = KVec::with_capacity(ring, GFP_KERNEL)?;
+        for i in 0..ring {
             rx_ids.push(
                 Some(q.qp().post_recv(&rx, i * Cqe::LEN, Cqe::LEN)?),
                 GFP_KERNEL,
@@ -104,6 +116,7 @@ impl Admin {
             rx,
             rx_ids,
             next: 0,
+            repost,
             cmd,
             data,
             mr,
@@ -170,8 +183,10 @@ impl Admin {
         }
         let mut raw = [0u8; Cqe::LEN];
         self.rx.read(slot * Cqe::LEN, &mut raw)?;
-        self.rx_ids[slot] = Some(qp.post_recv(&self.rx, slot * Cqe::LEN, Cqe::LEN)?);
-        self.next = (slot + 1) % usize::from(AQ_DEPTH);
+        if self.repost {
+            self.rx_ids[slot] = Some(qp.post_recv(&self.rx, slot * Cqe::LEN, Cqe::LEN)?);
+        }
+        self.next = (slot + 1) % self.rx_ids.len();
         if let Some(rkey) = rkey {
             // Seen remotely invalidated or not, the registration is
             // invalidated here too before the buffer is used again.
@@ -205,5 +220,15 @@ impl Admin {
             self.data.read(0, &mut out[..n])?;
         }
         Ok(cqe)
+    }
+
+    /// The queue, once its one command was answered (its receive used,
+    /// its registration invalidated: nothing is left posted); the buffers
+    /// and the MR go. `EBUSY` for an admin queue, whose ring stays posted.
+    pub(crate) fn into_queue(self) -> Result<Queue> {
+        if self.repost || self.rx_ids.iter().any(|r| r.is_some()) {
+            return Err(EBUSY);
+        }
+        Ok(self.q)
     }
 }

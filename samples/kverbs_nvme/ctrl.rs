@@ -201,8 +201,13 @@ pub(crate) fn start(a: &mut Admin, opts: &Options) -> Result<Info, StartError> {
         opts.keep_alive_tmo * 1000,
     );
     let hostnqn = opts.hostnqn_or_default();
-    let data = ConnectData::encode(&opts.hostid, opts.nqn.as_str(), hostnqn.as_str())
-        .or_else(|e| fail("Connect", e))?;
+    let data = ConnectData::encode(
+        &opts.hostid,
+        ConnectData::DYNAMIC,
+        opts.nqn.as_str(),
+        hostnqn.as_str(),
+    )
+    .or_else(|e| fail("Connect", e))?;
     let cqe = step("Connect", a.exec(cmd, Data::Out(&data), &mut []))?;
     let cntlid = cqe.result as u16;
 

@@ -10,7 +10,9 @@
 //! and VS, enable, Identify Controller, queues and namespaces), data by
 //! keyed SGL descriptors over FRWR (`admin.rs`); kept alive (Keep Alive at
 //! half the keep-alive timeout, on a layer timer) until it is shut down.
-//! No I/O queue yet.
+//! Then one I/O queue (`io.rs`), qid 1, on the layer's capsule queue, and
+//! a disk a namespace, `/dev/kvnvme<C>n<N>` (`ns.rs`): Read, Write and
+//! Flush, each request's pages registered for the target by FRWR.
 //!
 //! Its debugfs directory, `kverbs_nvme/`:
 //!
@@ -20,12 +22,17 @@
 //! - `disconnect`: takes an instance number, or `all`;
 //! - `controllers`: one line a controller.
 //!
-//! A controller goes when its device is removed, and with the module.
+//! A controller goes when its device is removed, and with the module. A
+//! disconnect deletes its disks (their data flushed), then its I/O queue,
+//! then shuts it down; a target gone, or a device removed, shuts the I/O
+//! queue down first (what it carries ends with `EIO`).
 
 #![deny(unsafe_code)]
 
 mod admin;
 mod ctrl;
+mod io;
+mod ns;
 mod options;
 mod queue;
 mod wire;
@@ -35,6 +42,7 @@ use core::{
     fmt::Write,
     sync::atomic::{AtomicU32, Ordering},
 };
+use io::IoPath;
 use kernel::{c_str, new_mutex, prelude::*, sync::Arc, sync::Mutex};
 use kverbs::{
     cm::{CmEvent, CmEventKind, CmSink},
@@ -44,7 +52,7 @@ use kverbs::{
     Show, Store,
 };
 use options::{Options, Text};
-use queue::{Queue, AQ_DEPTH};
+use queue::{Conn, Queue, AQ_DEPTH};
 
 module! {
     type: KverbsNvme,
@@ -53,16 +61,43 @@ module! {
     license: "GPL",
 }
 
-/// A controller: for now, its admin queue, its keep-alive and what its
-/// bring-up learned.
+/// A controller: its admin queue, its keep-alive, what its bring-up
+/// learned, its I/O queue and disks.
 struct Ctrl {
     /// Dropped first: no Keep Alive is sent after (its drop waits for one
     /// under way, but from a delivery, the CM sink's).
     ka: Option<Delayed>,
+    /// Then the I/O queue and the disks (before the admin queue).
+    io: Option<IoCtrl>,
     instance: u32,
     opts: Options,
     core: Arc<CtrlCore>,
     info: ctrl::Info,
+}
+
+/// A controller's I/O queue and its namespaces' disks.
+///
+/// Dropped: the queue is shut down first (the requests it carries end with
+/// `EIO`), then the disks are deleted, then the connection goes. An
+/// orderly disconnect deletes the disks first ([`IoCtrl::delete_disks`]).
+struct IoCtrl {
+    disks: KVec<ns::Disk>,
+    path: Arc<IoPath>,
+    conn: Conn,
+}
+
+impl IoCtrl {
+    /// Deletes the disks while the queue carries their last requests
+    /// (`del_gendisk` writes their dirty pages back and waits for them).
+    fn delete_disks(&mut self) {
+        drop(core::mem::take(&mut self.disks));
+    }
+}
+
+impl Drop for IoCtrl {
+    fn drop(&mut self) {
+        self.path.shutdown();
+    }
 }
 
 /// What a controller shares with its keep-alive: the admin queue, one
@@ -133,6 +168,8 @@ struct Ctrls {
     next_instance: Mutex<u32>,
     #[pin]
     last: Mutex<KVec<u8>>,
+    /// The module, owner of the disks' operations.
+    module: &'static ThisModule,
 }
 
 /// Takes controller `instance` out of `list`, if there.
@@ -145,22 +182,32 @@ fn take(list: &mut KVec<Option<Ctrl>>, instance: u32) -> Option<Ctrl> {
 /// The sink of a controller's connection events: on its device's removal
 /// it drops the controller (the removal waits for that), on a disconnect
 /// it marks it. Either closes `gone`, the token of its admin queue's waits,
-/// first: a bring-up or a shutdown under way, not in the list, ends at
-/// once instead of at its timeout.
+/// and starts the shutdown of its I/O queue, first: a bring-up or a
+/// shutdown under way, not in the list, ends at once instead of at its
+/// timeout.
+#[pin_data]
 struct CtrlSink {
     ctrls: Arc<Ctrls>,
     instance: u32,
     gone: Arc<Cancel>,
+    /// The I/O path, once made (its queue holds nothing after its
+    /// shutdown, which the controller's drop makes).
+    #[pin]
+    io: Mutex<Option<Arc<IoPath>>>,
 }
 
 impl CmSink for CtrlSink {
     fn event(&self, ev: &CmEvent) {
-        // The sink is its queue's alone (one ID a `CmEvents`).
-        if matches!(
+        // The sink is its controller's queues' (one ID a `CmEvents`).
+        let lost = matches!(
             ev.kind(),
             CmEventKind::DeviceRemoval | CmEventKind::Disconnected
-        ) {
+        );
+        if lost {
             self.gone.close();
+            if let Some(p) = self.io.lock().as_ref() {
+                p.kill();
+            }
         }
         let gone = {
             let mut list = self.ctrls.list.lock();
@@ -172,12 +219,17 @@ impl CmSink for CtrlSink {
                 return;
             };
             // A disconnect is marked by `gone` (closed above): the
-            // controller is kept, not reconnected (a later stage).
+            // controller is kept, not reconnected (a later stage), its I/O
+            // queue shut down (its requests end with `EIO`, those after at
+            // once).
             let removed = {
                 let a = c.core.admin.lock();
+                let io = c.io.as_ref().map(|io| &io.conn);
                 match ev.kind() {
-                    CmEventKind::DeviceRemoval => a.q.is_of(ev),
-                    CmEventKind::EventsLost => a.q.device_removed(),
+                    CmEventKind::DeviceRemoval => a.q.is_of(ev) || io.is_some_and(|q| q.is_of(ev)),
+                    CmEventKind::EventsLost => {
+                        a.q.device_removed() || io.is_some_and(|q| q.device_removed())
+                    }
                     _ => false,
                 }
             };
@@ -214,15 +266,17 @@ impl Ctrls {
             i
         };
         let gone = Arc::new(Cancel::new(), GFP_KERNEL)?;
-        let sink = Arc::new(
-            CtrlSink {
-                ctrls: this.clone(),
+        let (ctrls, sink_gone) = (this.clone(), gone.clone());
+        let sink = Arc::pin_init(
+            pin_init!(CtrlSink {
+                ctrls,
                 instance,
-                gone: gone.clone(),
-            },
+                gone: sink_gone,
+                io <- new_mutex!(None),
+            }),
             GFP_KERNEL,
         )?;
-        let q = match Queue::connect(&opts, 0, AQ_DEPTH, sink) {
+        let q = match Queue::connect(&opts, 0, AQ_DEPTH, 0, sink.clone()) {
             Ok(q) => q,
             Err(f) => {
                 pr_err!(
@@ -241,7 +295,7 @@ impl Ctrls {
             instance,
             opts.traddr,
             opts.trsvcid,
-            q.crqsize
+            q.conn.crqsize
         );
         let mut admin = match Admin::new(q, gone.clone()) {
             Ok(a) => a,
@@ -304,8 +358,19 @@ impl Ctrls {
                 return Err(e);
             }
         };
+        // The I/O queue and the disks, kept alive meanwhile (a disk's
+        // partitions are read as it is added).
+        let io = match Self::start_io(this, instance, &opts, &info, sink, &core.gone) {
+            Ok(io) => io,
+            Err(e) => {
+                pr_err!("kvnvme{}: {}\n", instance, e);
+                this.said(format_args!("error: {}", e));
+                return Err(e.errno());
+            }
+        };
         let ctrl = Ctrl {
             ka,
+            io,
             instance,
             opts,
             core,
@@ -319,8 +384,11 @@ impl Ctrls {
         // it), so a push must not fail: room is made first.
         let refused = {
             let mut list = this.list.lock();
-            if ctrl.core.admin.lock().q.device_removed() {
+            let io = ctrl.io.as_ref().map(|io| &io.conn);
+            if ctrl.core.admin.lock().q.device_removed() || io.is_some_and(|q| q.device_removed()) {
                 Err((ctrl, ENODEV))
+            } else if ctrl.core.gone.is_closed() {
+                Err((ctrl, kverbs::errno::econnreset()))
             } else if let Some(free) = list.iter().position(|s| s.is_none()) {
                 list[free] = Some(ctrl);
                 Ok(())
@@ -335,6 +403,8 @@ impl Ctrls {
             drop(ctrl);
             if e == ENODEV {
                 this.said(format_args!("error: the device went"));
+            } else if e == kverbs::errno::econnreset() {
+                this.said(format_args!("error: the target disconnected"));
             } else {
                 this.said(format_args!("error: out of memory"));
             }
@@ -342,6 +412,41 @@ impl Ctrls {
         }
         this.said(format_args!("instance={}", instance));
         Ok(())
+    }
+
+    /// The I/O queue of a controller brought up (`None` if it granted
+    /// none), and its namespaces' disks: queue 1, of `queue_size` entries
+    /// or as many as the controller takes (CAP.MQES).
+    fn start_io(
+        this: &Arc<Self>,
+        instance: u32,
+        opts: &Options,
+        info: &ctrl::Info,
+        sink: Arc<CtrlSink>,
+        gone: &Arc<Cancel>,
+    ) -> Result<Option<IoCtrl>, ctrl::StartError> {
+        if info.io_queues == 0 {
+            return Ok(None);
+        }
+        let size = opts.queue_size.min(u32::from(info.mqes()) + 1) as u16;
+        let (path, conn) = io::start(opts, info, 1, size, sink.clone(), gone.clone())?;
+        // The sink starts the queue's shutdown when the target or the
+        // device goes, from here on.
+        *sink.io.lock() = Some(path.clone());
+        if gone.is_closed() {
+            path.kill();
+        }
+        let mut io = IoCtrl {
+            disks: KVec::new(),
+            path,
+            conn,
+        };
+        io.disks =
+            ns::add_disks(instance, info, &io.path, this.module).map_err(|e| ctrl::StartError {
+                step: "namespace disks",
+                err: admin::CmdError::Error(e),
+            })?;
+        Ok(Some(io))
     }
 
     fn said(&self, args: core::fmt::Arguments<'_>) {
@@ -386,12 +491,19 @@ impl Ctrls {
 /// drops wait for their drains.
 fn shut_down(gone: impl IntoIterator<Item = Ctrl>) {
     for mut c in gone {
-        // No Keep Alive after (one under way is waited for).
-        drop(c.ka.take());
         if c.core.gone.is_closed() {
+            drop(c.ka.take());
             pr_info!("kvnvme{}: disconnected (the target had)\n", c.instance);
             continue;
         }
+        // The disks while the I/O queue carries their last data, then the
+        // queue, then the controller's shutdown.
+        if let Some(io) = c.io.as_mut() {
+            io.delete_disks();
+        }
+        drop(c.io.take());
+        // No Keep Alive after (one under way is waited for).
+        drop(c.ka.take());
         match ctrl::shutdown(&mut c.core.admin.lock(), &c.info) {
             Ok(()) => pr_info!("kvnvme{}: shut down, disconnected\n", c.instance),
             Err(e) => pr_err!("kvnvme{}: {}; disconnected\n", c.instance, e),
@@ -451,9 +563,9 @@ impl Show for CtrlsFile {
                 c.opts.traddr,
                 c.opts.trsvcid,
                 c.opts.nqn.as_str(),
-                a.q.qid,
+                a.q.conn.qid,
                 a.q.qp_num(),
-                a.q.crqsize
+                a.q.conn.crqsize
             )?;
             a.q.device_name(out)?;
             write!(
@@ -489,10 +601,60 @@ impl Show for CtrlsFile {
                     ns.nsid, ns.blocks, ns.block_size
                 )?;
             }
+            if let Some(io) = &c.io {
+                show_io(out, c.instance, io)?;
+            }
             out.write_str("\n")?;
         }
         Ok(())
     }
+}
+
+/// A controller's I/O queue and disks, in the controllers file.
+fn show_io(out: &mut dyn Write, instance: u32, io: &IoCtrl) -> core::fmt::Result {
+    let p = &io.path;
+    write!(
+        out,
+        " | I/O queue: qid {}, size {}, tags {}, controller's receive queue {}, pages {}",
+        io.conn.qid, p.size, p.tags, io.conn.crqsize, p.max_pages
+    )?;
+    match p.stats() {
+        Some((s, down)) => write!(
+            out,
+            ", {}, submitted {} finished {} failed {} shutdown_ended {} unknown {} errors {} \
+             registered {} remote_inv {} local_inv {}",
+            if down { "down" } else { "up" },
+            s.submitted,
+            s.finished,
+            s.failed,
+            s.ended_by_shutdown,
+            s.unknown,
+            s.errors,
+            s.registered,
+            s.remote_invalidated,
+            s.local_invalidated
+        )?,
+        None => out.write_str(", gone")?,
+    }
+    let c = |a: &core::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    write!(
+        out,
+        " | reads {} writes {} flushes {} unsupported {} busy {} no_queue {} status_errors {} \
+         errors {} timeouts {} | disks",
+        c(&p.c.reads),
+        c(&p.c.writes),
+        c(&p.c.flushes),
+        c(&p.c.unsupported),
+        c(&p.c.busy),
+        c(&p.c.no_queue),
+        c(&p.c.status_errors),
+        c(&p.c.errors),
+        c(&p.c.timeouts)
+    )?;
+    for d in io.disks.iter() {
+        write!(out, " kvnvme{}n{}", instance, d.nsid)?;
+    }
+    Ok(())
 }
 
 struct KverbsNvme {
@@ -509,6 +671,7 @@ impl kernel::Module for KverbsNvme {
                 list <- new_mutex!(KVec::new()),
                 next_instance <- new_mutex!(0),
                 last <- new_mutex!(KVec::new()),
+                module,
             }),
             GFP_KERNEL,
         )?;

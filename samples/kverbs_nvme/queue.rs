@@ -95,23 +95,44 @@ impl From<ConnectError> for ConnectFailure {
 /// A connected queue. Dropped: the QP is drained and destroyed, then the
 /// ID (which disconnects), the CQ and the PD.
 pub(crate) struct Queue {
+    qp: Qp<Rts>,
+    pub(crate) conn: Conn,
+}
+
+/// A queue's connection without its QP: what an I/O queue keeps beside
+/// the capsule queue that took its QP ([`Queue::split`]). The QP holds
+/// the ID, the CQ and the PD too: whichever goes last destroys them.
+pub(crate) struct Conn {
     pub(crate) qid: u16,
     /// The controller's receive queue size, from its reply.
     pub(crate) crqsize: u16,
-    qp: Qp<Rts>,
     id: CmId,
     _cq: Cq,
     _pd: Pd,
     _events: CmEvents,
 }
 
+impl Conn {
+    /// Whether `ev` is of this queue's connection.
+    pub(crate) fn is_of(&self, ev: &kverbs::cm::CmEvent) -> bool {
+        ev.is_of(&self.id)
+    }
+
+    /// Whether its device is being removed.
+    pub(crate) fn device_removed(&self) -> bool {
+        self.id.device_removed()
+    }
+}
+
 impl Queue {
-    /// Connects queue `qid` of `size` entries to the target of `opts`; the
-    /// queue's connection events go to `sink`.
+    /// Connects queue `qid` of `size` entries of controller `cntlid` (0
+    /// for the admin queue's) to the target of `opts`; the queue's
+    /// connection events go to `sink`.
     pub(crate) fn connect(
         opts: &Options,
         qid: u16,
         size: u16,
+        cntlid: u16,
         sink: Arc<dyn CmSink>,
     ) -> Result<Queue, ConnectFailure> {
         let c = Cancel::new();
@@ -139,7 +160,7 @@ impl Queue {
             } else {
                 size - 1
             },
-            cntlid: 0,
+            cntlid,
         }
         .encode();
         let param = ConnParam {
@@ -158,24 +179,31 @@ impl Queue {
             return Err(ConnectFailure::Error(kverbs::errno::eproto()));
         }
         Ok(Queue {
-            qid,
-            crqsize: rep.crqsize,
             qp,
-            id,
-            _cq: cq,
-            _pd: pd,
-            _events: events,
+            conn: Conn {
+                qid,
+                crqsize: rep.crqsize,
+                id,
+                _cq: cq,
+                _pd: pd,
+                _events: events,
+            },
         })
     }
 
     /// Whether `ev` is of this queue's connection.
     pub(crate) fn is_of(&self, ev: &kverbs::cm::CmEvent) -> bool {
-        ev.is_of(&self.id)
+        self.conn.is_of(ev)
     }
 
     /// Whether its device is being removed.
     pub(crate) fn device_removed(&self) -> bool {
-        self.id.device_removed()
+        self.conn.device_removed()
+    }
+
+    /// The QP, for a capsule queue to take, and the rest.
+    pub(crate) fn split(self) -> (Qp<Rts>, Conn) {
+        (self.qp, self.conn)
     }
 
     /// The queue's QP.
@@ -190,7 +218,7 @@ impl Queue {
 
     /// The device of the queue.
     pub(crate) fn device_name(&self, out: &mut dyn Write) -> fmt::Result {
-        match self.id.device() {
+        match self.conn.id.device() {
             Some(d) => write!(out, "{}", d.name()),
             None => out.write_str("?"),
         }

@@ -107,6 +107,12 @@ const CNS_CTRL: u8 = 0x01;
 const CNS_NS_ACTIVE_LIST: u8 = 0x02;
 /// Keep Alive (admin opcode 0x18): no data, no result.
 const OPC_KEEP_ALIVE: u8 = 0x18;
+/// The I/O commands (NVM command set): Flush, Write, Read.
+const OPC_FLUSH: u8 = 0x00;
+const OPC_WRITE: u8 = 0x01;
+const OPC_READ: u8 = 0x02;
+/// Read's and Write's Force Unit Access (CDW12 bit 30).
+const RW_FUA: u32 = 1 << 30;
 /// Set Features, and the feature Number of Queues.
 const OPC_SET_FEATURES: u8 = 0x09;
 const FEAT_NUM_QUEUES: u8 = 0x07;
@@ -213,6 +219,29 @@ impl Cmd {
         Self::new(OPC_KEEP_ALIVE, cid)
     }
 
+    /// Read (`write` false) or Write of `nlb` logical blocks (at least 1,
+    /// at most 65536) of namespace `nsid` from block `slba`, with Force
+    /// Unit Access; the data pointer is set after ([`Cmd::set_keyed_sgl`]).
+    pub(crate) fn rw(cid: u16, write: bool, nsid: u32, slba: u64, nlb: u32, fua: bool) -> Self {
+        let mut c = Self::new(if write { OPC_WRITE } else { OPC_READ }, cid);
+        put32(&mut c.0, 4, nsid);
+        c.0[40..48].copy_from_slice(&slba.to_le_bytes());
+        // NLB is 0's based.
+        let mut dw12 = nlb.wrapping_sub(1) & 0xffff;
+        if fua {
+            dw12 |= RW_FUA;
+        }
+        put32(&mut c.0, 48, dw12);
+        c
+    }
+
+    /// Flush of namespace `nsid`'s volatile write cache: no data.
+    pub(crate) fn flush(cid: u16, nsid: u32) -> Self {
+        let mut c = Self::new(OPC_FLUSH, cid);
+        put32(&mut c.0, 4, nsid);
+        c
+    }
+
     /// The data pointer: a keyed data block of `len` bytes at `addr` of
     /// the registration `rkey`, to be invalidated by the target.
     pub(crate) fn set_keyed_sgl(&mut self, addr: u64, len: u32, rkey: u32) {
@@ -237,12 +266,21 @@ impl ConnectData {
     pub(crate) const SUBSYSNQN: u32 = 256;
     pub(crate) const HOSTNQN: u32 = 512;
 
-    /// The host's ID, a dynamic controller (cntlid 0xffff) and the two
-    /// NQNs (at most `NQN_MAX` bytes each), NUL terminated.
-    pub(crate) fn encode(hostid: &[u8; 16], subsysnqn: &str, hostnqn: &str) -> Result<KVec<u8>> {
+    /// A dynamic controller's ID: an admin queue's Connect asks for one.
+    pub(crate) const DYNAMIC: u16 = 0xffff;
+
+    /// The host's ID, the controller's (an I/O queue's Connect names the
+    /// admin queue's; [`ConnectData::DYNAMIC`] otherwise) and the two NQNs
+    /// (at most `NQN_MAX` bytes each), NUL terminated.
+    pub(crate) fn encode(
+        hostid: &[u8; 16],
+        cntlid: u16,
+        subsysnqn: &str,
+        hostnqn: &str,
+    ) -> Result<KVec<u8>> {
         let mut d = KVec::from_elem(0u8, Self::LEN, GFP_KERNEL)?;
         d[..16].copy_from_slice(hostid);
-        put16(&mut d, 16, 0xffff);
+        put16(&mut d, 16, cntlid);
         let at = Self::SUBSYSNQN as usize;
         d[at..at + subsysnqn.len()].copy_from_slice(subsysnqn.as_bytes());
         let at = Self::HOSTNQN as usize;
@@ -278,6 +316,19 @@ impl Cqe {
     /// The status code and type (SCT << 8 | SC), without DNR and MORE.
     pub(crate) fn code(&self) -> u16 {
         self.status & 0x7ff
+    }
+}
+
+/// The errno of an I/O command's status (SCT << 8 | SC), as the C host's
+/// `nvme_error_status` and `blk_status_to_errno` give it: an LBA out of
+/// range `EREMOTEIO` (`BLK_STS_TARGET`), a command or field the controller
+/// does not take `EOPNOTSUPP`, capacity exceeded `ENOSPC`, else `EIO`.
+pub(crate) fn io_errno(code: u16) -> Error {
+    match code {
+        0x080 => kverbs::errno::eremoteio(),
+        0x001 | 0x002 | 0x00b | 0x180 => kverbs::errno::eopnotsupp(),
+        0x081 => ENOSPC,
+        _ => EIO,
     }
 }
 
@@ -317,6 +368,8 @@ pub(crate) struct IdCtrl {
     pub(crate) kas: u16,
     /// Namespaces (the highest NSID).
     pub(crate) nn: u32,
+    /// Volatile write cache (bit 0: present): Flush and FUA mean something.
+    pub(crate) vwc: u8,
     pub(crate) sgls: u32,
     /// Command and response capsule sizes, 16-byte units.
     pub(crate) ioccsz: u32,
@@ -340,6 +393,7 @@ impl IdCtrl {
             cntlid: u16::from_le_bytes([b[78], b[79]]),
             kas: u16::from_le_bytes([b[320], b[321]]),
             nn: le32(b, 516),
+            vwc: b[525],
             sgls: le32(b, 536),
             ioccsz: le32(b, 1792),
             iorcsz: le32(b, 1796),

@@ -1,0 +1,249 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! A controller's I/O queue: connected as the admin queue is (its qid and
+//! sizes in the NVMe/RDMA private data), its Fabrics Connect sent as an
+//! admin command would be (the data, 1024 bytes, by a keyed descriptor),
+//! then its QP given to the layer's capsule queue (`kverbs::io`), which
+//! carries the namespaces' requests: a 64-byte command capsule each, the
+//! request's pages registered for the target (FRWR, a key a tag), ended
+//! when the target's 16-byte response comes and the key is dead
+//! (drivers/nvme/host/rdma.c: `nvme_rdma_queue_rq`, `nvme_rdma_map_data`,
+//! `nvme_rdma_process_nvme_rsp`).
+//!
+//! Command ids are the C host's: the tag, and above it a 4-bit counter of
+//! the tag's uses (`nvme_cid`), so that a late or repeated response does
+//! not answer the tag's next request. Any error of the queue (a completion
+//! in error, a response to no command, an invalidation of another key, a
+//! request timed out) shuts it down, as the C host's error recovery
+//! starts: the requests it carries end with `EIO` (reconnection is a later
+//! stage).
+
+use crate::admin::{Admin, CmdError, Data};
+use crate::ctrl::{Info, StartError};
+use crate::options::Options;
+use crate::queue::{Conn, Queue};
+use crate::wire::{self, Cmd, ConnectData, Cqe};
+use core::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use kernel::{prelude::*, sync::Arc};
+use kverbs::{
+    cm::CmSink,
+    io::{Answer, IoConfig, IoError, IoHandler, IoQueue, IoStats},
+    qp::Cancel,
+    IrqLock,
+};
+
+/// The segments a request may have (`NVME_RDMA_MAX_SEGMENTS`), fewer if the
+/// device registers fewer pages; its registration takes one page more (a
+/// request that starts within a page), as the C host's.
+const MAX_SEGMENTS: u32 = 256;
+
+/// The bits of a command id that are the tag.
+const TAG_BITS: u16 = 12;
+
+/// An I/O queue's counters: its driver's and its handler's.
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub(crate) reads: AtomicU64,
+    pub(crate) writes: AtomicU64,
+    pub(crate) flushes: AtomicU64,
+    /// Requests of an operation the host does not carry (`EOPNOTSUPP`).
+    pub(crate) unsupported: AtomicU64,
+    /// Requests given back busy (their tag's slot still in use).
+    pub(crate) busy: AtomicU64,
+    /// Requests ended with `EIO` for a queue shut down.
+    pub(crate) no_queue: AtomicU64,
+    /// Responses with a status other than success.
+    pub(crate) status_errors: AtomicU64,
+    /// Errors the queue told of, and requests timed out.
+    pub(crate) errors: AtomicU64,
+    pub(crate) timeouts: AtomicU64,
+}
+
+pub(crate) fn bump(a: &AtomicU64) {
+    a.fetch_add(1, Ordering::Relaxed);
+}
+
+/// What the namespaces' disks share: the capsule queue, the tags' command
+/// id counters, the counters.
+#[pin_data]
+pub(crate) struct IoPath {
+    /// `None` once shut down by [`IoPath::shutdown`]. Cloned out to be
+    /// used: no lock is held while a request is submitted (its failure
+    /// may call the handler, which takes this lock).
+    #[pin]
+    queue: IrqLock<Option<Arc<IoQueue>>>,
+    /// A counter a tag: the top bits of its next command id.
+    genctr: KVec<AtomicU8>,
+    /// The queue's entries, and its tags: one fewer (a queue of N entries
+    /// holds N - 1 commands, as the C host's `sqsize`).
+    pub(crate) size: u16,
+    pub(crate) tags: u16,
+    /// The pages a request's registration takes: the disks'
+    /// `max_segments` is one fewer.
+    pub(crate) max_pages: u32,
+    pub(crate) c: Counters,
+}
+
+impl IoPath {
+    /// The command id of the next request of `tag`.
+    pub(crate) fn cid(&self, tag: u32) -> Option<u16> {
+        let g = self
+            .genctr
+            .get(tag as usize)?
+            .fetch_add(1, Ordering::Relaxed);
+        Some(u16::from(g.wrapping_add(1) & 0xf) << TAG_BITS | tag as u16)
+    }
+
+    /// The queue, if it is still there.
+    pub(crate) fn queue(&self) -> Option<Arc<IoQueue>> {
+        self.queue.with(|q| q.clone())
+    }
+
+    /// Starts the queue's shutdown, on kverbs.ko's workqueue (from any
+    /// context): its requests end with `EIO`, those after with `EIO` at
+    /// once.
+    pub(crate) fn kill(&self) {
+        if let Some(q) = self.queue() {
+            q.shutdown_async();
+        }
+    }
+
+    /// Shuts the queue down, or waits for the shutdown [`IoPath::kill`]
+    /// started (process context).
+    pub(crate) fn shutdown(&self) {
+        if let Some(q) = self.queue.with(|q| q.take()) {
+            q.shutdown();
+        }
+    }
+
+    /// The queue's counters, and whether it is shut down.
+    pub(crate) fn stats(&self) -> Option<(IoStats, bool)> {
+        self.queue().map(|q| (q.stats(), q.is_shut_down()))
+    }
+}
+
+/// The handler of an I/O queue: a response capsule is a CQE.
+struct Handler {
+    path: Arc<IoPath>,
+}
+
+impl IoHandler for Handler {
+    fn response(&self, rsp: &[u8]) -> Option<Answer> {
+        let raw: &[u8; Cqe::LEN] = rsp.get(..Cqe::LEN)?.try_into().ok()?;
+        let cqe = Cqe::decode(raw);
+        let status = match cqe.code() {
+            0 => Ok(()),
+            code => {
+                bump(&self.path.c.status_errors);
+                Err(wire::io_errno(code))
+            }
+        };
+        Some(Answer {
+            tag: cqe.command_id & ((1 << TAG_BITS) - 1),
+            cid: cqe.command_id,
+            status,
+        })
+    }
+
+    fn error(&self, _e: IoError) {
+        bump(&self.path.c.errors);
+        self.path.kill();
+    }
+}
+
+/// Connects I/O queue `qid` of `size` entries to the controller of
+/// `info` (its events to `sink`, its waits ended by `gone`), sends its
+/// Fabrics Connect, and gives its QP to a capsule queue; the shared path of
+/// the disks, with the queue in it, and the connection (kept beside it).
+pub(crate) fn start(
+    opts: &Options,
+    info: &Info,
+    qid: u16,
+    size: u16,
+    sink: Arc<dyn CmSink>,
+    gone: Arc<Cancel>,
+) -> Result<(Arc<IoPath>, Conn), StartError> {
+    let err = |e: Error| StartError {
+        step: "I/O queue",
+        err: CmdError::Error(e),
+    };
+    if size < 2 {
+        return Err(err(EINVAL));
+    }
+    let q = match Queue::connect(opts, qid, size, info.cntlid, sink) {
+        Ok(q) => q,
+        Err(f) => {
+            pr_err!(
+                "kverbs_nvme: {}:{}: I/O queue {}: {}\n",
+                opts.traddr,
+                opts.trsvcid,
+                qid,
+                f
+            );
+            return Err(err(f.errno()));
+        }
+    };
+    let mut a = Admin::for_connect(q, gone).map_err(err)?;
+    let cid = a.cid();
+    // No keep-alive timeout on an I/O queue's Connect.
+    let cmd = Cmd::connect(cid, 0, qid, size - 1, 0);
+    let hostnqn = opts.hostnqn_or_default();
+    let data = ConnectData::encode(
+        &opts.hostid,
+        info.cntlid,
+        opts.nqn.as_str(),
+        hostnqn.as_str(),
+    )
+    .map_err(err)?;
+    a.exec(cmd, Data::Out(&data), &mut [])
+        .map_err(|e| StartError {
+            step: "I/O queue Connect",
+            err: e,
+        })?;
+    let (qp, conn) = a.into_queue().map_err(err)?.split();
+    let max_pages = MAX_SEGMENTS.min(
+        qp.device()
+            .attrs()
+            .max_fast_reg_page_list_len()
+            .saturating_sub(1),
+    ) + 1;
+    if max_pages < 2 {
+        return Err(err(EINVAL));
+    }
+    let tags = size - 1;
+    let mut genctr =
+        KVec::with_capacity(usize::from(tags), GFP_KERNEL).map_err(|e| err(e.into()))?;
+    for _ in 0..tags {
+        genctr
+            .push(AtomicU8::new(0), GFP_KERNEL)
+            .map_err(|e| err(e.into()))?;
+    }
+    let path = Arc::pin_init(
+        pin_init!(IoPath {
+            queue <- IrqLock::new(None),
+            genctr,
+            size,
+            tags,
+            max_pages,
+            c: Counters::default(),
+        }),
+        GFP_KERNEL,
+    )
+    .map_err(err)?;
+    let handler =
+        Arc::new(Handler { path: path.clone() }, GFP_KERNEL).map_err(|e| err(e.into()))?;
+    let cfg = IoConfig {
+        depth: tags,
+        capsule_len: Cmd::LEN,
+        response_len: Cqe::LEN,
+        max_pages,
+    };
+    let q = IoQueue::new(qp, cfg, handler).map_err(err)?;
+    let q = match Arc::new(q, GFP_KERNEL) {
+        Ok(q) => q,
+        // The queue, dropped, shuts down on kverbs.ko's workqueue.
+        Err(e) => return Err(err(e.into())),
+    };
+    path.queue.with(|slot| *slot = Some(q));
+    Ok((path, conn))
+}

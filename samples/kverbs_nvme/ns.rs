@@ -1,0 +1,189 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! A controller's namespaces as disks, `kvnvme<C>n<N>` (controller
+//! instance `C`, namespace ID `N`), one tag set for them all and one
+//! hardware queue, whose requests go to the controller's I/O queue as
+//! NVMe Read, Write and Flush commands (drivers/nvme/host/core.c,
+//! `nvme_setup_cmd`; host/rdma.c, `nvme_rdma_queue_rq`).
+//!
+//! The limits are the C host's for RDMA: as many segments as a request's
+//! registration takes pages, a request at most one page fewer (or MDTS,
+//! if smaller), no gap within a page between segments (the registration
+//! maps whole pages of 4 KiB), the namespace's block size; a volatile
+//! write cache, when the controller says it has one, with Flush and FUA.
+
+use crate::ctrl::{Info, Ns};
+use crate::io::{bump, IoPath};
+use crate::wire::Cmd;
+use kernel::{prelude::*, sync::Arc};
+use kverbs::{
+    blk::{GenDisk, GenDiskBuilder, Op, Operations, Request, TagSet, TimeoutAction},
+    ARef,
+};
+
+/// How long a request may take before the queue is shut down (the C
+/// host's `io_timeout`, 30 s).
+pub(crate) const IO_TIMEOUT_MS: u32 = 30_000;
+
+/// A disk's queue data: its namespace, and the controller's I/O path.
+pub(crate) struct NsData {
+    nsid: u32,
+    /// log2 of the block size.
+    lba_shift: u32,
+    path: Arc<IoPath>,
+}
+
+/// The driver of the namespaces' disks.
+pub(crate) struct NsDisk;
+
+impl Operations for NsDisk {
+    type QueueData = NsData;
+
+    fn queue_rq(
+        ns: &NsData,
+        rq: ARef<Request<Self>>,
+        _is_last: bool,
+    ) -> Result<(), ARef<Request<Self>>> {
+        let p = &ns.path;
+        let op = rq.op();
+        let cid = p.cid(rq.tag());
+        let cmd = match (op, cid) {
+            (Op::Read | Op::Write, Some(cid)) if rq.bytes() >> ns.lba_shift > 0 => {
+                let slba = rq.sector() >> (ns.lba_shift - 9);
+                let nlb = rq.bytes() >> ns.lba_shift;
+                bump(if op == Op::Write {
+                    &p.c.writes
+                } else {
+                    &p.c.reads
+                });
+                Some(Cmd::rw(cid, op == Op::Write, ns.nsid, slba, nlb, rq.fua()))
+            }
+            (Op::Flush, Some(cid)) => {
+                bump(&p.c.flushes);
+                Some(Cmd::flush(cid, ns.nsid))
+            }
+            _ => None,
+        };
+        let (Some(mut cmd), Some(cid)) = (cmd, cid) else {
+            bump(&p.c.unsupported);
+            let _ = Request::end(rq, Err(kverbs::errno::eopnotsupp()));
+            return Ok(());
+        };
+        // No lock held: a failed submission may call the handler, and
+        // end the request.
+        let r = match p.queue() {
+            Some(q) => q.submit(rq, cid, |remote, c| {
+                if let Some(r) = remote {
+                    cmd.set_keyed_sgl(r.addr, r.len, r.rkey);
+                }
+                c.copy_from_slice(&cmd.0);
+            }),
+            None => Err((rq, kverbs::errno::enolink())),
+        };
+        match r {
+            Ok(()) => Ok(()),
+            Err((rq, e)) if e.to_errno() == EBUSY.to_errno() => {
+                bump(&p.c.busy);
+                Err(rq)
+            }
+            Err((rq, _)) => {
+                bump(&p.c.no_queue);
+                let _ = Request::end(rq, Err(EIO));
+                Ok(())
+            }
+        }
+    }
+
+    fn complete(rq: ARef<Request<Self>>) {
+        let _ = Request::end_ok(rq);
+    }
+
+    fn timeout(ns: &NsData, _tag: u32, _hw_queue: u32) -> TimeoutAction {
+        // The C host's error recovery, without the reconnection: the
+        // queue's shutdown ends the request, with every other it carries.
+        bump(&ns.path.c.timeouts);
+        ns.path.kill();
+        TimeoutAction::ResetTimer
+    }
+}
+
+/// A namespace's disk.
+pub(crate) struct Disk {
+    pub(crate) nsid: u32,
+    _disk: GenDisk<NsDisk>,
+}
+
+/// Makes the disks of `info`'s namespaces of controller `instance` on
+/// `path`, each added (its partitions read) before the next is made.
+pub(crate) fn add_disks(
+    instance: u32,
+    info: &Info,
+    path: &Arc<IoPath>,
+    module: &'static ThisModule,
+) -> Result<KVec<Disk>> {
+    let tags = Arc::new(
+        TagSet::new(1, u32::from(path.tags), IO_TIMEOUT_MS)?,
+        GFP_KERNEL,
+    )?;
+    // A request's registration maps whole pages, one more than its
+    // segments, for a request that starts within a page (as the C host's
+    // `max_fr_pages`: its MRs have one page more).
+    let segments = path.max_pages - 1;
+    let mut max_sectors = segments << 3;
+    if info.id.mdts != 0 {
+        let mdts_sectors = 1u64 << (u32::from(info.id.mdts) + 3).min(40);
+        max_sectors = max_sectors.min(mdts_sectors.min(u64::from(u32::MAX)) as u32);
+    }
+    let cache = info.id.vwc & 1 != 0;
+    let mut disks = KVec::with_capacity(info.namespaces.len(), GFP_KERNEL)?;
+    for ns in info.namespaces.iter() {
+        disks.push(
+            add_disk(instance, ns, path, &tags, max_sectors, cache, module)?,
+            GFP_KERNEL,
+        )?;
+    }
+    Ok(disks)
+}
+
+fn add_disk(
+    instance: u32,
+    ns: &Ns,
+    path: &Arc<IoPath>,
+    tags: &Arc<TagSet<NsDisk>>,
+    max_sectors: u32,
+    cache: bool,
+    module: &'static ThisModule,
+) -> Result<Disk> {
+    let lba_shift = ns.block_size.trailing_zeros();
+    let data = Arc::new(
+        NsData {
+            nsid: ns.nsid,
+            lba_shift,
+            path: path.clone(),
+        },
+        GFP_KERNEL,
+    )?;
+    let disk = GenDiskBuilder::new()
+        .logical_block_size(ns.block_size)?
+        .physical_block_size(ns.block_size)?
+        .capacity_sectors(
+            ns.blocks
+                .checked_mul(u64::from(ns.block_size / 512))
+                .ok_or(EINVAL)?,
+        )
+        .max_hw_sectors(max_sectors)
+        .max_segments(path.max_pages.saturating_sub(1).min(u32::from(u16::MAX)) as u16)
+        .virt_boundary_mask(4095)
+        .write_cache(cache)
+        .fua(cache)
+        .build(
+            format_args!("kvnvme{}n{}", instance, ns.nsid),
+            tags.clone(),
+            data,
+            module,
+        )?;
+    Ok(Disk {
+        nsid: ns.nsid,
+        _disk: disk,
+    })
+}
