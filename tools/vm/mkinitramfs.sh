@@ -50,7 +50,7 @@ tools+=(/usr/local/bin/srq_peer)
 # non-root writer, the kernel log read from its end. Static: under TCG a
 # dynamically linked one took 0.18 s to run, a static one 0.07 s
 # (kv_kmsg runs after every case, kv_fail_nth at every sweep point).
-for h in kv_fail_nth kv_fuzz kv_as_user kv_kmsg; do
+for h in kv_fail_nth kv_fuzz kv_as_user kv_kmsg kv_dio; do
 	gcc -O2 -Wall -static -o "$root/usr/local/bin/$h" "$top/tools/testing/selftests/kverbs/$h.c"
 	tools+=("/usr/local/bin/$h")
 done

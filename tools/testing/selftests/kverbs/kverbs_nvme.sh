@@ -90,7 +90,9 @@ connects() {
 # all granted; the namespace is the RAM disk (its size in 512-byte
 # blocks); every admin command with data (Connect, the three Identify)
 # had its key invalidated by the target (a SEND with invalidate of the
-# MR's rkey).
+# MR's rkey); the I/O queue is qid 1 of 128 entries (queue_size's
+# default: 127 tags), the target's receive queue as large
+# (kverbs_nvme_io.sh tests its I/O).
 controller_up() {
 	local line cntlid t cpus sectors version
 	line=$(controllers)
@@ -98,7 +100,7 @@ controller_up() {
 	read -r sectors <"/sys/block/${KV_NVMET_DISK#/dev/}/size"
 	# nvmet's version: 1.3 on 6.12, 2.1 on 7.3.
 	read -r version <"$KV_NVMET/subsystems/$KV_NVME_NQN/attr_version"
-	[[ $line == "kvnvme0: "*"; cntlid "[0-9]*", NVMe $version, model 'Linux', serial '"?*"', firmware '"?*"', MQES 127, MDTS 8, IOCCSZ 260, IORCSZ 1, SGLS 0x100005, KAS 10, NN 1024; admin data commands 4, invalidated by the target 4; keep-alive 5 s, "[0-9]*" sent; I/O queues $cpus of $cpus asked; namespaces 1, nsid 1: $sectors blocks of 512 bytes" ]] ||
+	[[ $line == "kvnvme0: "*"; cntlid "[0-9]*", NVMe $version, model 'Linux', serial '"?*"', firmware '"?*"', MQES 127, MDTS 8, IOCCSZ 260, IORCSZ 1, SGLS 0x100005, KAS 10, NN 1024; admin data commands 4, invalidated by the target 4; keep-alive 5 s, "[0-9]*" sent; I/O queues $cpus of $cpus asked; namespaces 1, nsid 1: $sectors blocks of 512 bytes | I/O queue: qid 1, size 128, tags 127, controller's receive queue 128, "* ]] ||
 		{ kv_msg "$line: not Identify's fields, the queues, the namespace, or not every key invalidated by the target"; return 1; }
 	[[ $line =~ \;\ cntlid\ ([0-9]+), ]] && cntlid=${BASH_REMATCH[1]}
 	t=$KV_NVMET_CTRLS/ctrl$cntlid

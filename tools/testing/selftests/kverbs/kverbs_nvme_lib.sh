@@ -71,17 +71,26 @@ kv_nvmet_up() {
 	ln -s "$sub" "$port/subsystems/$KV_NVME_NQN"
 }
 
-# kv_nvmet_down: the target's port, namespace and subsystem removed, each
+# kv_nvmet_ns_add NSID DEV: namespace NSID of the subsystem on block
+# device DEV, enabled.
+kv_nvmet_ns_add() {
+	local ns=$KV_NVMET/subsystems/$KV_NVME_NQN/namespaces/$1
+	[ -b "$2" ] || { kv_msg "no $2"; return 1; }
+	mkdir "$ns" && echo "$2" >"$ns/device_path" && echo 1 >"$ns/enable"
+}
+
+# kv_nvmet_down: the target's port, namespaces and subsystem removed, each
 # if there (a failed setup leaves part of them); fails if one stays.
 kv_nvmet_down() {
-	local sub=$KV_NVMET/subsystems/$KV_NVME_NQN port=$KV_NVMET/ports/$KV_NVMET_PORT
+	local sub=$KV_NVMET/subsystems/$KV_NVME_NQN port=$KV_NVMET/ports/$KV_NVMET_PORT ns
 	[ -d "$KV_NVMET" ] || return 0
 	[ -L "$port/subsystems/$KV_NVME_NQN" ] && rm "$port/subsystems/$KV_NVME_NQN"
 	[ -d "$port" ] && rmdir "$port"
-	if [ -d "$sub/namespaces/1" ]; then
-		echo 0 >"$sub/namespaces/1/enable"
-		rmdir "$sub/namespaces/1"
-	fi
+	for ns in "$sub"/namespaces/*; do
+		[ -d "$ns" ] || continue
+		echo 0 >"$ns/enable"
+		rmdir "$ns"
+	done
 	[ -d "$sub" ] && rmdir "$sub"
 	[ ! -e "$port" ] && [ ! -e "$sub" ]
 }

@@ -1,0 +1,310 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+#
+# kverbs_nvme's I/O path against the kernel's own target
+# (kverbs_nvme_lib.sh: nvmet-rdma on rxe over dummy0, namespace 1 on
+# /dev/ram0, namespace 2 on /dev/ram1): a controller's I/O queue (qid 1,
+# on the layer's capsule queue) and a disk a namespace, /dev/kvnvme<C>n1
+# and n2, with the C host's limits for RDMA. Data written through a disk
+# (O_DIRECT, kv_dio) is what the target's RAM disk holds and the reverse,
+# from a sector to 4 MiB, at odd sectors, from buffers not page aligned,
+# in parallel; fsync sends Flush; every request's key is invalidated by
+# the target (SEND with invalidate: no LOCAL_INV); the disk held open
+# keeps the module; the target gone during writes ends them with EIO, not
+# a hang; the RDMA device removed during writes deletes the controller
+# and its disks; a disconnect deletes the disks and the target's
+# controller.
+
+# shellcheck source=kverbs_lib.sh
+. "$(dirname "$(readlink -f "$0")")/kverbs_lib.sh"
+# shellcheck source=kverbs_nvme_lib.sh
+. "$(dirname "$(readlink -f "$0")")/kverbs_nvme_lib.sh"
+
+DIR=/sys/kernel/debug/$KV_NVME
+OPTS="transport=rdma,traddr=$KV_NVME_ADDR,trsvcid=$KV_NVME_SVCID,nqn=$KV_NVME_NQN"
+PAT=/tmp/kvnvme.pat
+# The controller's instance (kvnvme<INST>) and its first namespace's disk,
+# set by connect.
+INST=
+DISK=
+
+load() {
+	kv_load_layer && insmod "$KV_MODDIR/$KV_NVME.ko"
+}
+
+controllers() {
+	cat "$DIR/controllers"
+}
+
+# counter NAME: the controller's counter NAME (its I/O queue's).
+counter() {
+	kv_counter "$DIR/controllers" "kvnvme$INST: " "$1"
+}
+
+# connect: a controller connected (INST), its two disks there (DISK the
+# first).
+connect() {
+	local r
+	printf '%s' "$OPTS" >"$DIR/connect" || return 1
+	r=$(cat "$DIR/connect")
+	[[ $r =~ ^instance=([0-9]+)$ ]] || { kv_msg "connect: $r"; return 1; }
+	INST=${BASH_REMATCH[1]}
+	DISK=/dev/kvnvme${INST}n1
+	kv_wait test -b "$DISK" -a -b "/dev/kvnvme${INST}n2" || { kv_msg "no disks: $(controllers)"; return 1; }
+}
+
+# disconnect: every controller deleted, and the target's.
+disconnect() {
+	echo all >"$DIR/disconnect" || return 1
+	kv_wait kv_nvmet_no_ctrls || { kv_msg "the target's controllers: $(kv_nvmet_ctrls)"; return 1; }
+}
+
+setup() {
+	kv_nvmet_up || { kv_msg "the target's setup failed"; return 1; }
+	kv_nvmet_ns_add 2 /dev/ram1 || { kv_msg "namespace 2 on /dev/ram1 failed"; return 1; }
+	load || { kv_msg "insmod failed"; return 1; }
+	dd if=/dev/urandom of=$PAT bs=1M count=5 2>/dev/null || return 1
+	connect
+}
+
+# sysfs DISK ATTR: the queue attribute ATTR of DISK.
+sysfs() {
+	cat "/sys/block/$1/queue/$2"
+}
+
+# Each namespace is a disk of its RAM disk's size, with the C host's
+# limits: 256 segments, 1 MiB a request (a registration of 257 pages: one
+# more, for a request that starts within a page), no gap within a page,
+# a write cache with FUA
+# (nvmet says it has one); the controllers file names both disks.
+disks_of_namespaces() {
+	local n want
+	for n in 1 2; do
+		want=$(cat /sys/block/ram$((n - 1))/size)
+		[ "$(cat "/sys/block/kvnvme${INST}n$n/size")" = "$want" ] ||
+			{ kv_msg "kvnvme${INST}n$n: $(cat "/sys/block/kvnvme${INST}n$n/size") sectors, want $want"; return 1; }
+	done
+	kv_msg "$(controllers)"
+	if ! { [ "$(sysfs "kvnvme${INST}n1" max_segments)" = 256 ] &&
+		[ "$(sysfs "kvnvme${INST}n1" max_hw_sectors_kb)" = 1024 ] &&
+		[ "$(sysfs "kvnvme${INST}n1" virt_boundary_mask)" = 4095 ] &&
+		[ "$(sysfs "kvnvme${INST}n1" logical_block_size)" = 512 ] &&
+		[ "$(sysfs "kvnvme${INST}n1" write_cache)" = "write back" ] &&
+		[ "$(sysfs "kvnvme${INST}n1" fua)" = 1 ]; }; then
+		kv_msg "limits: $(grep -H . "/sys/block/kvnvme${INST}n1/queue/"{max_segments,max_hw_sectors_kb,virt_boundary_mask,write_cache,fua})"
+		return 1
+	fi
+	[[ "$(controllers)" == *"| disks kvnvme${INST}n1 kvnvme${INST}n2"* ]]
+}
+
+# Transfers are kv_dio's: one O_DIRECT pread or pwrite, from a buffer at
+# a chosen offset in a page, refused O_DIRECT an error (busybox's dd
+# retries a refused O_DIRECT transfer buffered: seen here, data it wrote
+# "direct" through a disk sat in the disk's page cache).
+
+# same A B SECTOR COUNT [BUFOFF]: COUNT sectors at SECTOR of devices A and
+# B are the same, each read with O_DIRECT into a buffer at BUFOFF (0) in
+# its page.
+same() {
+	local a=/tmp/kvnvme.a.$BASHPID b=/tmp/kvnvme.b.$BASHPID r=0
+	kv_dio r "$1" "$3" "$4" $a 0 "${5:-0}" && kv_dio r "$2" "$3" "$4" $b 0 "${5:-0}" || return 1
+	if ! cmp -s $a $b; then
+		kv_msg "$1 and $2 differ at $4 sectors from $3: $(cmp $a $b 2>&1), $(cmp -l $a $b | wc -l) bytes"
+		kv_dio r /dev/ram0 "$3" "$4" $a.ram 0 0 &&
+			kv_msg "the target's RAM disk: as $1: $(cmp -s $a $a.ram && echo yes || echo no), as $2: $(cmp -s $b $a.ram && echo yes || echo no)"
+		rm -f $a.ram
+		r=1
+	fi
+	rm -f $a $b
+	return $r
+}
+
+# differ A B SECTOR COUNT: both read, and what they hold differs.
+differ() {
+	local a=/tmp/kvnvme.a.$BASHPID b=/tmp/kvnvme.b.$BASHPID r=1
+	kv_dio r "$1" "$3" "$4" $a 0 0 && kv_dio r "$2" "$3" "$4" $b 0 0 || return 1
+	cmp -s $a $b || r=0
+	rm -f $a $b
+	return $r
+}
+
+# put DEV SECTOR COUNT [SKIP] [BUFOFF]: COUNT sectors of the pattern, from
+# its sector SKIP, written at SECTOR of DEV with O_DIRECT from a buffer at
+# BUFOFF (0) in its page.
+put() {
+	kv_dio w "$1" "$2" "$3" $PAT "${4:-0}" "${5:-0}"
+}
+
+# Sizes from a sector to 4 MiB (split in requests of 1 MiB at most), at
+# aligned and odd sectors, from buffers aligned and not (within the DMA
+# alignment, 512): written through the disk, the target's RAM disk holds
+# them; written to the RAM disk, the disk reads them.
+data() {
+	local s c o n=0 k=0
+	for s in 0 1 8 2047 122871; do
+		for c in 1 8 255 2048 2041 8192; do
+			k=$(((k + 1) % 7))
+			# Buffers at a page, at 512 B into one, 512 B before its end.
+			o=$(((k % 3) * 512 + (k % 3 == 2 ? 2560 : 0)))
+			put "$DISK" "$s" "$c" "$k" $o && same "$DISK" /dev/ram0 "$s" "$c" $o || return 1
+			put /dev/ram0 "$s" "$c" $((k + 1)) && same /dev/ram0 "$DISK" "$s" "$c" $o || return 1
+			n=$((n + 1))
+		done
+	done
+	kv_msg "$n sizes and offsets each way; $(controllers)"
+	[ "$(counter errors)" = 0 ] && [ "$(counter submitted)" = "$(counter finished)" ]
+}
+
+# Namespace 2 is the other RAM disk: what it holds is not namespace 1's.
+second_namespace() {
+	put "/dev/kvnvme${INST}n2" 100 64 3 && same "/dev/kvnvme${INST}n2" /dev/ram1 100 64 || return 1
+	put "$DISK" 100 64 5 && same "$DISK" /dev/ram0 100 64 || return 1
+	differ /dev/ram0 /dev/ram1 100 64
+}
+
+# Four writers and readers at once, each on its own region: the queue's
+# tags taken and given back from both CPUs.
+parallel() {
+	local pids=() p r=0 i
+	for i in 0 1 2 3; do
+		(
+			for s in 0 700 1400; do
+				put "$DISK" $((i * 8192 + s)) 600 $((i * 100 + s)) &&
+					same "$DISK" /dev/ram0 $((i * 8192 + s)) 600 || exit 1
+			done
+		) &
+		pids+=($!)
+	done
+	for p in "${pids[@]}"; do
+		wait "$p" || r=1
+	done
+	[ $r = 0 ]
+}
+
+# A write with fsync: the disk's write cache is flushed with an NVMe Flush.
+flush() {
+	local f
+	f=$(counter flushes)
+	dd if=$PAT of="$DISK" bs=4096 count=4 conv=fsync 2>/dev/null || return 1
+	[ "$(counter flushes)" -gt "$f" ] || { kv_msg "flushes: $f, then $(counter flushes)"; return 1; }
+}
+
+# Every request with data had its pages registered, and the target
+# invalidated each key with its response (a SEND with invalidate naming
+# it): no LOCAL_INV posted; every request finished, none failed.
+keys_invalidated_by_target() {
+	local reg
+	reg=$(counter registered)
+	kv_msg "$(controllers)"
+	[ "$reg" -gt 100 ] || { kv_msg "registered: $reg"; return 1; }
+	[ "$(counter remote_inv)" = "$reg" ] && [ "$(counter local_inv)" = 0 ] || return 1
+	[ "$(counter failed)" = 0 ] && [ "$(counter submitted)" = "$(counter finished)" ] &&
+		[ "$(counter status_errors)" = 0 ] && [ "$(counter timeouts)" = 0 ]
+}
+
+# The disk open keeps the module: rmmod refused; closed, the module stays
+# usable.
+rmmod_refused_while_open() {
+	local fd r=0
+	exec {fd}<"$DISK" || return 1
+	rmmod "$KV_NVME" 2>/dev/null && r=1
+	exec {fd}<&-
+	[ $r = 0 ] || { kv_msg "rmmod passed with $DISK open"; load; return 1; }
+	kv_mod_loaded "$KV_NVME" && same "$DISK" /dev/ram0 0 8
+}
+
+# dd_bg: O_DIRECT writes of 64 KiB to the disk in the background until
+# one fails (DD_PID), their errors in DD_ERR.
+DD_ERR=/tmp/kvnvme.dd
+dd_bg() {
+	[ -b "$DISK" ] || { kv_msg "no $DISK"; return 1; }
+	(for ((i = 0; i < 100000; i++)); do
+		kv_dio w "$DISK" $((i % 64 * 128)) 128 $PAT 0 0 2>>$DD_ERR || exit 1
+	done) &
+	DD_PID=$!
+	sleep 1
+}
+
+# dd_failed: the background dd ended with an I/O error within 30 s.
+dd_failed() {
+	local i
+	for ((i = 0; i < 300; i++)); do
+		kill -0 "$DD_PID" 2>/dev/null || break
+		sleep 0.1
+	done
+	if kill -0 "$DD_PID" 2>/dev/null; then
+		kv_msg "the dd still runs after 30 s"
+		kill "$DD_PID"
+		return 1
+	fi
+	wait "$DD_PID" && { kv_msg "the dd passed"; return 1; }
+	kv_msg "dd: $(tr '\n' ' ' <$DD_ERR)"
+	grep -q "Input/output error" $DD_ERR
+}
+
+# The target goes during a dd (the subsystem unlinked from the port:
+# nvmet deletes its controller and disconnects the queues): the I/O queue
+# is shut down, the dd's requests end with EIO at once, not at a timeout;
+# the controller, marked disconnected, is deleted with its disks.
+target_gone_during_dd() {
+	local port=$KV_NVMET/ports/$KV_NVMET_PORT sub=$KV_NVMET/subsystems/$KV_NVME_NQN r=0
+	: >$DD_ERR
+	dd_bg || return 1
+	rm "$port/subsystems/$KV_NVME_NQN" || return 1
+	dd_failed || r=1
+	kv_msg "$(controllers)"
+	[[ "$(controllers)" == *"kvnvme$INST: disconnected,"* ]] || r=1
+	[ "$(counter timeouts)" = 0 ] || { kv_msg "a request timed out"; r=1; }
+	echo all >"$DIR/disconnect" || r=1
+	[ ! -e "$DISK" ] || { kv_msg "$DISK is still there"; r=1; }
+	ln -s "$sub" "$port/subsystems/$KV_NVME_NQN" || return 1
+	[ $r = 0 ] && connect
+}
+
+# The RDMA device removed during a dd: the controller is deleted with its
+# disks (the I/O queue shut down first: the dd ends with EIO), and the
+# removal ends. The device and the target come back, and a controller
+# connects again.
+device_removed_during_dd() {
+	local r=0
+	: >$DD_ERR
+	dd_bg || return 1
+	kv_rxe_del rxe_dummy || { kv_msg "rdma link del failed"; return 1; }
+	dd_failed || r=1
+	kv_logged "kvnvme$INST: device removed: controller deleted" || r=1
+	if [ -n "$(controllers)" ] || [ -e "$DISK" ]; then
+		kv_msg "left: $(controllers)"
+		r=1
+	fi
+	{ kv_nvmet_down && kv_nvmet_up && kv_nvmet_ns_add 2 /dev/ram1; } ||
+		{ kv_msg "the target's setup again failed"; return 1; }
+	[ $r = 0 ] && connect && same "$DISK" /dev/ram0 0 64
+}
+
+# A disconnect deletes the disks, then the I/O queue, then shuts the
+# controller down; the target's controller goes.
+disconnect_deletes_disks() {
+	put "$DISK" 300 16 && disconnect || return 1
+	kv_logged "kvnvme$INST: shut down, disconnected" || return 1
+	[ ! -e "$DISK" ] && [ ! -e "/dev/kvnvme${INST}n2" ] && [ -z "$(controllers)" ]
+}
+
+# After the disconnect, a controller connects again, reads, disconnects.
+connect_again() {
+	connect && same "$DISK" /dev/ram0 0 64 && disconnect
+}
+
+kv_begin 13
+kv_case setup_nvmet_two_namespaces_load_connect setup
+kv_case nvme_io_disk_per_namespace_with_rdma_limits disks_of_namespaces
+kv_case nvme_io_data_matches_target_ram_disk_both_ways data
+kv_case nvme_io_second_namespace_is_second_ram_disk second_namespace
+kv_case nvme_io_parallel_writers_readers parallel
+kv_case nvme_io_fsync_sends_flush flush
+kv_case nvme_io_every_key_invalidated_by_target keys_invalidated_by_target
+kv_case nvme_io_rmmod_refused_while_disk_open rmmod_refused_while_open
+kv_case nvme_io_target_gone_during_dd_eio_not_hang target_gone_during_dd
+kv_case nvme_io_device_removed_during_dd_deletes_disks device_removed_during_dd
+kv_case nvme_io_disconnect_deletes_disks_and_target_ctrl disconnect_deletes_disks
+kv_case nvme_io_connect_again_read_disconnect connect_again
+kv_end
