@@ -276,10 +276,13 @@ static int __init kverbs_init(void)
 	 * Not ordered (max_active 0, the default): the runs of one event queue
 	 * never overlap anyway, and an ordered queue would hold every sink up
 	 * behind the slowest (and deadlock one that waits for another's event).
-	 * No WQ_MEM_RECLAIM: a delivery allocates with GFP_KERNEL and is on no
-	 * memory reclaim path, so it needs no rescuer.
+	 * WQ_MEM_RECLAIM: a capsule queue's shutdown runs here (a block
+	 * driver's error recovery, kverbs::io) and ends the block requests it
+	 * carries, writeback's among them: under memory pressure it must not
+	 * wait for a new worker (the rescuer runs it), as the NVMe hosts'
+	 * nvme_wq has the flag for theirs.
 	 */
-	events_wq = alloc_workqueue("kverbs_events", WQ_UNBOUND, 0);
+	events_wq = alloc_workqueue("kverbs_events", WQ_UNBOUND | WQ_MEM_RECLAIM, 0);
 	if (!events_wq)
 		return -ENOMEM;
 	ret = register_module_notifier(&kverbs_module_nb);

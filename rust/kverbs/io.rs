@@ -225,6 +225,29 @@ pub struct IoStats {
     pub local_invalidated: u64,
 }
 
+impl core::fmt::Display for IoStats {
+    /// The counters as `name value` pairs, one line, for a driver's
+    /// status file.
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "submitted {} finished {} failed {} shutdown_ended {} unknown {} errors {} \
+             registered {} remote_inv {} local_inv {}",
+            self.submitted,
+            self.finished,
+            self.failed,
+            self.ended_by_shutdown,
+            self.unknown,
+            self.errors,
+            self.registered,
+            self.remote_invalidated,
+            self.local_invalidated
+        )
+    }
+}
+
+crate::kernel_display!(IoStats);
+
 /// The queue: its shared part, its QP until the shutdown, and its entry
 /// on kverbs.ko's list of what calls a module's code.
 ///

@@ -186,5 +186,7 @@ pub mod errno {
         enolink = ENOLINK;
         /// `EREMOTEIO`: the target refused the I/O (`BLK_STS_TARGET`).
         eremoteio = EREMOTEIO;
+        /// `ENODATA`: a media error (`BLK_STS_MEDIUM`).
+        enodata = ENODATA;
     }
 }

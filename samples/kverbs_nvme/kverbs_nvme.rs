@@ -619,21 +619,7 @@ fn show_io(out: &mut dyn Write, instance: u32, io: &IoCtrl) -> core::fmt::Result
         io.conn.qid, p.size, p.tags, io.conn.crqsize, p.max_pages
     )?;
     match p.stats() {
-        Some((s, down)) => write!(
-            out,
-            ", {}, submitted {} finished {} failed {} shutdown_ended {} unknown {} errors {} \
-             registered {} remote_inv {} local_inv {}",
-            if down { "down" } else { "up" },
-            s.submitted,
-            s.finished,
-            s.failed,
-            s.ended_by_shutdown,
-            s.unknown,
-            s.errors,
-            s.registered,
-            s.remote_invalidated,
-            s.local_invalidated
-        )?,
+        Some((s, down)) => write!(out, ", {}, {}", if down { "down" } else { "up" }, s)?,
         None => out.write_str(", gone")?,
     }
     let c = |a: &core::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);

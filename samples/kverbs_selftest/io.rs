@@ -624,21 +624,7 @@ impl Show for IoFile {
                 .with(|q| q.as_ref().map(|q| (q.stats(), q.is_shut_down())));
             write!(out, "kvio{}: ", d.n)?;
             match s {
-                Some((s, down)) => write!(
-                    out,
-                    "queue {} submitted {} finished {} failed {} shutdown_ended {} unknown {} \
-                     errors {} registered {} remote_inv {} local_inv {}",
-                    if down { "down" } else { "up" },
-                    s.submitted,
-                    s.finished,
-                    s.failed,
-                    s.ended_by_shutdown,
-                    s.unknown,
-                    s.errors,
-                    s.registered,
-                    s.remote_invalidated,
-                    s.local_invalidated
-                )?,
+                Some((s, down)) => write!(out, "queue {} {}", if down { "down" } else { "up" }, s)?,
                 None => write!(out, "queue gone")?,
             }
             writeln!(
