@@ -320,14 +320,20 @@ impl Cqe {
 }
 
 /// The errno of an I/O command's status (SCT << 8 | SC), as the C host's
-/// `nvme_error_status` and `blk_status_to_errno` give it: an LBA out of
-/// range `EREMOTEIO` (`BLK_STS_TARGET`), a command or field the controller
-/// does not take `EOPNOTSUPP`, capacity exceeded `ENOSPC`, else `EIO`.
+/// `nvme_error_status` and `blk_status_to_errno` give it: capacity
+/// exceeded `ENOSPC` (`BLK_STS_NOSPC`); an LBA out of range, a command
+/// interrupted, a namespace not ready `EREMOTEIO` (`BLK_STS_TARGET`); an
+/// opcode, field, namespace or attributes the controller does not take
+/// `EOPNOTSUPP` (`BLK_STS_NOTSUPP`); a media error (write fault, read
+/// error, compare failed, access denied, unwritten block, read only)
+/// `ENODATA` (`BLK_STS_MEDIUM`); anything else `EIO`. (The C host also
+/// retries a status without DNR: not here yet.)
 pub(crate) fn io_errno(code: u16) -> Error {
     match code {
-        0x080 => kverbs::errno::eremoteio(),
-        0x001 | 0x002 | 0x00b | 0x180 => kverbs::errno::eopnotsupp(),
         0x081 => ENOSPC,
+        0x080 | 0x021 | 0x082 => kverbs::errno::eremoteio(),
+        0x001 | 0x002 | 0x00b | 0x180 => kverbs::errno::eopnotsupp(),
+        0x182 | 0x280 | 0x281 | 0x285 | 0x286 | 0x287 => kverbs::errno::enodata(),
         _ => EIO,
     }
 }
