@@ -9,8 +9,9 @@
 # (O_DIRECT, kv_dio) is what the target's RAM disk holds and the reverse,
 # from a sector to 4 MiB, at odd sectors, from buffers not page aligned,
 # in parallel; fsync sends Flush; every request's key is invalidated by
-# the target (SEND with invalidate: no LOCAL_INV); the disk held open
-# keeps the module; the target gone during writes ends them with EIO, not
+# the target (SEND with invalidate: no LOCAL_INV); the kernel's C host
+# (nvme-rdma) reads what kverbs_nvme wrote and the reverse, on the same
+# namespace; the disk held open keeps the module; the target gone during writes ends them with EIO, not
 # a hang; the RDMA device removed during writes deletes the controller
 # and its disks; a disconnect deletes the disks and the target's
 # controller.
@@ -202,6 +203,35 @@ keys_invalidated_by_target() {
 		[ "$(counter status_errors)" = 0 ] && [ "$(counter timeouts)" = 0 ]
 }
 
+# c_host_disk NSID: C_DISK, the C host's disk of namespace NSID (its
+# name's number is the order the scan added it, not the NSID: the scan of
+# two namespaces is asynchronous, and nvme0n1 was namespace 2 in one run).
+c_host_disk() {
+	local d
+	C_DISK=
+	for d in /sys/block/nvme*n*; do
+		[ "$(cat "$d/nsid" 2>/dev/null)" = "$1" ] && C_DISK=/dev/${d##*/} && return 0
+	done
+	return 1
+}
+
+# The kernel's C host on the same subsystem (a second controller): what
+# kverbs_nvme writes, it reads, and the reverse, on namespace 1; the
+# diagnostics say which host's read the target's RAM disk agrees with.
+c_host_cross_check() {
+	local c r=0 i
+	kv_nvme_c_connect "" || return 1
+	kv_wait c_host_disk 1 || { kv_msg "no disk of namespace 1: $(ls /sys/block)"; kv_nvme_c_disconnect; return 1; }
+	c=$C_DISK
+	kv_wait test -b "$c" || { kv_msg "no $c"; kv_nvme_c_disconnect; return 1; }
+	for i in 1 2 3 4 5 6; do
+		put "$DISK" $((4096 * i)) 2048 $i && same "$DISK" "$c" $((4096 * i)) 2048 || r=1
+		put "$c" $((4096 * i + 2048)) 777 $((i + 1)) && same "$c" "$DISK" $((4096 * i + 2048)) 777 || r=1
+	done
+	kv_nvme_c_disconnect || return 1
+	return $r
+}
+
 # The disk open keeps the module: rmmod refused; closed, the module stays
 # usable.
 rmmod_refused_while_open() {
@@ -294,7 +324,7 @@ connect_again() {
 	connect && same "$DISK" /dev/ram0 0 64 && disconnect
 }
 
-kv_begin 13
+kv_begin 14
 kv_case setup_nvmet_two_namespaces_load_connect setup
 kv_case nvme_io_disk_per_namespace_with_rdma_limits disks_of_namespaces
 kv_case nvme_io_data_matches_target_ram_disk_both_ways data
@@ -302,6 +332,7 @@ kv_case nvme_io_second_namespace_is_second_ram_disk second_namespace
 kv_case nvme_io_parallel_writers_readers parallel
 kv_case nvme_io_fsync_sends_flush flush
 kv_case nvme_io_every_key_invalidated_by_target keys_invalidated_by_target
+kv_case nvme_io_c_host_reads_ours_and_we_read_its c_host_cross_check
 kv_case nvme_io_rmmod_refused_while_disk_open rmmod_refused_while_open
 kv_case nvme_io_target_gone_during_dd_eio_not_hang target_gone_during_dd
 kv_case nvme_io_device_removed_during_dd_deletes_disks device_removed_during_dd
