@@ -219,6 +219,21 @@ void kverbs_sg_set_dma(struct scatterlist *sgl, unsigned int n, unsigned int i,
 	sg_dma_len(&sgl[i]) = len;
 }
 
+u32 kverbs_sg_to_sges(struct scatterlist *sgl, int count, struct ib_sge *sges, u32 lkey)
+{
+	struct scatterlist *sg;
+	u32 len = 0;
+	int i;
+
+	for_each_sg(sgl, sg, count, i) {
+		sges[i].addr = sg_dma_address(sg);
+		sges[i].length = sg_dma_len(sg);
+		sges[i].lkey = lkey;
+		len += sges[i].length;
+	}
+	return len;
+}
+
 bool kverbs_qp_wait_last_wqe(struct ib_qp *qp, unsigned int timeout_ms)
 {
 	return wait_for_completion_timeout(&qp->srq_completion,

@@ -79,6 +79,12 @@ int kverbs_mcast_route(struct ib_device *dev, u32 port, const u8 *sgid, const u8
 void kverbs_sg_set_dma(struct scatterlist *sgl, unsigned int n, unsigned int i,
 		       u64 dma_addr, unsigned int len);
 
+/*
+ * The first count entries of the DMA-mapped scatterlist sgl as SGEs of
+ * lkey (sg_dma_address and sg_dma_len are macros); their total length.
+ */
+u32 kverbs_sg_to_sges(struct scatterlist *sgl, int count, struct ib_sge *sges, u32 lkey);
+
 /* signal_pending(current). */
 bool kverbs_signal_pending(void);
 

@@ -72,6 +72,10 @@ pub const MAX_CAPSULE: usize = 64;
 /// The most tags of a queue.
 pub const MAX_DEPTH: u16 = 1024;
 
+/// The most segments of a request a capsule may carry after it (the C NVMe
+/// host's `NVME_RDMA_MAX_INLINE_SEGMENTS`).
+pub const MAX_INLINE_SEGMENTS: u32 = 4;
+
 /// The shape of a queue.
 #[derive(Clone, Copy, Debug)]
 pub struct IoConfig {
@@ -87,11 +91,34 @@ pub struct IoConfig {
     /// The pages a request's data may take (0: data is not registered).
     /// Each tag then has a fast-registration MR of as many pages (of 4
     /// KiB), on which [`IoQueue::submit`] registers a read's or write's
-    /// pages for the peer: the disk's limits must fit it
+    /// pages for the peer (but a write [`IoQueue::submit_with`] sends in
+    /// the capsule): the disk's limits must fit it
     /// (`max_segments` and `max_hw_sectors` within it, and a
     /// `virt_boundary_mask` of 4095, else the request is refused with
     /// `EINVAL`). At most the device's `max_fast_reg_page_list_len`.
     pub max_pages: u32,
+    /// The segments of a write's pages its capsule's send may carry after
+    /// the capsule, in-capsule data, for [`IoQueue::submit_with`] (0 to
+    /// [`MAX_INLINE_SEGMENTS`], at most the QP's send SGEs less one and at
+    /// most `max_pages`, whose scatter-gather tables these use; `EINVAL`
+    /// from [`IoQueue::new`] otherwise).
+    pub inline_segments: u32,
+}
+
+/// Where a request's data goes, as given to [`IoQueue::submit_with`]'s
+/// `build`.
+#[derive(Clone, Copy, Debug)]
+pub enum IoData {
+    /// Nowhere: a request of no bytes, an operation other than a read or
+    /// write, or a queue without data registration.
+    None,
+    /// Registered for the peer: its keyed address.
+    Registered(RemoteBuf),
+    /// In the capsule's send, after the capsule: `len` bytes.
+    Inline {
+        /// The data's bytes.
+        len: u32,
+    },
 }
 
 /// What a response answers: the request of slot `tag`, if it carries
@@ -223,6 +250,8 @@ pub struct IoStats {
     pub remote_invalidated: u64,
     /// LOCAL_INVs posted.
     pub local_invalidated: u64,
+    /// Requests whose data went in the capsule's send.
+    pub inline: u64,
 }
 
 impl core::fmt::Display for IoStats {
@@ -232,7 +261,7 @@ impl core::fmt::Display for IoStats {
         write!(
             f,
             "submitted {} finished {} failed {} shutdown_ended {} unknown {} errors {} \
-             registered {} remote_inv {} local_inv {}",
+             registered {} remote_inv {} local_inv {} inline {}",
             self.submitted,
             self.finished,
             self.failed,
@@ -241,7 +270,8 @@ impl core::fmt::Display for IoStats {
             self.errors,
             self.registered,
             self.remote_invalidated,
-            self.local_invalidated
+            self.local_invalidated,
+            self.inline
         )
     }
 }
@@ -375,6 +405,10 @@ impl IoQueue {
                     & crate::bindings::IB_DEVICE_MEM_MGT_EXTENSIONS as u64
                     == 0
                     || cfg.max_pages > attrs.max_fast_reg_page_list_len()))
+            || cfg.inline_segments > MAX_INLINE_SEGMENTS
+            || (cfg.inline_segments > 0
+                && (cfg.max_pages < cfg.inline_segments
+                    || qp.max_send_sge() < cfg.inline_segments + 1))
             || qp.send_cq().as_raw() != qp.recv_cq().as_raw()
             || qp.send_cq().poll_ctx() != PollCtx::Softirq
             || qp.queue_slots(Queue::Send) < 3 * usize::from(cfg.depth)
@@ -435,11 +469,37 @@ impl IoQueue {
         cid: u16,
         build: impl FnOnce(Option<RemoteBuf>, &mut [u8]),
     ) -> Result<(), (ARef<Request<T>>, Error)> {
-        let rq = RqRef::new(rq).map_err(|rq| (rq, EINVAL))?;
-        self.inner.shared.submit(rq, cid, build).map_err(|(rq, e)| {
-            // SAFETY: Made from a request of `T` above.
-            (unsafe { rq.into_request::<T>() }, e)
+        self.submit_with(rq, cid, 0, |d, c| {
+            build(
+                match d {
+                    IoData::Registered(r) => Some(r),
+                    _ => None,
+                },
+                c,
+            )
         })
+    }
+
+    /// [`IoQueue::submit`], with the data of a write of at most
+    /// `inline_max` bytes in at most [`IoConfig::inline_segments`]
+    /// segments sent after the capsule, in the same send (in-capsule
+    /// data: no registration), which `build` is told; other reads and
+    /// writes registered.
+    pub fn submit_with<T: Operations>(
+        &self,
+        rq: ARef<Request<T>>,
+        cid: u16,
+        inline_max: u32,
+        build: impl FnOnce(IoData, &mut [u8]),
+    ) -> Result<(), (ARef<Request<T>>, Error)> {
+        let rq = RqRef::new(rq).map_err(|rq| (rq, EINVAL))?;
+        self.inner
+            .shared
+            .submit(rq, cid, inline_max, build)
+            .map_err(|(rq, e)| {
+                // SAFETY: Made from a request of `T` above.
+                (unsafe { rq.into_request::<T>() }, e)
+            })
     }
 
     /// Shuts the queue down: nothing is submitted or answered after; the

@@ -221,6 +221,11 @@ impl<S: State, T: Transport> Qp<S, T> {
         &self.inner.recv_cq.cq
     }
 
+    /// The SGEs a send request may have (what the QP was created with).
+    pub(crate) fn max_send_sge(&self) -> u32 {
+        self.inner.max_send_sge
+    }
+
     /// The requests queue `q` holds at once (what it was created for): the
     /// most a stream on it may take.
     pub(crate) fn queue_slots(&self, q: Queue) -> usize {

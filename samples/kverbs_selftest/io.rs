@@ -470,6 +470,7 @@ impl IoFile {
             response_len: RESPONSE,
             // A request of 512 KiB, unaligned: 129 pages.
             max_pages: if mode == Mode::Rdma { MAX_PAGES } else { 0 },
+            inline_segments: 0,
         };
         // The host's CQ and PD stay with its QP, which the queue takes.
         drop((hcq, hpd));

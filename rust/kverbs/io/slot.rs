@@ -8,7 +8,7 @@
 //! (`ib_post_send`, `ib_post_recv`, `struct ib_cqe`)
 
 use super::done::{inv_done, recv_done, reg_done, send_done, Done, RecvCqe, SendCqe};
-use super::{IoConfig, IoError, IoHandler, IoStats, MAX_CAPSULE};
+use super::{IoConfig, IoData, IoError, IoHandler, IoStats, MAX_CAPSULE, MAX_INLINE_SEGMENTS};
 use crate::bindings;
 use crate::blk::RqRef;
 use crate::dma::DmaBuf;
@@ -98,8 +98,9 @@ pub(super) fn synchronize_rcu() {
 /// publishes `POSTED` (release) with `rq` written. `rq` is then taken by the
 /// one that sets the last of the `DONE` flags (acquire), the finisher,
 /// which frees the slot with the next generation.
-/// `rkey` and `map` are the registration of the request's pages, written
-/// with `rq` and taken with it.
+/// `rkey` and `map` are the registration of the request's pages (`map`
+/// alone, with no key, for in-capsule data: `rkey` is then the last
+/// registration's, not live), written with `rq` and taken with it.
 struct Slot {
     state: AtomicU64,
     rkey: AtomicU32,
@@ -163,8 +164,9 @@ struct Mapping {
     dir: bindings::dma_data_direction,
     /// The MR's key byte before this registration's: given back if its
     /// REG_MR is not posted, so that the MR's key, as the device knows it,
-    /// is always the one before the next registration's.
-    old_key: u8,
+    /// is always the one before the next registration's. `None` for
+    /// in-capsule data (no registration).
+    old_key: Option<u8>,
 }
 
 /// The DMA buffers (a capsule a tag, a response a receive), and with data
@@ -258,6 +260,7 @@ pub(super) struct Stats {
     registered: AtomicU64,
     pub(super) remote_invalidated: AtomicU64,
     local_invalidated: AtomicU64,
+    inline: AtomicU64,
 }
 
 impl Stats {
@@ -273,6 +276,7 @@ impl Stats {
             registered: g(&self.registered),
             remote_invalidated: g(&self.remote_invalidated),
             local_invalidated: g(&self.local_invalidated),
+            inline: g(&self.inline),
         }
     }
 }
@@ -521,7 +525,7 @@ impl Shared {
             *slot.map.get() = Some(Mapping {
                 nents: n,
                 dir,
-                old_key,
+                old_key: Some(old_key),
             })
         };
         let access = if write {
@@ -531,6 +535,61 @@ impl Shared {
         };
         let len = u32::try_from(len).map_err(|_| EINVAL)?;
         Ok((RemoteBuf { addr, rkey, len }, access))
+    }
+
+    /// Maps the pages of the write of `rq`, on the slot of `tag`, for the
+    /// capsule's send to carry: the SGEs of its `inline_segments` at most
+    /// (its first `n` entries) and their bytes, or `None` if they take
+    /// more (the caller registers them instead).
+    ///
+    /// # Safety
+    ///
+    /// As [`Shared::map_data`].
+    unsafe fn map_inline(
+        &self,
+        tag: u16,
+        rq: &RqRef,
+        sges: &mut [bindings::ib_sge],
+    ) -> Result<Option<(usize, u32)>> {
+        // SAFETY: The caller's guarantee.
+        let bufs = unsafe { self.bufs() };
+        let table = &bufs.tables[usize::from(tag)];
+        let segs = usize::from(rq.segments());
+        if segs == 0 || segs > sges.len() || segs > table.len() {
+            return Ok(None);
+        }
+        // SAFETY: The request is the queue's, its segments fit the table,
+        // which only the slot's owner uses.
+        let n = unsafe { bindings::kverbs_rq_map_sg(rq.as_raw(), table.as_raw()) };
+        // Not more than its segments (the block layer warns otherwise):
+        // checked all the same, `sges` is filled from them.
+        if n <= 0 || n as usize > sges.len() {
+            return Err(EINVAL);
+        }
+        let dir = bindings::DMA_TO_DEVICE;
+        // SAFETY: `n` entries of the request's pages, mapped on the
+        // queue's device; unmapped by the request's finisher.
+        let count = unsafe { bindings::ib_dma_map_sg(self.dev, table.sgl(), n, dir) };
+        if count <= 0 {
+            return Err(ENOMEM);
+        }
+        // `count` is at most `n`, at most the segments, which fit `sges`.
+        let k = count as usize;
+        // SAFETY: `count` entries are mapped; `sges` has room for them.
+        let len = unsafe {
+            bindings::kverbs_sg_to_sges(table.sgl(), count, sges.as_mut_ptr(), self.lkey)
+        };
+        let slot = &self.slots[usize::from(tag)];
+        // SAFETY: The slot's owner (the caller's guarantee) writes it
+        // before it publishes `POSTED`.
+        unsafe {
+            *slot.map.get() = Some(Mapping {
+                nents: n,
+                dir,
+                old_key: None,
+            })
+        };
+        Ok(Some((k, len)))
     }
 
     /// Unmaps the pages of the slot of `tag`, if mapped.
@@ -558,13 +617,10 @@ impl Shared {
         let slot = &self.slots[usize::from(tag)];
         // SAFETY: The caller's guarantee.
         let map = unsafe { (*slot.map.get()).take() };
-        if let Some(m) = map {
+        if let Some(k) = map.as_ref().and_then(|m| m.old_key) {
             // SAFETY: As above: the MR is the slot's, not registered.
             unsafe {
-                bindings::ib_update_fast_reg_key(
-                    self.bufs().mrs[usize::from(tag)].as_ptr(),
-                    m.old_key,
-                )
+                bindings::ib_update_fast_reg_key(self.bufs().mrs[usize::from(tag)].as_ptr(), k)
             };
         }
         // SAFETY: As above.
@@ -588,12 +644,15 @@ impl Shared {
     }
 
     /// Sends the capsule of request `rq` (its tag below the depth) with
-    /// command id `cid`, built by `build` -- given the remote buffer of
-    /// the request's pages, registered for the peer, for a read or write
-    /// when the queue registers data: never sleeps itself. The request is
+    /// command id `cid`, built by `build` -- told where the request's
+    /// data goes ([`IoData`]): a write of at most `inline_max` bytes in
+    /// at most [`IoConfig::inline_segments`] segments after the capsule,
+    /// in its send, another read or write registered for the peer when
+    /// the queue registers data: never sleeps itself. The request is
     /// given back with `ENOLINK` once the queue is closed, `EBUSY` while
     /// its tag's slot still carries the request before, `EINVAL` for
-    /// pages the MR cannot take, or the post's error. The slot is taken in
+    /// pages the MR cannot take, `ENOMEM` if they cannot be mapped for
+    /// the device, or the post's error. The slot is taken in
     /// one read-side critical section and the capsule posted in another:
     /// the mapping and `build` run between them, owning the slot, which
     /// [`Shared::close`] waits for (so a `build` that sleeps delays a
@@ -602,7 +661,8 @@ impl Shared {
         &self,
         rq: RqRef,
         cid: u16,
-        build: impl FnOnce(Option<RemoteBuf>, &mut [u8]),
+        inline_max: u32,
+        build: impl FnOnce(IoData, &mut [u8]),
     ) -> Result<(), (RqRef, Error)> {
         let Some(tag) = u16::try_from(rq.tag()).ok().filter(|t| *t < self.cfg.depth) else {
             return Err((rq, EINVAL));
@@ -633,7 +693,22 @@ impl Shared {
         let data = self.cfg.max_pages > 0
             && rq.bytes() > 0
             && matches!(rq.op(), bindings::REQ_OP_READ | bindings::REQ_OP_WRITE);
-        let reg = if data {
+        // The capsule's SGE, then in-capsule data's.
+        let mut sges = [bindings::ib_sge::default(); 1 + MAX_INLINE_SEGMENTS as usize];
+        let mut inline = None;
+        if data
+            && rq.op() == bindings::REQ_OP_WRITE
+            && self.cfg.inline_segments > 0
+            && rq.bytes() <= inline_max
+        {
+            let room = &mut sges[1..1 + self.cfg.inline_segments as usize];
+            // SAFETY: The slot's owner, which saw the queue open.
+            match unsafe { self.map_inline(tag, &rq, room) } {
+                Ok(i) => inline = i,
+                Err(e) => return give_back(rq, e),
+            }
+        }
+        let reg = if data && inline.is_none() {
             // SAFETY: The slot's owner, which saw the queue open.
             match unsafe { self.map_data(tag, &rq) } {
                 Ok(r) => Some(r),
@@ -644,7 +719,14 @@ impl Shared {
         };
         let mut capsule = [0u8; MAX_CAPSULE];
         let capsule = &mut capsule[..self.cfg.capsule_len];
-        build(reg.as_ref().map(|(r, _)| *r), capsule);
+        build(
+            match (&reg, inline) {
+                (Some((r, _)), _) => IoData::Registered(*r),
+                (None, Some((_, len))) => IoData::Inline { len },
+                (None, None) => IoData::None,
+            },
+            capsule,
+        );
         // SAFETY: The slot's owner, which saw the queue open when it took
         // it.
         let buf = unsafe { &self.bufs().capsules[usize::from(tag)] };
@@ -652,9 +734,11 @@ impl Shared {
         if let Err(e) = buf.write(0, capsule) {
             return give_back(rq, e);
         }
-        let Some(mut sge) = buf.sges(0, self.cfg.capsule_len, self.lkey, false).next() else {
+        let Some(sge) = buf.sges(0, self.cfg.capsule_len, self.lkey, false).next() else {
             return give_back(rq, EINVAL);
         };
+        sges[0] = sge;
+        let num_sge = 1 + inline.map_or(0, |(k, _)| k);
         let _rcu = RcuRead::new();
         if self.closed.load(Ordering::Acquire) {
             return give_back(rq, crate::errno::enolink());
@@ -667,8 +751,8 @@ impl Shared {
         slot.state
             .store(word(g, cid, 0, OWNED | POSTED | dead), Ordering::Release);
         let mut wr = bindings::ib_send_wr {
-            sg_list: &mut sge,
-            num_sge: 1,
+            sg_list: sges.as_mut_ptr(),
+            num_sge: num_sge as i32,
             opcode: bindings::IB_WR_SEND,
             send_flags: bindings::IB_SEND_SIGNALED,
             ..Default::default()
@@ -716,6 +800,8 @@ impl Shared {
         }
         if reg.is_some() {
             bump(&self.stats.registered);
+        } else if inline.is_some() {
+            bump(&self.stats.inline);
         }
         bump(&self.stats.submitted);
         Ok(())
