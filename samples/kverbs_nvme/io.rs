@@ -81,6 +81,9 @@ pub(crate) struct IoPath {
     /// The pages a request's registration takes: the disks'
     /// `max_segments` is one fewer.
     pub(crate) max_pages: u32,
+    /// The largest write sent as in-capsule data (IOCCSZ x 16 - 64, if the
+    /// controller takes SGL offsets: SGLS bit 20), 0 if none is.
+    pub(crate) inline_max: u32,
     pub(crate) c: Counters,
 }
 
@@ -211,6 +214,16 @@ pub(crate) fn start(
         return Err(err(EINVAL));
     }
     let tags = size - 1;
+    // In-capsule data as the C host's: if the controller takes an SGL
+    // offset, up to its capsule's room after the command.
+    let (inline_segments, inline_max) = if info.id.sgls & (1 << 20) != 0 {
+        (
+            crate::queue::inline_segments(qp.device()),
+            (info.id.ioccsz.saturating_mul(16)).saturating_sub(Cmd::LEN as u32),
+        )
+    } else {
+        (0, 0)
+    };
     let mut genctr =
         KVec::with_capacity(usize::from(tags), GFP_KERNEL).map_err(|e| err(e.into()))?;
     for _ in 0..tags {
@@ -225,6 +238,7 @@ pub(crate) fn start(
             size,
             tags,
             max_pages,
+            inline_max: if inline_segments > 0 { inline_max } else { 0 },
             c: Counters::default(),
         }),
         GFP_KERNEL,
@@ -237,6 +251,7 @@ pub(crate) fn start(
         capsule_len: Cmd::LEN,
         response_len: Cqe::LEN,
         max_pages,
+        inline_segments,
     };
     let q = IoQueue::new(qp, cfg, handler).map_err(err)?;
     let q = match Arc::new(q, GFP_KERNEL) {

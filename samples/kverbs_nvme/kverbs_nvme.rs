@@ -615,8 +615,9 @@ fn show_io(out: &mut dyn Write, instance: u32, io: &IoCtrl) -> core::fmt::Result
     let p = &io.path;
     write!(
         out,
-        " | I/O queue: qid {}, size {}, tags {}, controller's receive queue {}, pages {}",
-        io.conn.qid, p.size, p.tags, io.conn.crqsize, p.max_pages
+        " | I/O queue: qid {}, size {}, tags {}, controller's receive queue {}, pages {}, \
+         inline_max {}",
+        io.conn.qid, p.size, p.tags, io.conn.crqsize, p.max_pages, p.inline_max
     )?;
     match p.stats() {
         Some((s, down)) => write!(out, ", {}, {}", if down { "down" } else { "up" }, s)?,

@@ -18,6 +18,7 @@ use crate::wire::Cmd;
 use kernel::{prelude::*, sync::Arc};
 use kverbs::{
     blk::{GenDisk, GenDiskBuilder, Op, Operations, Request, TagSet, TimeoutAction},
+    io::IoData,
     ARef,
 };
 
@@ -72,9 +73,11 @@ impl Operations for NsDisk {
         // No lock held: a failed submission may call the handler, and
         // end the request.
         let r = match p.queue() {
-            Some(q) => q.submit(rq, cid, |remote, c| {
-                if let Some(r) = remote {
-                    cmd.set_keyed_sgl(r.addr, r.len, r.rkey);
+            Some(q) => q.submit_with(rq, cid, p.inline_max, |data, c| {
+                match data {
+                    IoData::Registered(r) => cmd.set_keyed_sgl(r.addr, r.len, r.rkey),
+                    IoData::Inline { len } => cmd.set_inline_sgl(len),
+                    IoData::None => {}
                 }
                 c.copy_from_slice(&cmd.0);
             }),
@@ -82,7 +85,11 @@ impl Operations for NsDisk {
         };
         match r {
             Ok(()) => Ok(()),
-            Err((rq, e)) if e.to_errno() == EBUSY.to_errno() => {
+            // Its tag's slot still in use, or no memory to map its pages
+            // (the C host's BLK_STS_RESOURCE): tried again later.
+            Err((rq, e))
+                if e.to_errno() == EBUSY.to_errno() || e.to_errno() == ENOMEM.to_errno() =>
+            {
                 bump(&p.c.busy);
                 Err(rq)
             }

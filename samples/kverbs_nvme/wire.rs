@@ -123,6 +123,9 @@ const FLAGS_SGL: u8 = 1 << 6;
 /// done (`NVME_KEY_SGL_FMT_DATA_DESC << 4 | NVME_SGL_FMT_INVALIDATE`), as
 /// the C host's; with subtype ADDRESS (0x40), the null descriptor.
 const SGL_KEYED_INVALIDATE: u8 = 0x4f;
+/// A data block descriptor whose address is an offset in the capsule
+/// (`NVME_SGL_FMT_DATA_DESC << 4 | NVME_SGL_FMT_OFFSET`): in-capsule data.
+const SGL_DATA_OFFSET: u8 = 0x01;
 const SGL_KEYED: u8 = 0x40;
 
 /// The properties (controller registers) of Property Get and Set.
@@ -249,6 +252,15 @@ impl Cmd {
         self.0[32..35].copy_from_slice(&len.to_le_bytes()[..3]);
         put32(&mut self.0, 35, rkey);
         self.0[39] = SGL_KEYED_INVALIDATE;
+    }
+
+    /// The data pointer: `len` bytes of in-capsule data, right after the
+    /// command (offset 0: ICDOFF is 0).
+    pub(crate) fn set_inline_sgl(&mut self, len: u32) {
+        self.0[24..32].fill(0);
+        put32(&mut self.0, 32, len);
+        self.0[36..39].fill(0);
+        self.0[39] = SGL_DATA_OFFSET;
     }
 
     pub(crate) fn cid(&self) -> u16 {
