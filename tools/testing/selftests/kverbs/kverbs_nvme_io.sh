@@ -8,7 +8,8 @@
 # and n2, with the C host's limits for RDMA. Data written through a disk
 # (O_DIRECT, kv_dio) is what the target's RAM disk holds and the reverse,
 # from a sector to 4 MiB, at odd sectors, from buffers not page aligned,
-# in parallel; fsync sends Flush; every request's key is invalidated by
+# in parallel; writes of at most 4 KiB in the capsule, larger ones
+# registered; fsync sends Flush; every request's key is invalidated by
 # the target (SEND with invalidate: no LOCAL_INV); the kernel's C host
 # (nvme-rdma) reads what kverbs_nvme wrote and the reverse, on the same
 # namespace; the disk held open keeps the module; the target gone during writes ends them with EIO, not
@@ -154,6 +155,28 @@ data() {
 	done
 	kv_msg "$n sizes and offsets each way; $(controllers)"
 	[ "$(counter errors)" = 0 ] && [ "$(counter submitted)" = "$(counter finished)" ]
+}
+
+# In-capsule data: a write of at most 4 KiB (IOCCSZ 260 x 16 - 64) in at
+# most 4 segments goes in the capsule's send, with no registration;
+# larger ones are registered; both land on the target's RAM disk.
+in_capsule() {
+	local i0 r0
+	i0=$(counter inline) r0=$(counter registered)
+	[[ "$(controllers)" == *", inline_max 4096, "* ]] || { kv_msg "$(controllers)"; return 1; }
+	# 4 KiB from a page, from 512 B into one (two segments), 512 B.
+	put "$DISK" 5000 8 1 0 && put "$DISK" 5008 8 2 512 && put "$DISK" 5016 1 3 3584 || return 1
+	if ! { [ "$(counter inline)" = $((i0 + 3)) ] && [ "$(counter registered)" = "$r0" ]; }; then
+		kv_msg "inline $i0 -> $(counter inline), registered $r0 -> $(counter registered)"
+		return 1
+	fi
+	# 4 KiB + 512 B: registered.
+	put "$DISK" 5017 9 4 0 || return 1
+	if ! { [ "$(counter inline)" = $((i0 + 3)) ] && [ "$(counter registered)" = $((r0 + 1)) ]; }; then
+		kv_msg "inline $(counter inline), registered $r0 -> $(counter registered)"
+		return 1
+	fi
+	same "$DISK" /dev/ram0 5000 26
 }
 
 # Namespace 2 is the other RAM disk: what it holds is not namespace 1's.
@@ -324,10 +347,11 @@ connect_again() {
 	connect && same "$DISK" /dev/ram0 0 64 && disconnect
 }
 
-kv_begin 14
+kv_begin 15
 kv_case setup_nvmet_two_namespaces_load_connect setup
 kv_case nvme_io_disk_per_namespace_with_rdma_limits disks_of_namespaces
 kv_case nvme_io_data_matches_target_ram_disk_both_ways data
+kv_case nvme_io_small_writes_in_capsule_larger_registered in_capsule
 kv_case nvme_io_second_namespace_is_second_ram_disk second_namespace
 kv_case nvme_io_parallel_writers_readers parallel
 kv_case nvme_io_fsync_sends_flush flush
