@@ -393,6 +393,7 @@ struct gendisk *kverbs_blk_alloc_disk(struct blk_mq_tag_set *set,
 		.max_segment_size = l->max_segment_size,
 		.virt_boundary_mask = l->virt_boundary_mask,
 		.dma_alignment = l->dma_alignment,
+		.max_write_zeroes_sectors = l->max_write_zeroes_sectors,
 	};
 	struct block_device_operations *fops;
 	struct gendisk *disk;

@@ -257,6 +257,8 @@ struct kverbs_blk_limits {
 	u32 max_hw_sectors;
 	u32 max_segment_size;
 	u32 dma_alignment;
+	/* Write Zeroes requests of at most this many sectors (0: none). */
+	u32 max_write_zeroes_sectors;
 	u16 max_segments;
 	u64 virt_boundary_mask;
 	bool write_cache;

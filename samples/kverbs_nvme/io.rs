@@ -46,6 +46,7 @@ pub(crate) struct Counters {
     pub(crate) reads: AtomicU64,
     pub(crate) writes: AtomicU64,
     pub(crate) flushes: AtomicU64,
+    pub(crate) write_zeroes: AtomicU64,
     /// Requests of an operation the host does not carry (`EOPNOTSUPP`).
     pub(crate) unsupported: AtomicU64,
     /// Requests given back busy (their tag's slot still in use).

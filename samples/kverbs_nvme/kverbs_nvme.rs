@@ -626,11 +626,12 @@ fn show_io(out: &mut dyn Write, instance: u32, io: &IoCtrl) -> core::fmt::Result
     let c = |a: &core::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
     write!(
         out,
-        " | reads {} writes {} flushes {} unsupported {} busy {} no_queue {} status_errors {} \
-         errors {} timeouts {} | disks",
+        " | reads {} writes {} flushes {} write_zeroes {} unsupported {} busy {} no_queue {} \
+         status_errors {} errors {} timeouts {} | disks",
         c(&p.c.reads),
         c(&p.c.writes),
         c(&p.c.flushes),
+        c(&p.c.write_zeroes),
         c(&p.c.unsupported),
         c(&p.c.busy),
         c(&p.c.no_queue),

@@ -59,6 +59,16 @@ impl Operations for NsDisk {
                 });
                 Some(Cmd::rw(cid, op == Op::Write, ns.nsid, slba, nlb, rq.fua()))
             }
+            (Op::WriteZeroes, Some(cid)) if rq.bytes() >> ns.lba_shift > 0 => {
+                bump(&p.c.write_zeroes);
+                let slba = rq.sector() >> (ns.lba_shift - 9);
+                Some(Cmd::write_zeroes(
+                    cid,
+                    ns.nsid,
+                    slba,
+                    rq.bytes() >> ns.lba_shift,
+                ))
+            }
             (Op::Flush, Some(cid)) => {
                 bump(&p.c.flushes);
                 Some(Cmd::flush(cid, ns.nsid))
@@ -142,14 +152,34 @@ pub(crate) fn add_disks(
         max_sectors = max_sectors.min(mdts_sectors.min(u64::from(u32::MAX)) as u32);
     }
     let cache = info.id.vwc & 1 != 0;
+    // Write Zeroes if the controller has it, as large as a request (NLB's
+    // 16 bits allow more).
+    let zeroes = if info.id.oncs & crate::wire::ONCS_WRITE_ZEROES != 0 {
+        max_sectors
+    } else {
+        0
+    };
     let mut disks = KVec::with_capacity(info.namespaces.len(), GFP_KERNEL)?;
     for ns in info.namespaces.iter() {
+        let limits = Limits {
+            max_sectors,
+            zeroes,
+            cache,
+        };
         disks.push(
-            add_disk(instance, ns, path, &tags, max_sectors, cache, module)?,
+            add_disk(instance, ns, path, &tags, &limits, module)?,
             GFP_KERNEL,
         )?;
     }
     Ok(disks)
+}
+
+/// What every namespace's disk of a controller has.
+struct Limits {
+    max_sectors: u32,
+    /// Write Zeroes of at most as many sectors (0: none).
+    zeroes: u32,
+    cache: bool,
 }
 
 fn add_disk(
@@ -157,8 +187,7 @@ fn add_disk(
     ns: &Ns,
     path: &Arc<IoPath>,
     tags: &Arc<TagSet<NsDisk>>,
-    max_sectors: u32,
-    cache: bool,
+    l: &Limits,
     module: &'static ThisModule,
 ) -> Result<Disk> {
     let lba_shift = ns.block_size.trailing_zeros();
@@ -178,11 +207,12 @@ fn add_disk(
                 .checked_mul(u64::from(ns.block_size / 512))
                 .ok_or(EINVAL)?,
         )
-        .max_hw_sectors(max_sectors)
+        .max_hw_sectors(l.max_sectors)
+        .max_write_zeroes_sectors(l.zeroes)
         .max_segments(path.max_pages.saturating_sub(1).min(u32::from(u16::MAX)) as u16)
         .virt_boundary_mask(4095)
-        .write_cache(cache)
-        .fua(cache)
+        .write_cache(l.cache)
+        .fua(l.cache)
         .build(
             format_args!("kvnvme{}n{}", instance, ns.nsid),
             tags.clone(),

@@ -111,6 +111,9 @@ const OPC_KEEP_ALIVE: u8 = 0x18;
 const OPC_FLUSH: u8 = 0x00;
 const OPC_WRITE: u8 = 0x01;
 const OPC_READ: u8 = 0x02;
+const OPC_WRITE_ZEROES: u8 = 0x08;
+/// ONCS (Identify Controller): Write Zeroes supported.
+pub(crate) const ONCS_WRITE_ZEROES: u16 = 1 << 3;
 /// Read's and Write's Force Unit Access (CDW12 bit 30).
 const RW_FUA: u32 = 1 << 30;
 /// Set Features, and the feature Number of Queues.
@@ -235,6 +238,14 @@ impl Cmd {
             dw12 |= RW_FUA;
         }
         put32(&mut c.0, 48, dw12);
+        c
+    }
+
+    /// Write Zeroes of `nlb` logical blocks (1 to 65536) of namespace
+    /// `nsid` from block `slba`: no data.
+    pub(crate) fn write_zeroes(cid: u16, nsid: u32, slba: u64, nlb: u32) -> Self {
+        let mut c = Self::rw(cid, true, nsid, slba, nlb, false);
+        c.0[0] = OPC_WRITE_ZEROES;
         c
     }
 
@@ -386,6 +397,8 @@ pub(crate) struct IdCtrl {
     pub(crate) kas: u16,
     /// Namespaces (the highest NSID).
     pub(crate) nn: u32,
+    /// Optional NVM commands supported ([`ONCS_WRITE_ZEROES`], ...).
+    pub(crate) oncs: u16,
     /// Volatile write cache (bit 0: present): Flush and FUA mean something.
     pub(crate) vwc: u8,
     pub(crate) sgls: u32,
@@ -411,6 +424,7 @@ impl IdCtrl {
             cntlid: u16::from_le_bytes([b[78], b[79]]),
             kas: u16::from_le_bytes([b[320], b[321]]),
             nn: le32(b, 516),
+            oncs: u16::from_le_bytes([b[520], b[521]]),
             vwc: b[525],
             sgls: le32(b, 536),
             ioccsz: le32(b, 1792),

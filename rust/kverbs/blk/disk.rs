@@ -98,6 +98,14 @@ impl GenDiskBuilder {
         self
     }
 
+    /// Write Zeroes requests ([`Op::WriteZeroes`](super::Op::WriteZeroes))
+    /// of at most `sectors` reach the driver (0, the default: none, and
+    /// the block layer zeroes with writes of the zero page instead).
+    pub fn max_write_zeroes_sectors(mut self, sectors: u32) -> Self {
+        self.lim.max_write_zeroes_sectors = sectors;
+        self
+    }
+
     /// A volatile write cache: flushes are sent to the driver.
     pub fn write_cache(mut self, on: bool) -> Self {
         self.lim.write_cache = on;

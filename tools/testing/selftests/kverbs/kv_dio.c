@@ -12,6 +12,9 @@
  *   kv_dio r DEV SECTOR COUNT FILE 0 BUFOFF
  *	COUNT sectors of DEV at SECTOR read into FILE (made anew), in one
  *	pread(2)
+ *   kv_dio z DEV SECTOR COUNT - 0 0
+ *	COUNT sectors of DEV at SECTOR zeroed (ioctl BLKZEROOUT: Write
+ *	Zeroes requests if the disk takes them)
  *
  * Sectors are of 512 bytes; BUFOFF is the buffer's offset in its first
  * page (a multiple of the device's DMA alignment + 1, or O_DIRECT
@@ -20,9 +23,12 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/fs.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 static int fail(const char *what, const char *name)
@@ -39,9 +45,20 @@ int main(int argc, char **argv)
 	ssize_t n;
 	int dev, f, w;
 
-	if (argc != 8 || (strcmp(argv[1], "w") && strcmp(argv[1], "r"))) {
-		fprintf(stderr, "usage: kv_dio w|r DEV SECTOR COUNT FILE FSECTOR BUFOFF\n");
+	if (argc != 8 || (strcmp(argv[1], "w") && strcmp(argv[1], "r") && strcmp(argv[1], "z"))) {
+		fprintf(stderr, "usage: kv_dio w|r|z DEV SECTOR COUNT FILE FSECTOR BUFOFF\n");
 		return 1;
+	}
+	if (argv[1][0] == 'z') {
+		uint64_t range[2] = { strtoull(argv[3], NULL, 0) * 512,
+				      strtoull(argv[4], NULL, 0) * 512 };
+
+		dev = open(argv[2], O_WRONLY);
+		if (dev < 0)
+			return fail("open", argv[2]);
+		if (ioctl(dev, BLKZEROOUT, range))
+			return fail("BLKZEROOUT", argv[2]);
+		return close(dev) ? fail("close", argv[2]) : 0;
 	}
 	w = argv[1][0] == 'w';
 	sector = strtoull(argv[3], NULL, 0);

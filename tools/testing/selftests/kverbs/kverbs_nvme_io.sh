@@ -9,7 +9,8 @@
 # (O_DIRECT, kv_dio) is what the target's RAM disk holds and the reverse,
 # from a sector to 4 MiB, at odd sectors, from buffers not page aligned,
 # in parallel; writes of at most 4 KiB in the capsule, larger ones
-# registered; fsync sends Flush; every request's key is invalidated by
+# registered; BLKZEROOUT sends Write Zeroes; fsync sends Flush; every
+# request's key is invalidated by
 # the target (SEND with invalidate: no LOCAL_INV); the kernel's C host
 # (nvme-rdma) reads what kverbs_nvme wrote and the reverse, on the same
 # namespace; the disk held open keeps the module; the target gone during writes ends them with EIO, not
@@ -177,6 +178,25 @@ in_capsule() {
 		return 1
 	fi
 	same "$DISK" /dev/ram0 5000 26
+}
+
+# Write Zeroes (nvmet has it: ONCS bit 3), requests as large as others:
+# BLKZEROOUT of 600 sectors inside 1000 of the pattern sends Write Zeroes
+# commands, and the target's RAM disk holds zeroes there and the pattern
+# around.
+write_zeroes() {
+	local w z=/tmp/kvnvme.z want=/tmp/kvnvme.want r=0
+	w=$(counter write_zeroes)
+	[ "$(sysfs "kvnvme${INST}n1" write_zeroes_max_bytes)" = $((2048 * 512)) ] ||
+		{ kv_msg "write_zeroes_max_bytes $(sysfs "kvnvme${INST}n1" write_zeroes_max_bytes)"; return 1; }
+	put "$DISK" 20000 1000 0 && kv_dio z "$DISK" 20100 600 - 0 0 || return 1
+	[ "$(counter write_zeroes)" -gt "$w" ] || { kv_msg "write_zeroes: $w, then $(counter write_zeroes)"; return 1; }
+	{ head -c $((100 * 512)) $PAT && head -c $((600 * 512)) /dev/zero &&
+		tail -c +$((700 * 512 + 1)) $PAT | head -c $((300 * 512)); } >$want
+	kv_dio r /dev/ram0 20000 1000 $z 0 0 || return 1
+	cmp -s $want $z || { kv_msg "the RAM disk: $(cmp $want $z 2>&1)"; r=1; }
+	rm -f $z $want
+	[ $r = 0 ] && same "$DISK" /dev/ram0 20000 1000
 }
 
 # Namespace 2 is the other RAM disk: what it holds is not namespace 1's.
@@ -347,11 +367,12 @@ connect_again() {
 	connect && same "$DISK" /dev/ram0 0 64 && disconnect
 }
 
-kv_begin 15
+kv_begin 16
 kv_case setup_nvmet_two_namespaces_load_connect setup
 kv_case nvme_io_disk_per_namespace_with_rdma_limits disks_of_namespaces
 kv_case nvme_io_data_matches_target_ram_disk_both_ways data
 kv_case nvme_io_small_writes_in_capsule_larger_registered in_capsule
+kv_case nvme_io_write_zeroes_zeroes_target_ram_disk write_zeroes
 kv_case nvme_io_second_namespace_is_second_ram_disk second_namespace
 kv_case nvme_io_parallel_writers_readers parallel
 kv_case nvme_io_fsync_sends_flush flush
