@@ -215,6 +215,8 @@ impl<'a> Pool<'a> {
             max_recv_wr: self.rng.below(9) as u32,
             max_inline_data: if self.rng.one_in(4) { 64 } else { 0 },
             max_sge: self.rng.below(3) as u32,
+            // Not drawn: the seeds' streams stay as they were.
+            max_recv_sge: 0,
         }
     }
 

@@ -25,13 +25,10 @@ pub(crate) const AQ_DEPTH: u16 = 32;
 pub(crate) const CM_TIMEOUT_MS: u32 = 3000;
 
 /// The segments of in-capsule data an I/O queue's sends carry on `dev`
-/// (the C host's `num_inline_segments`): 4, fewer if its requests take
-/// fewer SGEs (the capsule takes one; `QpCaps::max_sge` is the receive
-/// queue's too).
+/// (the C host's `num_inline_segments`): 4, fewer if its sends take fewer
+/// SGEs (the capsule takes one).
 pub(crate) fn inline_segments(dev: &Device) -> u32 {
-    let a = dev.attrs();
-    let sges = (a.max_send_sge() as u32).min(a.max_recv_sge() as u32);
-    kverbs::io::MAX_INLINE_SEGMENTS.min(sges.saturating_sub(1))
+    kverbs::io::MAX_INLINE_SEGMENTS.min((dev.attrs().max_send_sge() as u32).saturating_sub(1))
 }
 
 /// Why a queue did not connect.
@@ -154,11 +151,13 @@ impl Queue {
         // Sends: a command each, with its memory registration and
         // invalidation (3 a command, as the C host), receives: a response
         // each.
-        // An I/O queue's sends carry in-capsule data too.
+        // An I/O queue's sends carry in-capsule data too; a receive is one
+        // response (the C host's `max_recv_sge` 1).
         let caps = QpCaps {
             max_send_wr: 3 * u32::from(size) + 1,
             max_recv_wr: u32::from(size) + 1,
             max_sge: if qid > 0 { 1 + inline_segments(dev) } else { 1 },
+            max_recv_sge: 1,
             ..Default::default()
         };
         let cq = Cq::new(dev, caps.cq_entries(), PollCtx::Softirq)?;

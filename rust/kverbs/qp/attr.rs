@@ -124,6 +124,10 @@ pub struct QpCaps {
     /// a range of a buffer larger than a [`crate::dma::CHUNK`] takes one
     /// per chunk ([`DmaBuf::sge_count`]).
     pub max_sge: u32,
+    /// SGEs a receive may have, if not `max_sge` (0: `max_sge`'s): a QP
+    /// whose sends gather more than its receives scatter (a capsule and
+    /// in-capsule data, received into one buffer) asks for no more.
+    pub max_recv_sge: u32,
 }
 
 impl QpCaps {

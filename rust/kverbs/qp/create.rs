@@ -174,6 +174,8 @@ impl<T: Transport> Qp<Reset, T> {
         init.cap.max_send_sge = caps.max_sge.max(1);
         init.cap.max_recv_sge = if srq.is_some() {
             0
+        } else if caps.max_recv_sge > 0 {
+            caps.max_recv_sge
         } else {
             caps.max_sge.max(1)
         };

@@ -93,6 +93,7 @@ impl Params {
                 max_recv_wr: rx,
                 max_inline_data: cfg.inline,
                 max_sge: 1,
+                max_recv_sge: 0,
             },
             resp_res: attrs.max_qp_rd_atom().clamp(1, 255) as u8,
             init_depth: attrs.max_qp_init_rd_atom().clamp(1, 255) as u8,
