@@ -125,13 +125,9 @@ pub(super) unsafe extern "C" fn send_done(_cq: *mut bindings::ib_cq, wc: *mut bi
     } else {
         0
     };
-    match sh.mark(c.tag, SEND_DONE, e) {
-        // SAFETY: As above.
-        Marked::Finish(s) => unsafe { sh.finish(c.tag, s) },
-        // SAFETY: As above.
-        Marked::Invalidate(k) => unsafe { sh.post_inv(c.tag, k) },
-        _ => {}
-    }
+    let m = sh.mark(c.tag, SEND_DONE, e);
+    // SAFETY: As above.
+    unsafe { sh.advance(c.tag, m) };
 }
 
 /// The `done` of an unsignaled REG_MR: its failure only. The registration
@@ -167,10 +163,9 @@ pub(super) unsafe extern "C" fn inv_done(_cq: *mut bindings::ib_cq, wc: *mut bin
     if unsafe { failed(sh, wc, status, inv) } {
         return;
     }
-    if let Marked::Finish(s) = sh.mark(c.tag, REG_DEAD, 0) {
-        // SAFETY: As above.
-        unsafe { sh.finish(c.tag, s) };
-    }
+    let m = sh.mark(c.tag, REG_DEAD, 0);
+    // SAFETY: As above.
+    unsafe { sh.advance(c.tag, m) };
 }
 
 /// The `done` of a receive: a response.
@@ -217,11 +212,10 @@ pub(super) unsafe extern "C" fn recv_done(_cq: *mut bindings::ib_cq, wc: *mut bi
                 bump(&sh.stats.remote_invalidated);
             }
             match m {
-                // SAFETY: Inside the section, open.
-                Marked::Finish(s) => unsafe { sh.finish(tag, s) },
-                Marked::Set => {}
-                // SAFETY: Inside the section, open.
-                Marked::Invalidate(k) => unsafe { sh.post_inv(tag, k) },
+                Marked::Finish(_) | Marked::Set | Marked::Invalidate(_) => {
+                    // SAFETY: Inside the section, open.
+                    unsafe { sh.advance(tag, m) }
+                }
                 Marked::Refused => {
                     bump(&sh.stats.unknown);
                     // SAFETY: As above.

@@ -786,13 +786,9 @@ impl Shared {
                 // The registration was posted, the capsule not: the
                 // request ends with the error once the registration is
                 // invalidated (or by the shutdown).
-                match self.force_fail(slot, e.to_errno()) {
-                    // SAFETY: Inside the section, open.
-                    Marked::Invalidate(k) => unsafe { self.post_inv(tag, k) },
-                    // SAFETY: As above.
-                    Marked::Finish(s) => unsafe { self.finish(tag, s) },
-                    _ => {}
-                }
+                let m = self.force_fail(slot, e.to_errno());
+                // SAFETY: Inside the section, open.
+                unsafe { self.advance(tag, m) };
                 bump(&self.stats.submitted);
                 return Ok(());
             }
@@ -896,6 +892,25 @@ impl Shared {
                 Ok(bits)
             }
         })
+    }
+
+    /// Does what marking the slot of `tag` asked of the marker: finishes
+    /// the request ([`Marked::Finish`]) or invalidates its registration
+    /// ([`Marked::Invalidate`]); nothing for the other outcomes.
+    ///
+    /// # Safety
+    ///
+    /// In a read-side critical section that saw the queue open; `m` is
+    /// this task's marking of the slot.
+    pub(super) unsafe fn advance(&self, tag: u16, m: Marked) {
+        match m {
+            // SAFETY: The caller's guarantee: it set the last `DONE` flag.
+            Marked::Finish(s) => unsafe { self.finish(tag, s) },
+            // SAFETY: The caller's guarantee: it set the second of
+            // `SEND_DONE` and `RESPONDED`, the registration live.
+            Marked::Invalidate(k) => unsafe { self.post_inv(tag, k) },
+            Marked::Set | Marked::Refused | Marked::Bogus(_) => {}
+        }
     }
 
     /// Ends the request of the slot of `tag`, which the caller finished
