@@ -47,39 +47,42 @@ impl Operations for NsDisk {
     ) -> Result<(), ARef<Request<Self>>> {
         let p = &ns.path;
         let op = rq.op();
-        let cid = p.cid(rq.tag());
-        let cmd = match (op, cid) {
-            (Op::Read | Op::Write, Some(cid)) if rq.bytes() >> ns.lba_shift > 0 => {
-                let slba = rq.sector() >> (ns.lba_shift - 9);
-                let nlb = rq.bytes() >> ns.lba_shift;
+        let (slba, blocks) = (
+            rq.sector() >> (ns.lba_shift - 9),
+            rq.bytes() >> ns.lba_shift,
+        );
+        let cmd = p.cid(rq.tag()).and_then(|cid| match op {
+            Op::Read | Op::Write if blocks > 0 => {
                 bump(if op == Op::Write {
                     &p.c.writes
                 } else {
                     &p.c.reads
                 });
-                Some(Cmd::rw(cid, op == Op::Write, ns.nsid, slba, nlb, rq.fua()))
-            }
-            (Op::WriteZeroes, Some(cid)) if rq.bytes() >> ns.lba_shift > 0 => {
-                bump(&p.c.write_zeroes);
-                let slba = rq.sector() >> (ns.lba_shift - 9);
-                Some(Cmd::write_zeroes(
+                Some(Cmd::rw(
                     cid,
+                    op == Op::Write,
                     ns.nsid,
                     slba,
-                    rq.bytes() >> ns.lba_shift,
+                    blocks,
+                    rq.fua(),
                 ))
             }
-            (Op::Flush, Some(cid)) => {
+            Op::WriteZeroes if blocks > 0 => {
+                bump(&p.c.write_zeroes);
+                Some(Cmd::write_zeroes(cid, ns.nsid, slba, blocks))
+            }
+            Op::Flush => {
                 bump(&p.c.flushes);
                 Some(Cmd::flush(cid, ns.nsid))
             }
             _ => None,
-        };
-        let (Some(mut cmd), Some(cid)) = (cmd, cid) else {
+        });
+        let Some(mut cmd) = cmd else {
             bump(&p.c.unsupported);
             let _ = Request::end(rq, Err(kverbs::errno::eopnotsupp()));
             return Ok(());
         };
+        let cid = cmd.cid();
         // No lock held: a failed submission may call the handler, and
         // end the request.
         let r = match p.queue() {
