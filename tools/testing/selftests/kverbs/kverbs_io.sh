@@ -75,20 +75,16 @@ data() {
 # Four writers and readers at once: the queue's slots are taken and given
 # back on every tag, from both CPUs.
 parallel() {
-	local pids=() p r=0 i
-	for i in 0 1 2 3; do
-		(
-			for s in 0 512 1024; do
-				roundtrip /dev/kvio0 $((i * 4096 + s)) 256 || exit 1
-			done
-		) &
-		pids+=($!)
-	done
-	for p in "${pids[@]}"; do
-		wait "$p" || r=1
-	done
-	[ $r = 0 ] || return 1
+	kv_parallel 4 parallel_one || return 1
 	all_answered 0
+}
+
+# parallel_one I: writer and reader I's three round trips.
+parallel_one() {
+	local s
+	for s in 0 512 1024; do
+		roundtrip /dev/kvio0 $(($1 * 4096 + s)) 256 || return 1
+	done
 }
 
 # A write with fsync: the flush travels as a capsule too.

@@ -385,6 +385,20 @@ kv_roundtrip() {
 	rm -f "$got"
 }
 
+# kv_parallel N FUNC: FUNC 0 to FUNC N-1 run at once, in the background;
+# fails unless each of them passed (all are waited for).
+kv_parallel() {
+	local pids=() p r=0 i
+	for ((i = 0; i < $1; i++)); do
+		"$2" "$i" &
+		pids+=($!)
+	done
+	for p in "${pids[@]}"; do
+		wait "$p" || r=1
+	done
+	return $r
+}
+
 # kv_counter FILE PREFIX KEY: the word after KEY on the line of FILE that
 # begins with PREFIX (a disk's counter in a control file).
 kv_counter() {

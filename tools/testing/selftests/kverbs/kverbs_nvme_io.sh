@@ -209,20 +209,16 @@ second_namespace() {
 # Four writers and readers at once, each on its own region: the queue's
 # tags taken and given back from both CPUs.
 parallel() {
-	local pids=() p r=0 i
-	for i in 0 1 2 3; do
-		(
-			for s in 0 700 1400; do
-				put "$DISK" $((i * 8192 + s)) 600 $((i * 100 + s)) &&
-					same "$DISK" /dev/ram0 $((i * 8192 + s)) 600 || exit 1
-			done
-		) &
-		pids+=($!)
+	kv_parallel 4 parallel_one
+}
+
+# parallel_one I: writer and reader I's three transfers, in its region.
+parallel_one() {
+	local s
+	for s in 0 700 1400; do
+		put "$DISK" $(($1 * 8192 + s)) 600 $(($1 * 100 + s)) &&
+			same "$DISK" /dev/ram0 $(($1 * 8192 + s)) 600 || return 1
 	done
-	for p in "${pids[@]}"; do
-		wait "$p" || r=1
-	done
-	[ $r = 0 ]
 }
 
 # A write with fsync: the disk's write cache is flushed with an NVMe Flush.
