@@ -388,15 +388,17 @@ kv_roundtrip() {
 # kv_parallel N FUNC: FUNC 0 to FUNC N-1 run at once, in the background;
 # fails unless each of them passed (all are waited for).
 kv_parallel() {
-	local pids=() p r=0 i
-	for ((i = 0; i < $1; i++)); do
-		"$2" "$i" &
-		pids+=($!)
+	# Names of its own: shellcheck follows this file into every program,
+	# where pids is a string in kverbs_unload.sh.
+	local kv_pids=() kv_p kv_r=0 kv_i
+	for ((kv_i = 0; kv_i < $1; kv_i++)); do
+		"$2" "$kv_i" &
+		kv_pids+=($!)
 	done
-	for p in "${pids[@]}"; do
-		wait "$p" || r=1
+	for kv_p in "${kv_pids[@]}"; do
+		wait "$kv_p" || kv_r=1
 	done
-	return $r
+	return $kv_r
 }
 
 # kv_counter FILE PREFIX KEY: the word after KEY on the line of FILE that
