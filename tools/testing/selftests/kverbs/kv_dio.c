@@ -12,6 +12,10 @@
  *   kv_dio r DEV SECTOR COUNT FILE 0 BUFOFF
  *	COUNT sectors of DEV at SECTOR read into FILE (made anew), in one
  *	pread(2)
+ *   kv_dio W DEV SECTOR COUNT FILE FSECTOR BUFOFF
+ *	as w, again and again through one descriptor of DEV (kept open, so
+ *	that the disk going away shows as the writes' error, not as an
+ *	open's) until a write fails: exit status 1, the error on stderr
  *   kv_dio z DEV SECTOR COUNT - 0 0
  *	COUNT sectors of DEV at SECTOR zeroed (ioctl BLKZEROOUT: Write
  *	Zeroes requests if the disk takes them)
@@ -45,8 +49,8 @@ int main(int argc, char **argv)
 	ssize_t n;
 	int dev, f, w;
 
-	if (argc != 8 || (strcmp(argv[1], "w") && strcmp(argv[1], "r") && strcmp(argv[1], "z"))) {
-		fprintf(stderr, "usage: kv_dio w|r|z DEV SECTOR COUNT FILE FSECTOR BUFOFF\n");
+	if (argc != 8 || !argv[1][0] || argv[1][1] || !strchr("wWrz", argv[1][0])) {
+		fprintf(stderr, "usage: kv_dio w|W|r|z DEV SECTOR COUNT FILE FSECTOR BUFOFF\n");
 		return 1;
 	}
 	if (argv[1][0] == 'z') {
@@ -60,7 +64,7 @@ int main(int argc, char **argv)
 			return fail("BLKZEROOUT", argv[2]);
 		return close(dev) ? fail("close", argv[2]) : 0;
 	}
-	w = argv[1][0] == 'w';
+	w = argv[1][0] == 'w' || argv[1][0] == 'W';
 	sector = strtoull(argv[3], NULL, 0);
 	len = strtoull(argv[4], NULL, 0) * 512;
 	fsector = strtoull(argv[6], NULL, 0);
@@ -84,7 +88,9 @@ int main(int argc, char **argv)
 		n = pread(f, buf, len, fsector * 512);
 		if (n != (ssize_t)len)
 			return n < 0 ? fail("read", argv[5]) : (errno = EIO, fail("short read of", argv[5]));
-		n = pwrite(dev, buf, len, sector * 512);
+		do
+			n = pwrite(dev, buf, len, sector * 512);
+		while (argv[1][0] == 'W' && n == (ssize_t)len);
 		if (n != (ssize_t)len)
 			return n < 0 ? fail("write", argv[2]) : (errno = EIO, fail("short write of", argv[2]));
 	} else {

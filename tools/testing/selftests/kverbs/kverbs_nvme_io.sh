@@ -282,14 +282,15 @@ rmmod_refused_while_open() {
 	kv_mod_loaded "$KV_NVME" && same "$DISK" /dev/ram0 0 8
 }
 
-# dd_bg: O_DIRECT writes of 64 KiB to the disk in the background until
-# one fails (DD_PID), their errors in DD_ERR.
+# dd_bg: O_DIRECT writes of 64 KiB to the disk in the background, through
+# one descriptor held open, until one fails (DD_PID), the error in DD_ERR.
+# Held open: a process per write would reopen the disk between writes, and
+# a disk deleted in that window fails the open with ENXIO, not a write
+# with EIO (seen in CI's device removal case).
 DD_ERR=/tmp/kvnvme.dd
 dd_bg() {
 	[ -b "$DISK" ] || { kv_msg "no $DISK"; return 1; }
-	(for ((i = 0; i < 100000; i++)); do
-		kv_dio w "$DISK" $((i % 64 * 128)) 128 $PAT 0 0 2>>$DD_ERR || exit 1
-	done) &
+	kv_dio W "$DISK" 0 128 $PAT 0 0 2>>$DD_ERR &
 	DD_PID=$!
 	sleep 1
 }
