@@ -25,7 +25,8 @@ esac
 # (rustc-web 1.96 with its core source), LLVM 19, QEMU and the guest userspace
 # (static busybox, rdma-core tools for the tests), cargo to build bindgen-cli,
 # python3 and the shellcheck tool for the harness tests, gnuplot for make
-# bench's plots, patch for its instrumented rxe (KVERBS_BENCH_FLAVOR=trace).
+# bench's plots, patch for its instrumented rxe (KVERBS_BENCH_FLAVOR=trace),
+# curl and libaio-dev for the guest's fio (built by tools/build-fio.sh).
 PKGS=(
 	"linux-source-$KVERBS_KERNEL"
 	rustc-web rust-web-src rust-web-clippy rustfmt-web cargo-web
@@ -34,7 +35,7 @@ PKGS=(
 	qemu-system-x86 busybox-static
 	iproute2 rdma-core ibverbs-utils ibverbs-providers rdmacm-utils perftest
 	libibverbs-dev librdmacm-dev gcc libc6-dev
-	shellcheck util-linux python3 gnuplot-nox patch
+	shellcheck util-linux python3 gnuplot-nox patch curl libaio-dev
 )
 
 # The suite that has linux-source-7.3 (Architecture: all; it depends only
@@ -136,3 +137,11 @@ if ! bindgen --version 2>/dev/null | grep -q "bindgen $BINDGEN_VERSION\$"; then
 		exit 1
 	}
 fi
+
+# The guest's fio: static, built from Debian's source of fio (see
+# tools/build-fio.sh for why not Debian's binary); cached.
+mirror=$(debian_mirror) || {
+	echo "kverbs: no Debian bookworm source in /etc/apt to fetch fio's source from" >&2
+	exit 1
+}
+"$(dirname "$0")/build-fio.sh" "$mirror" >/dev/null

@@ -54,6 +54,10 @@ for h in kv_fail_nth kv_fuzz kv_as_user kv_kmsg kv_dio; do
 	gcc -O2 -Wall -static -o "$root/usr/local/bin/$h" "$top/tools/testing/selftests/kverbs/$h.c"
 	tools+=("/usr/local/bin/$h")
 done
+# fio for kverbs_nvme's tests: static, built by tools/build-fio.sh.
+fio=$("$top/tools/build-fio.sh")
+cp "$fio" "$root/usr/local/bin/fio"
+tools+=(/usr/local/bin/fio)
 copy_with_libs() {
 	local f lib
 	for f in "$@"; do

@@ -1,0 +1,178 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+#
+# fio on kverbs_nvme's disk (kverbs_nvme_lib.sh: the kernel's nvmet-rdma
+# target on rxe over dummy0, namespace 1 on the RAM disk /dev/ram0), with
+# verification (verify=crc32c: every block written carries a header and a
+# checksum, read back and checked): sequential writes of blocks from 512 B
+# to 1 MiB, random writes at queue depths 1 to 128 (the queue has 127
+# tags), a random mix of reads and writes of sizes 512 B to 1 MiB; small
+# writes in the capsule and larger ones registered, both counted. The
+# kernel's C host (nvme-rdma) verifies what fio wrote through kverbs_nvme
+# and the reverse, on the same namespace. A sector corrupted on the
+# target's RAM disk is caught by fio's verification through the disk:
+# the checks can fail.
+
+# shellcheck source=kverbs_lib.sh
+. "$(dirname "$(readlink -f "$0")")/kverbs_lib.sh"
+# shellcheck source=kverbs_nvme_lib.sh
+. "$(dirname "$(readlink -f "$0")")/kverbs_nvme_lib.sh"
+
+DIR=/sys/kernel/debug/$KV_NVME
+OPTS="transport=rdma,traddr=$KV_NVME_ADDR,trsvcid=$KV_NVME_SVCID,nqn=$KV_NVME_NQN"
+OUT=/tmp/kvnvme.fio
+# The controller's instance and its disk, set by setup.
+INST=
+DISK=
+
+controllers() {
+	cat "$DIR/controllers"
+}
+
+# counter NAME: the controller's counter NAME (its I/O queue's).
+counter() {
+	kv_counter "$DIR/controllers" "kvnvme$INST: " "$1"
+}
+
+setup() {
+	local r
+	kv_nvmet_up || { kv_msg "the target's setup failed"; return 1; }
+	{ kv_load_layer && insmod "$KV_MODDIR/$KV_NVME.ko"; } || { kv_msg "insmod failed"; return 1; }
+	command -v fio >/dev/null || { kv_msg "no fio in the guest (tools/build-fio.sh)"; return 1; }
+	printf '%s' "$OPTS" >"$DIR/connect" || return 1
+	r=$(cat "$DIR/connect")
+	[[ $r =~ ^instance=([0-9]+)$ ]] || { kv_msg "connect: $r"; return 1; }
+	INST=${BASH_REMATCH[1]}
+	DISK=/dev/kvnvme${INST}n1
+	kv_wait test -b "$DISK" || { kv_msg "no disk: $(controllers)"; return 1; }
+}
+
+# fio_run DEV NAME OPTION...: one fio job NAME on DEV (libaio, O_DIRECT,
+# verification failures fatal, no state file), its report in $OUT.NAME;
+# its errors and the report's error lines shown when it fails.
+fio_run() {
+	local dev=$1 name=$2
+	shift 2
+	if ! fio --name="$name" --filename="$dev" --ioengine=libaio --direct=1 \
+		--verify_fatal=1 --verify_state_save=0 --output="$OUT.$name" "$@" \
+		2>"$OUT.$name.err"; then
+		kv_msg "fio $name on $dev failed: $(grep -h -i -E 'err|bad|verify' "$OUT.$name.err" "$OUT.$name" | head -n 5 | tr '\n' ' ')"
+		return 1
+	fi
+	# A job's summary: its bandwidths and IOPS, for the log.
+	kv_msg "$name: $(grep -E '^ *(read|write):' "$OUT.$name" | sed 's/^ *//' | tr '\n' ' ')"
+}
+
+# fio_verify DEV NAME OPTION...: the verification alone of the job of
+# OPTIONS, written before (verify_only), on DEV; it must have read (fio's
+# verify_only with do_verify=0 reads nothing and passes: seen, when the
+# writing job's do_verify=0 was passed on).
+fio_verify() {
+	fio_run "$@" --verify_only=1 --do_verify=1 || return 1
+	grep -q '^ *read: IOPS=[1-9]' "$OUT.$2" || { kv_msg "fio $2 read nothing"; return 1; }
+}
+
+# Sequential writes, each block verified by reading it back, at block
+# sizes from a sector to 1 MiB (the largest request the disk takes), each
+# size in its own 4 MiB (512 B: 1 MiB) of the disk: 512 B and 4 KiB
+# writes go in the capsule, larger ones are registered.
+seq_write_verify_block_sizes() {
+	local bs i=0 size inl reg
+	inl=$(counter inline) reg=$(counter registered)
+	for bs in 512 4k 16k 128k 1m; do
+		size=4m
+		[ $bs = 512 ] && size=1m
+		fio_run "$DISK" "seq_write_$bs" --rw=write --bs=$bs --iodepth=16 \
+			--offset=$((i * 4))m --size=$size --verify=crc32c || return 1
+		i=$((i + 1))
+	done
+	kv_msg "in the capsule: $(($(counter inline) - inl)), registered: $(($(counter registered) - reg))"
+	[ $(($(counter inline) - inl)) -ge 3072 ] && [ $(($(counter registered) - reg)) -ge 300 ]
+}
+
+# Random 4-KiB writes, verified, at queue depths 1, 32 and 128 (one more
+# than the queue's tags: blk-mq holds the rest back).
+rand_write_verify_queue_depths() {
+	local qd
+	for qd in 1 32 128; do
+		fio_run "$DISK" "rand_write_qd$qd" --rw=randwrite --bs=4k --iodepth=$qd \
+			--offset=24m --size=4m --verify=crc32c || return 1
+	done
+	[ "$(counter timeouts)" = 0 ] && [ "$(counter errors)" = 0 ]
+}
+
+# A random mix of reads and writes (70 % reads) of sizes from a sector to
+# 1 MiB at queue depth 32, then every block written verified.
+mixed_sizes_verify() {
+	fio_run "$DISK" mixed --rw=randrw --rwmixread=70 \
+		--bssplit=512/10:4k/30:16k/20:64k/20:256k/10:1m/10 --iodepth=32 \
+		--offset=32m --size=16m --verify=crc32c
+}
+
+# c_host_disk NSID: C_DISK, the C host's disk of namespace NSID.
+c_host_disk() {
+	local d
+	C_DISK=
+	for d in /sys/block/nvme*n*; do
+		[ "$(cat "$d/nsid" 2>/dev/null)" = "$1" ] && C_DISK=/dev/${d##*/} && return 0
+	done
+	return 1
+}
+
+# The C host (nvme-rdma) on the same namespace: fio's blocks written
+# through kverbs_nvme pass its verification through the C host's disk,
+# and the reverse (verify_only: the same job reads and checks).
+c_host_verifies_ours_and_reverse() {
+	local r=0
+	kv_nvme_c_connect "" || return 1
+	kv_wait c_host_disk 1 || { kv_msg "no disk of namespace 1: $(ls /sys/block)"; kv_nvme_c_disconnect; return 1; }
+	kv_wait test -b "$C_DISK" || { kv_msg "no $C_DISK"; kv_nvme_c_disconnect; return 1; }
+	set -- --rw=randwrite --bs=16k --iodepth=16 --size=4m --verify=crc32c --do_verify=0
+	{ fio_run "$DISK" ours_written "$@" --offset=48m &&
+		fio_verify "$C_DISK" ours_verified_by_c "$@" --offset=48m; } || r=1
+	{ fio_run "$C_DISK" c_written "$@" --offset=52m &&
+		fio_verify "$DISK" c_verified_by_ours "$@" --offset=52m; } || r=1
+	kv_nvme_c_disconnect || return 1
+	return $r
+}
+
+# fio's verification can fail: blocks written through the disk pass the
+# same job's verification, then a sector of them is overwritten on the
+# target's RAM disk (O_DIRECT: busybox's dd "oflag=direct" left its write
+# in the RAM disk's page cache, which the target's bios do not see), and
+# the verification through the disk reports it (a bad checksum).
+verify_catches_corruption() {
+	set -- --rw=write --bs=64k --iodepth=4 --offset=56m --size=1m --verify=crc32c --do_verify=0
+	fio_run "$DISK" corrupt_written "$@" || return 1
+	fio_verify "$DISK" corrupt_verified_clean "$@" || return 1
+	dd if=/dev/urandom of=/tmp/kvnvme.noise bs=512 count=1 2>/dev/null &&
+		kv_dio w /dev/ram0 $((56 * 2048 + 300)) 1 /tmp/kvnvme.noise 0 0 || return 1
+	if fio_verify "$DISK" corrupt_verified "$@"; then
+		kv_msg "fio's verification passed a corrupted sector"
+		return 1
+	fi
+	grep -q -i -E 'verify.*(bad|fail)|bad (magic|header)|crc32c' "$OUT.corrupt_verified.err" "$OUT.corrupt_verified"
+}
+
+# Every request finished, none failed or timed out; the target
+# invalidated every key. Then the controller disconnects, and the
+# target's controller goes.
+counters_clean() {
+	kv_msg "$(controllers)"
+	[ "$(counter failed)" = 0 ] && [ "$(counter submitted)" = "$(counter finished)" ] &&
+		[ "$(counter status_errors)" = 0 ] && [ "$(counter timeouts)" = 0 ] &&
+		[ "$(counter remote_inv)" = "$(counter registered)" ] && [ "$(counter local_inv)" = 0 ] ||
+		return 1
+	echo all >"$DIR/disconnect" || return 1
+	kv_wait kv_nvmet_no_ctrls || { kv_msg "the target's controllers: $(kv_nvmet_ctrls)"; return 1; }
+}
+
+kv_begin 8
+kv_case setup_nvmet_load_connect setup
+kv_case nvme_fio_seq_write_verify_512b_to_1m_capsule_and_keyed seq_write_verify_block_sizes
+kv_case nvme_fio_rand_write_verify_qd_1_32_128 rand_write_verify_queue_depths
+kv_case nvme_fio_randrw_mixed_sizes_verify mixed_sizes_verify
+kv_case nvme_fio_c_host_verifies_ours_and_we_verify_its c_host_verifies_ours_and_reverse
+kv_case nvme_fio_verify_catches_sector_corrupted_on_target verify_catches_corruption
+kv_case nvme_fio_every_request_finished_key_invalidated_disconnect counters_clean
+kv_end
