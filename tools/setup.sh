@@ -26,7 +26,8 @@ esac
 # (static busybox, rdma-core tools for the tests), cargo to build bindgen-cli,
 # python3 and the shellcheck tool for the harness tests, gnuplot for make
 # bench's plots, patch for its instrumented rxe (KVERBS_BENCH_FLAVOR=trace),
-# curl and libaio-dev for the guest's fio (built by tools/build-fio.sh).
+# curl and libaio-dev for the guest's fio (built by tools/build-fio.sh),
+# e2fsprogs for its mkfs.ext4 and e2fsck.
 PKGS=(
 	"linux-source-$KVERBS_KERNEL"
 	rustc-web rust-web-src rust-web-clippy rustfmt-web cargo-web
@@ -35,7 +36,7 @@ PKGS=(
 	qemu-system-x86 busybox-static
 	iproute2 rdma-core ibverbs-utils ibverbs-providers rdmacm-utils perftest
 	libibverbs-dev librdmacm-dev gcc libc6-dev
-	shellcheck util-linux python3 gnuplot-nox patch curl libaio-dev
+	shellcheck util-linux python3 gnuplot-nox patch curl libaio-dev e2fsprogs
 )
 
 # The suite that has linux-source-7.3 (Architecture: all; it depends only

@@ -3,7 +3,9 @@
 #
 # What `make run` shows inside the test VM: soft-RoCE devices are created,
 # the layer (kverbs.ko) and the example module are loaded and the example
-# says what it found.
+# says what it found; then the NVMe over Fabrics host on the layer
+# (kverbs_nvme.ko) connects to the kernel's own target, and a file system
+# is made on its disk, mounted, filled and checked.
 
 set -u
 step() {
@@ -77,6 +79,55 @@ step "Path migration (apm.c): rxe cannot, and says so"
 echo "\$ echo role=server > .../rxe_dummy/apm"
 echo role=server >/sys/kernel/debug/kverbs_example/rxe_dummy/apm
 run cat /sys/kernel/debug/kverbs_example/rxe_dummy/apm
+
+step "NVMe over Fabrics: the kernel's target (nvmet-rdma) exports the RAM disk /dev/ram0"
+run modprobe nvmet-rdma
+mount -t configfs none /sys/kernel/config 2>/dev/null
+nvmet=/sys/kernel/config/nvmet nqn=nqn.2026-11.org.kverbs:demo
+run mkdir $nvmet/subsystems/$nqn
+echo "\$ echo 1 > $nvmet/subsystems/$nqn/attr_allow_any_host"
+echo 1 >$nvmet/subsystems/$nqn/attr_allow_any_host
+run mkdir $nvmet/subsystems/$nqn/namespaces/1
+echo "\$ echo /dev/ram0 > .../namespaces/1/device_path; echo 1 > .../namespaces/1/enable"
+echo /dev/ram0 >$nvmet/subsystems/$nqn/namespaces/1/device_path
+echo 1 >$nvmet/subsystems/$nqn/namespaces/1/enable
+run mkdir $nvmet/ports/1
+echo "\$ echo rdma, ipv4, 169.254.1.1, 4420 > $nvmet/ports/1/addr_{trtype,adrfam,traddr,trsvcid}"
+echo rdma >$nvmet/ports/1/addr_trtype
+echo ipv4 >$nvmet/ports/1/addr_adrfam
+echo 169.254.1.1 >$nvmet/ports/1/addr_traddr
+echo 4420 >$nvmet/ports/1/addr_trsvcid
+run ln -s $nvmet/subsystems/$nqn $nvmet/ports/1/subsystems/$nqn
+
+step "kverbs_nvme (the host, safe Rust on the layer) connects; its namespace is a disk"
+run insmod /kverbs/kverbs_nvme.ko
+echo "\$ echo transport=rdma,traddr=169.254.1.1,trsvcid=4420,nqn=$nqn > /sys/kernel/debug/kverbs_nvme/connect"
+printf 'transport=rdma,traddr=169.254.1.1,trsvcid=4420,nqn=%s' $nqn >/sys/kernel/debug/kverbs_nvme/connect
+run cat /sys/kernel/debug/kverbs_nvme/connect
+sleep 1
+run cat /sys/kernel/debug/kverbs_nvme/controllers
+run ls -l /dev/kvnvme0n1
+
+step "A file system on it: mkfs.ext4, mount, copy files, unmount, check"
+run mkfs.ext4 -q /dev/kvnvme0n1
+mkdir -p /mnt
+run mount -t ext4 /dev/kvnvme0n1 /mnt
+run cp -r /kverbs /mnt/
+run dd if=/dev/urandom of=/mnt/random bs=1M count=4
+run df -h /mnt
+run ls -l /mnt /mnt/kverbs
+run umount /mnt
+run e2fsck -f -n /dev/kvnvme0n1
+
+step "Disconnect: the disk goes, the controller shuts down; the target goes"
+echo "\$ echo all > /sys/kernel/debug/kverbs_nvme/disconnect"
+echo all >/sys/kernel/debug/kverbs_nvme/disconnect
+dmesg | grep kverbs_nvme | tail -n 4
+run rmmod kverbs_nvme
+rm $nvmet/ports/1/subsystems/$nqn
+rmdir $nvmet/ports/1
+echo 0 >$nvmet/subsystems/$nqn/namespaces/1/enable
+rmdir $nvmet/subsystems/$nqn/namespaces/1 $nvmet/subsystems/$nqn
 
 step "Device removal and module unload"
 run rdma link delete rxe_dummy

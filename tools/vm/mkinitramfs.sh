@@ -54,6 +54,11 @@ for h in kv_fail_nth kv_fuzz kv_as_user kv_kmsg kv_dio; do
 	gcc -O2 -Wall -static -o "$root/usr/local/bin/$h" "$top/tools/testing/selftests/kverbs/$h.c"
 	tools+=("/usr/local/bin/$h")
 done
+# ext4's tools for a file system on kverbs_nvme's disk (kverbs_nvme_fio.sh,
+# make run's demo), with their configuration.
+tools+=(/sbin/mkfs.ext4 /sbin/e2fsck)
+mkdir -p "$root/etc"
+cp /etc/mke2fs.conf "$root/etc/"
 # fio for kverbs_nvme's tests: static, built by tools/build-fio.sh.
 fio=$("$top/tools/build-fio.sh")
 cp "$fio" "$root/usr/local/bin/fio"

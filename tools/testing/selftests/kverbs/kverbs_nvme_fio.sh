@@ -11,7 +11,8 @@
 # kernel's C host (nvme-rdma) verifies what fio wrote through kverbs_nvme
 # and the reverse, on the same namespace. A sector corrupted on the
 # target's RAM disk is caught by fio's verification through the disk:
-# the checks can fail.
+# the checks can fail. And ext4 made on the disk, mounted, filled,
+# unmounted, checked clean by e2fsck and read back.
 
 # shellcheck source=kverbs_lib.sh
 . "$(dirname "$(readlink -f "$0")")/kverbs_lib.sh"
@@ -109,23 +110,14 @@ mixed_sizes_verify() {
 		--offset=32m --size=16m --verify=crc32c
 }
 
-# c_host_disk NSID: C_DISK, the C host's disk of namespace NSID.
-c_host_disk() {
-	local d
-	C_DISK=
-	for d in /sys/block/nvme*n*; do
-		[ "$(cat "$d/nsid" 2>/dev/null)" = "$1" ] && C_DISK=/dev/${d##*/} && return 0
-	done
-	return 1
-}
-
 # The C host (nvme-rdma) on the same namespace: fio's blocks written
 # through kverbs_nvme pass its verification through the C host's disk,
 # and the reverse (verify_only: the same job reads and checks).
 c_host_verifies_ours_and_reverse() {
 	local r=0
 	kv_nvme_c_connect "" || return 1
-	kv_wait c_host_disk 1 || { kv_msg "no disk of namespace 1: $(ls /sys/block)"; kv_nvme_c_disconnect; return 1; }
+	kv_wait kv_nvme_c_disk 1 || { kv_msg "no disk of namespace 1: $(ls /sys/block)"; kv_nvme_c_disconnect; return 1; }
+	C_DISK=$KV_NVME_C_DISK
 	kv_wait test -b "$C_DISK" || { kv_msg "no $C_DISK"; kv_nvme_c_disconnect; return 1; }
 	set -- --rw=randwrite --bs=16k --iodepth=16 --size=4m --verify=crc32c --do_verify=0
 	{ fio_run "$DISK" ours_written "$@" --offset=48m &&
@@ -154,6 +146,30 @@ verify_catches_corruption() {
 	grep -q -i -E 'verify.*(bad|fail)|bad (magic|header)|crc32c' "$OUT.corrupt_verified.err" "$OUT.corrupt_verified"
 }
 
+# ext4 on the disk, as a user would: made (mkfs.ext4), mounted, the
+# guest's modules and 8 MiB of noise copied in, unmounted; e2fsck finds
+# it clean; mounted again, every file reads back the same.
+ext4_mkfs_mount_copy_fsck() {
+	local m=/tmp/kvnvme.mnt r=0 f
+	mkfs.ext4 -q -F "$DISK" >"$OUT.mkfs" 2>&1 || { kv_msg "mkfs.ext4: $(tail -n 2 "$OUT.mkfs")"; return 1; }
+	mkdir -p $m && mount -t ext4 "$DISK" $m || return 1
+	dd if=/dev/urandom of=/tmp/kvnvme.noise bs=1M count=8 2>/dev/null &&
+		cp -r /kverbs $m/ && cp /tmp/kvnvme.noise $m/noise || r=1
+	umount $m || return 1
+	e2fsck -f -n "$DISK" >"$OUT.fsck" 2>&1 || { kv_msg "e2fsck: $(tail -n 3 "$OUT.fsck" | tr -d '*' | tr '\n' ' ')"; r=1; }
+	kv_msg "$(tail -n 1 "$OUT.fsck")"
+	# Nothing of it from the page cache: what follows reads the wire.
+	echo 3 >/proc/sys/vm/drop_caches
+	mount -t ext4 -o ro "$DISK" $m || return 1
+	cmp -s /tmp/kvnvme.noise $m/noise || { kv_msg "noise differs"; r=1; }
+	for f in /kverbs/*; do
+		[ -f "$f" ] || continue
+		cmp -s "$f" "$m$f" || { kv_msg "$f differs"; r=1; }
+	done
+	umount $m || return 1
+	return $r
+}
+
 # Every request finished, none failed or timed out; the target
 # invalidated every key. Then the controller disconnects, and the
 # target's controller goes.
@@ -167,12 +183,13 @@ counters_clean() {
 	kv_wait kv_nvmet_no_ctrls || { kv_msg "the target's controllers: $(kv_nvmet_ctrls)"; return 1; }
 }
 
-kv_begin 8
+kv_begin 9
 kv_case setup_nvmet_load_connect setup
 kv_case nvme_fio_seq_write_verify_512b_to_1m_capsule_and_keyed seq_write_verify_block_sizes
 kv_case nvme_fio_rand_write_verify_qd_1_32_128 rand_write_verify_queue_depths
 kv_case nvme_fio_randrw_mixed_sizes_verify mixed_sizes_verify
 kv_case nvme_fio_c_host_verifies_ours_and_we_verify_its c_host_verifies_ours_and_reverse
 kv_case nvme_fio_verify_catches_sector_corrupted_on_target verify_catches_corruption
+kv_case nvme_fs_ext4_mkfs_mount_copy_umount_fsck_clean ext4_mkfs_mount_copy_fsck
 kv_case nvme_fio_every_request_finished_key_invalidated_disconnect counters_clean
 kv_end

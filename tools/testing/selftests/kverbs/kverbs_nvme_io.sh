@@ -242,26 +242,14 @@ keys_invalidated_by_target() {
 		[ "$(counter status_errors)" = 0 ] && [ "$(counter timeouts)" = 0 ]
 }
 
-# c_host_disk NSID: C_DISK, the C host's disk of namespace NSID (its
-# name's number is the order the scan added it, not the NSID: the scan of
-# two namespaces is asynchronous, and nvme0n1 was namespace 2 in one run).
-c_host_disk() {
-	local d
-	C_DISK=
-	for d in /sys/block/nvme*n*; do
-		[ "$(cat "$d/nsid" 2>/dev/null)" = "$1" ] && C_DISK=/dev/${d##*/} && return 0
-	done
-	return 1
-}
-
 # The kernel's C host on the same subsystem (a second controller): what
 # kverbs_nvme writes, it reads, and the reverse, on namespace 1; the
 # diagnostics say which host's read the target's RAM disk agrees with.
 c_host_cross_check() {
 	local c r=0 i
 	kv_nvme_c_connect "" || return 1
-	kv_wait c_host_disk 1 || { kv_msg "no disk of namespace 1: $(ls /sys/block)"; kv_nvme_c_disconnect; return 1; }
-	c=$C_DISK
+	kv_wait kv_nvme_c_disk 1 || { kv_msg "no disk of namespace 1: $(ls /sys/block)"; kv_nvme_c_disconnect; return 1; }
+	c=$KV_NVME_C_DISK
 	kv_wait test -b "$c" || { kv_msg "no $c"; kv_nvme_c_disconnect; return 1; }
 	for i in 1 2 3 4 5 6; do
 		put "$DISK" $((4096 * i)) 2048 $i && same "$DISK" "$c" $((4096 * i)) 2048 || r=1

@@ -117,6 +117,24 @@ kv_nvme_c_connect() {
 	KV_NVME_INSTANCE=${BASH_REMATCH[1]}
 }
 
+# kv_nvme_c_disk NSID [HOSTNQN]: KV_NVME_C_DISK, the C host's disk of
+# namespace NSID (of its controller of HOSTNQN, if given). Its name's
+# number is the order the scan added it, not the NSID: the scan of two
+# namespaces is asynchronous, and nvme0n1 was namespace 2 in one run.
+kv_nvme_c_disk() {
+	local d
+	# shellcheck disable=SC2034 # used by the programs
+	KV_NVME_C_DISK=
+	for d in /sys/block/nvme*n*; do
+		[ "$(cat "$d/nsid" 2>/dev/null)" = "$1" ] || continue
+		[ -z "${2:-}" ] || [ "$(cat "$d/device/hostnqn" 2>/dev/null)" = "$2" ] || continue
+		# shellcheck disable=SC2034 # used by the programs
+		KV_NVME_C_DISK=/dev/${d##*/}
+		return 0
+	done
+	return 1
+}
+
 # kv_nvme_c_disconnect [INSTANCE]: the C host's controller deleted, as
 # nvme-cli's "nvme disconnect" does; waits until it is gone.
 kv_nvme_c_disconnect() {
