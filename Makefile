@@ -17,6 +17,9 @@
 #   make check-harness  the test harness's own tests (tools/testing/kverbs_harness.sh)
 #   make bench [QUICK=1]  kverbs vs perftest vs the same loop in C, on the
 #                   performance kernel (tools/bench/bench.sh)
+#   make bench-nvme [ROUNDS=N]  fio on kverbs_nvme vs the kernel's C host
+#                   (nvme-rdma), one nvmet-rdma target, the performance
+#                   kernel (tools/bench/guest-nvme.sh)
 #   make stress [SEED=N] [ONLY=REGEX] [EXERCISER_MINUTES=M]  the hardening
 #                   tests in full (kverbs_hardening.sh: every fault-injection
 #                   point, 10,000 fuzzed strings per control file, 50 removal
@@ -69,7 +72,7 @@ kclippy = $(if $(CLIPPY),CLIPPY=$(CLIPPY))
 
 RUST_SOURCES = $(shell find $(TOP)/rust $(TOP)/samples $(TOP)/tools/ulp_template -name '*.rs' ! -name '*_generated.rs')
 
-.PHONY: all modules ulp setup kernel kernel-perf run check check-harness bench stress rustfmt rustfmtcheck clippy clean
+.PHONY: all modules ulp setup kernel kernel-perf run check check-harness bench bench-nvme stress rustfmt rustfmtcheck clippy clean
 
 all: modules
 
@@ -115,6 +118,9 @@ stress: modules
 
 bench: setup
 	@QUICK=$(QUICK) $(TOP)/tools/bench/bench.sh
+
+bench-nvme: setup
+	@NVME=1 TESTS=" " QPS_LIST=" " AB=none TWO_HOSTS=0 $(TOP)/tools/bench/bench.sh
 
 check-harness: modules
 	@$(TOP)/tools/testing/kverbs_harness.sh

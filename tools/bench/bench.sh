@@ -18,6 +18,11 @@
 # Then, for function, the bench between two VMs (kverbs_two_hosts.sh on the
 # test kernel; TWO_HOSTS=0 skips it).
 #
+# NVME=1 (make bench-nvme: with TESTS=" " QPS_LIST=" " AB=none TWO_HOSTS=0,
+# that alone): fio on kverbs_nvme and on the kernel's C host, nvme-rdma,
+# against one nvmet-rdma target in the guest, taking turns
+# (tools/bench/guest-nvme.sh; NVME_RUNTIME, NVME_TESTS, NVME_IMPLS), a table
+# of its own (tools/bench/report_nvme.py).
 # QUICK=1: two sizes per test, QPs 1 and 4 (a few minutes). ROUNDS, TESTS,
 # BW_SIZES, LAT_SIZES, QPS_LIST in the environment override the sets;
 # KV_OPTS is added to kverbs' options (e.g. KV_OPTS=,poll=softirq).
@@ -112,9 +117,10 @@ else
 fi
 # Overrides, for a run of your own: ROUNDS, TESTS, BW_SIZES, LAT_SIZES,
 # QPS_LIST, KV_OPTS, INV_REQ_LOOPS, INV_REQ_TIMEOUT, PROFILE, PROFILE_ITERS,
-# AB (see tools/bench/guest-bench.sh).
+# AB, NVME, NVME_RUNTIME, NVME_TESTS, NVME_IMPLS (see tools/bench/guest-bench.sh
+# and guest-nvme.sh).
 for v in ROUNDS TESTS BW_SIZES LAT_SIZES QPS_LIST KV_OPTS INV_REQ_LOOPS INV_REQ_TIMEOUT \
-	PROFILE PROFILE_ITERS AB; do
+	PROFILE PROFILE_ITERS AB NVME NVME_RUNTIME NVME_TESTS NVME_IMPLS; do
 	[ -n "${!v:-}" ] && echo "$v=\"${!v}\"" >>"$conf"
 done
 echo "kverbs: bench: results in $out"
@@ -124,7 +130,7 @@ set +e
 # PROFILE puts perf in the guest.
 KVERBS_FLAVOR=$flavor KVERBS_VM_DIR=$out KVERBS_VM_MEM=2048 KVERBS_BENCH_CONF=$conf \
 	KVERBS_VM_TOOLS=${PROFILE:+/usr/bin/perf} \
-	KVERBS_MODULES="$build/src/kverbs.ko $build/src/kverbs_example.ko $build/cbench/kverbs_cbench.ko $build/limit/kverbs_limit.ko" \
+	KVERBS_MODULES="$build/src/kverbs.ko $build/src/kverbs_example.ko $build/src/kverbs_nvme.ko $build/cbench/kverbs_cbench.ko $build/limit/kverbs_limit.ko" \
 	KVERBS_VM_TIMEOUT=${KVERBS_VM_TIMEOUT:-7200} \
 	"$top/tools/vm/run.sh" bench | grep --line-buffered '^kverbs-bench:' | sed -u 's/^kverbs-bench: //'
 vm=${PIPESTATUS[0]}

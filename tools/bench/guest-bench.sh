@@ -16,7 +16,9 @@
 #                 a kverbs row: how the run's sleeps on its CQs ended)
 #
 # (or "kverbs-bench: fail TEST IMPL QPS SIZE ROUND why"). /kverbs/bench.conf
-# sets ROUNDS, BW_SIZES, LAT_SIZES, QPS_LIST, TESTS, KV_OPTS, PROFILE, AB.
+# sets ROUNDS, BW_SIZES, LAT_SIZES, QPS_LIST, TESTS, KV_OPTS, PROFILE, AB,
+# NVME (1: the NVMe runs of tools/bench/guest-nvme.sh follow, their lines
+# "kverbs-bench: nvme ...").
 #
 # PROFILE="TEST:SIZE ..." then profiles one longer run (PROFILE_ITERS
 # iterations, 1 QP) of each implementation of TEST at SIZE: perf records
@@ -49,6 +51,9 @@ AB=direct
 INV_REQ_TIMEOUT=8
 PROFILE=""
 PROFILE_ITERS=100000
+# NVME=1: then fio on kverbs_nvme and on nvme-rdma (tools/bench/guest-nvme.sh,
+# with NVME_RUNTIME, NVME_TESTS, NVME_IMPLS if set).
+NVME=0
 # shellcheck source=/dev/null
 [ -f /kverbs/bench.conf ] && . /kverbs/bench.conf
 
@@ -278,4 +283,8 @@ for loop in $(seq 1 "$INV_REQ_LOOPS"); do
 		invreq "$impl" "$loop"
 	done
 done
+if [ "$NVME" = 1 ]; then
+	ROUNDS=$ROUNDS NVME_RUNTIME=${NVME_RUNTIME:-} NVME_TESTS=${NVME_TESTS:-} NVME_IMPLS=${NVME_IMPLS:-} \
+		/kselftest/kverbs/bench-nvme.sh
+fi
 say "end"

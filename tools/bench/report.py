@@ -26,7 +26,8 @@
 # (default over MODE) and in how many rounds the default was faster. Writes
 # DIR/raw.csv (every run), DIR/limit.csv (every limit run),
 # DIR/summary.csv, DIR/summary.txt (what is printed) and DIR/<test>.png
-# (gnuplot, if present).
+# (gnuplot, if present). The NVMe runs ("kverbs-bench: nvme ...", make
+# bench-nvme) get their table, CSV files and plot from report_nvme.py.
 
 import csv
 import math
@@ -35,6 +36,8 @@ import shutil
 import statistics
 import subprocess
 import sys
+
+import report_nvme
 
 IMPLS = ["perftest", "c", "kverbs", "kverbs_direct", "kverbs_softirq"]
 BW_FIELDS = ["bytes", "iterations", "bw_peak_mb_s", "bw_avg_mb_s", "msg_rate_mpps"]
@@ -71,7 +74,7 @@ def run_env(out):
 def main():
     out = sys.argv[1]
     env = run_env(out)
-    runs, fails, limits, invreq = [], [], [], []
+    runs, fails, limits, invreq, nvme = [], [], [], [], []
     with open(os.path.join(out, "bench.log"), errors="replace") as f:
         for line in f:
             words = line.split()
@@ -81,6 +84,13 @@ def main():
                 fails.append(" ".join(words[2:]))
             if words[1] == "invreq" and len(words) == 6:
                 invreq.append((words[2], words[4], words[5].removeprefix("statuses=")))
+                continue
+            if words[1] == "nvme":
+                r = report_nvme.parse(words[2:])
+                if r is None:
+                    fails.append(" ".join(words[2:8]) + ": an nvme line not understood")
+                else:
+                    nvme.append(r)
                 continue
             if words[1] == "limit":
                 lim = parse_limit(words[2:])
@@ -186,6 +196,7 @@ def main():
                 p(line)
                 summary.append(row)
     ab_table(runs, p, summary)
+    report_nvme.report(out, nvme, env, RUN_KEYS, p)
     if limits:
         p("")
         p("limit: rxe's per-byte work for the message (copies, ICRCs, skbs; tools/bench/limit),")
@@ -210,7 +221,7 @@ def main():
         for x in fails:
             p("  " + x)
     p("")
-    p(f"runs: {len(runs)}; results: {out}")
+    p(f"runs: {len(runs)}{f', NVMe runs: {len(nvme)}' if nvme else ''}; results: {out}")
     if any(env.values()):
         p("; ".join(f"{k}: {env[k]}" for k in RUN_KEYS if env[k]))
     print("\n".join(text))

@@ -116,6 +116,8 @@ echo "${KVERBS_PROGS:-$(make -s --no-print-directory -C "$sel" print-progs)}" >"
 cp "$top/tools/vm/guest-init.sh" "$root/init"
 cp "$top/tools/vm/demo.sh" "$top/tools/vm/peer-cmd.sh" "$root/kverbs/"
 cp "$top/tools/bench/guest-bench.sh" "$root/kverbs/bench.sh"
+# make bench's NVMe half, beside the selftests' NVMe fixture it sources.
+cp "$top/tools/bench/guest-nvme.sh" "$root/kselftest/kverbs/bench-nvme.sh"
 # make bench's settings (tools/bench/bench.sh).
 [ -n "${KVERBS_BENCH_CONF:-}" ] && cp "$KVERBS_BENCH_CONF" "$root/kverbs/bench.conf"
 # KVERBS_CASES: the test cases to run (kverbs_lib.sh, kv_selected).
@@ -129,7 +131,7 @@ if [ -n "${KVERBS_STRESS:-}" ]; then
 	sed -i 's/^timeout=.*/timeout=14400/' "$root/kselftest/kverbs/settings"
 fi
 chmod +x "$root/init" "$root"/kselftest/kverbs/*.sh "$root/kverbs/demo.sh" "$root/kverbs/peer-cmd.sh" \
-	"$root/kverbs/bench.sh"
+	"$root/kverbs/bench.sh" "$root/kselftest/kverbs/bench-nvme.sh"
 
 # break_programs LINE...: every test program's script replaced by LINEs.
 break_programs() {
