@@ -113,14 +113,14 @@ def plot(out, summary):
     script = f"""
 set terminal png size 900,600 noenhanced
 set output '{os.path.join(out, "nvme.png")}'
-set title 'fio on kverbs_nvme and nvme-rdma, one nvmet-rdma target on rxe (median of rounds, relative to nvme-rdma)'
+set title 'fio, one nvmet-rdma target on rxe: median of rounds, relative to nvme-rdma (1 queue)'
 set style data histograms
 set style histogram clustered gap 1
 set style fill solid 0.8 border -1
 set ylabel 'IOPS or MB/s, nvme-rdma = 1'
 set yrange [0:*]
 set grid ytics
-set key left top
+set key below horizontal
 set xtics rotate by -30
 plot '{dat}' using 2:xtic(1) title 'kverbs_nvme (1 queue)', '' using 3 title 'nvme-rdma (1 queue)', \\
      '' using 4 title 'nvme-rdma (2 queues)'
