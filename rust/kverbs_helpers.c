@@ -321,6 +321,32 @@ void kverbs_rq_end(struct request *rq, int err)
 	blk_mq_end_request(rq, errno_to_blk_status(err));
 }
 
+/* Back to blk-mq, which dispatches it again when its queue runs next (the
+ * requeue list kicked at once; a quiesced queue runs when unquiesced). */
+void kverbs_rq_requeue(struct request *rq)
+{
+	blk_mq_requeue_request(rq, true);
+}
+
+/* Whether blk-mq hands the request to the driver for the first time, not
+ * again after a requeue: marks it RQF_DONTPREP, which a request allocated
+ * anew does not have (and with which a requeued request goes back to the
+ * dispatch list unmerged, as SCSI's and NVMe's do). */
+bool kverbs_rq_first_dispatch(struct request *rq)
+{
+	if (rq->rq_flags & RQF_DONTPREP)
+		return false;
+	rq->rq_flags |= RQF_DONTPREP;
+	return true;
+}
+
+/* Whether the request may be sent again (not fail-fast, its queue not
+ * dying), as nvme_decide_disposition asks. */
+bool kverbs_rq_may_retry(struct request *rq)
+{
+	return !blk_noretry_request(rq) && !blk_queue_dying(rq->q);
+}
+
 bool kverbs_rq_complete_remote(struct request *rq)
 {
 	return blk_mq_complete_request_remote(rq);

@@ -14,6 +14,7 @@ struct attribute;
 struct dentry;
 struct file_operations;
 struct ib_device;
+struct ib_sge;
 struct kobj_attribute;
 struct kobject;
 struct scatterlist;
@@ -226,6 +227,9 @@ void *kverbs_hctx_queuedata(struct blk_mq_hw_ctx *hctx);
 void kverbs_rq_start(struct request *rq);
 /* blk_mq_end_request() with errno_to_blk_status(@err). */
 void kverbs_rq_end(struct request *rq, int err);
+void kverbs_rq_requeue(struct request *rq);
+bool kverbs_rq_first_dispatch(struct request *rq);
+bool kverbs_rq_may_retry(struct request *rq);
 /* blk_mq_complete_request_remote(): false if to be completed here. */
 bool kverbs_rq_complete_remote(struct request *rq);
 /* blk_rq_map_sg() (its 6.12 and 7.x signatures): the entries mapped. */

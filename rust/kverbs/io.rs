@@ -103,6 +103,10 @@ pub struct IoConfig {
     /// most `max_pages`, whose scatter-gather tables these use; `EINVAL`
     /// from [`IoQueue::new`] otherwise).
     pub inline_segments: u32,
+    /// The times a request whose [`Answer::retry`] says so is sent again
+    /// (requeued: `queue_rq` gets it anew) before its status ends it (0:
+    /// never; the C NVMe host's `nvme_max_retries` is 5).
+    pub max_retries: u32,
 }
 
 /// Where a request's data goes, as given to [`IoQueue::submit_with`]'s
@@ -138,6 +142,12 @@ pub struct Answer {
     /// The request's status (an errno of `Err`, as
     /// [`Request::end`](crate::blk::Request::end) takes it).
     pub status: Result,
+    /// A failed status that may pass if sent again (NVMe: no DNR bit): the
+    /// request is requeued, once its key is dead and its pages unmapped,
+    /// if it was requeued fewer than [`IoConfig::max_retries`] times and
+    /// the block layer lets it (not fail-fast, its disk not going); else
+    /// `status` ends it.
+    pub retry: bool,
 }
 
 /// What went wrong on a queue, as told to [`IoHandler::error`]. Flushes
@@ -234,7 +244,8 @@ pub trait IoHandler: Send + Sync {
 pub struct IoStats {
     /// Capsules sent.
     pub submitted: u64,
-    /// Requests ended by their send's completion and response.
+    /// Requests ended by their send's completion and response (or
+    /// requeued then, [`IoStats::retried`]).
     pub finished: u64,
     /// Of those, ended with an error.
     pub failed: u64,
@@ -252,6 +263,8 @@ pub struct IoStats {
     pub local_invalidated: u64,
     /// Requests whose data went in the capsule's send.
     pub inline: u64,
+    /// Of the finished, requests requeued for a retry ([`Answer::retry`]).
+    pub retried: u64,
 }
 
 impl core::fmt::Display for IoStats {
@@ -261,7 +274,7 @@ impl core::fmt::Display for IoStats {
         write!(
             f,
             "submitted {} finished {} failed {} shutdown_ended {} unknown {} errors {} \
-             registered {} remote_inv {} local_inv {} inline {}",
+             registered {} remote_inv {} local_inv {} inline {} retried {}",
             self.submitted,
             self.finished,
             self.failed,
@@ -271,7 +284,8 @@ impl core::fmt::Display for IoStats {
             self.registered,
             self.remote_invalidated,
             self.local_invalidated,
-            self.inline
+            self.inline,
+            self.retried
         )
     }
 }

@@ -12,7 +12,9 @@
 //!
 //! Command ids are the C host's: the tag, and above it a 4-bit counter of
 //! the tag's uses (`nvme_cid`), so that a late or repeated response does
-//! not answer the tag's next request. Any error of the queue (a completion
+//! not answer the tag's next request. A failed status without Do Not
+//! Retry sends the request again, up to 5 times, as the C host's
+//! `nvme_decide_disposition`. Any error of the queue (a completion
 //! in error, a response to no command, an invalidation of another key, a
 //! request timed out) shuts it down, as the C host's error recovery
 //! starts: the requests it carries end with `EIO` (reconnection is a later
@@ -39,6 +41,11 @@ const MAX_SEGMENTS: u32 = 256;
 
 /// The bits of a command id that are the tag.
 const TAG_BITS: u16 = 12;
+
+/// The times a request whose status has no DNR bit is sent again before
+/// that status ends it (the C host's `nvme_max_retries` parameter's
+/// default).
+const MAX_RETRIES: u32 = 5;
 
 /// An I/O queue's counters: its driver's and its handler's.
 #[derive(Default)]
@@ -146,6 +153,9 @@ impl IoHandler for Handler {
             tag: cqe.command_id & ((1 << TAG_BITS) - 1),
             cid: cqe.command_id,
             status,
+            // A failed status without Do Not Retry: sent again, up to
+            // MAX_RETRIES times (`nvme_decide_disposition`).
+            retry: !cqe.dnr(),
         })
     }
 
@@ -253,6 +263,7 @@ pub(crate) fn start(
         response_len: Cqe::LEN,
         max_pages,
         inline_segments,
+        max_retries: MAX_RETRIES,
     };
     let q = IoQueue::new(qp, cfg, handler).map_err(err)?;
     let q = match Arc::new(q, GFP_KERNEL) {

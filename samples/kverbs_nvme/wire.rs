@@ -340,6 +340,11 @@ impl Cqe {
     pub(crate) fn code(&self) -> u16 {
         self.status & 0x7ff
     }
+
+    /// Do Not Retry: the command would fail again.
+    pub(crate) fn dnr(&self) -> bool {
+        self.status & (1 << 14) != 0
+    }
 }
 
 /// The errno of an I/O command's status (SCT << 8 | SC), as the C host's
@@ -349,8 +354,8 @@ impl Cqe {
 /// opcode, field, namespace or attributes the controller does not take
 /// `EOPNOTSUPP` (`BLK_STS_NOTSUPP`); a media error (write fault, read
 /// error, compare failed, access denied, unwritten block, read only)
-/// `ENODATA` (`BLK_STS_MEDIUM`); anything else `EIO`. (The C host also
-/// retries a status without DNR: not here yet.)
+/// `ENODATA` (`BLK_STS_MEDIUM`); anything else `EIO`. (A status without
+/// DNR is first retried: `io.rs`.)
 pub(crate) fn io_errno(code: u16) -> Error {
     match code {
         0x081 => ENOSPC,

@@ -21,6 +21,9 @@
 //! - `fail_next N K`: its next `K` reads or writes end with `EIO`;
 //! - `busy_next N K`: its next `K` requests are given back busy (the block
 //!   layer requeues them);
+//! - `requeue_next N K`: its next `K` requests are requeued by the driver
+//!   (`Request::requeue`: dispatched again, their count of requeues one
+//!   more);
 //! - `release N`: ends the requests it holds, successfully.
 //!
 //! Reading it gives a line a disk: its counters. Each read or write maps
@@ -64,6 +67,12 @@ struct Counters {
     hw_queues_seen: AtomicU32,
     fail_next: AtomicU32,
     busy_next: AtomicU32,
+    requeue_next: AtomicU32,
+    requeued: AtomicU64,
+    /// Dispatches of a request requeued before (`Request::requeues` > 0).
+    requeued_seen: AtomicU64,
+    /// `Request::requeues` of the last request served.
+    last_requeues: AtomicU32,
     timeouts: AtomicU64,
 }
 
@@ -146,6 +155,17 @@ impl Operations for RamDisk {
             m.c.busy.fetch_add(1, Ordering::Relaxed);
             return Err(rq);
         }
+        if rq.requeues() > 0 {
+            m.c.requeued_seen.fetch_add(1, Ordering::Relaxed);
+        }
+        if take_one(&m.c.requeue_next) {
+            m.c.requeued.fetch_add(1, Ordering::Relaxed);
+            if let Err(rq) = Request::requeue(rq) {
+                let _ = Request::end(rq, Err(EIO));
+            }
+            return Ok(());
+        }
+        m.c.last_requeues.store(rq.requeues(), Ordering::Relaxed);
         if m.mode == Mode::Hold {
             let mut held = m.held.lock();
             if let Some(free) = held.iter_mut().find(|s| s.is_none()) {
@@ -335,6 +355,10 @@ impl Store for BlkFile {
                 let k = count()?;
                 self.with(n, |m| m.c.busy_next.store(k, Ordering::Relaxed))
             }
+            "requeue_next" => {
+                let k = count()?;
+                self.with(n, |m| m.c.requeue_next.store(k, Ordering::Relaxed))
+            }
             "release" => {
                 if !rest.is_empty() {
                     return Err(EINVAL);
@@ -362,8 +386,9 @@ impl Show for BlkFile {
             let c = |a: &AtomicU64| a.load(Ordering::Relaxed);
             writeln!(
                 out,
-                "kvblk{}: reads {} writes {} flushes {} fua {} failed {} busy {} completed {} \
-                 timeouts {} bad_maps {} max_segments {} hw_queues_seen {:#x}",
+                "kvblk{}: reads {} writes {} flushes {} fua {} failed {} busy {} requeued {} \
+                 requeued_seen {} last_requeues {} completed {} timeouts {} bad_maps {} \
+                 max_segments {} hw_queues_seen {:#x}",
                 d.n,
                 c(&m.c.reads),
                 c(&m.c.writes),
@@ -371,6 +396,9 @@ impl Show for BlkFile {
                 c(&m.c.fua),
                 c(&m.c.failed),
                 c(&m.c.busy),
+                c(&m.c.requeued),
+                c(&m.c.requeued_seen),
+                m.c.last_requeues.load(Ordering::Relaxed),
                 c(&m.c.completed),
                 c(&m.c.timeouts),
                 c(&m.c.bad_maps),

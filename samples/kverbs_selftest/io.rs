@@ -255,7 +255,12 @@ impl IoHandler for Handler {
         let cid = u16::from_le_bytes([rsp[0], rsp[1]]);
         let tag = u16::from_le_bytes([rsp[2], rsp[3]]);
         let status = if rsp[4] == 0 { Ok(()) } else { Err(EIO) };
-        Some(Answer { tag, cid, status })
+        Some(Answer {
+            tag,
+            cid,
+            status,
+            retry: false,
+        })
     }
 
     fn error(&self, e: IoError) {
@@ -471,6 +476,7 @@ impl IoFile {
             // A request of 512 KiB, unaligned: 129 pages.
             max_pages: if mode == Mode::Rdma { MAX_PAGES } else { 0 },
             inline_segments: 0,
+            max_retries: 0,
         };
         // The host's CQ and PD stay with its QP, which the queue takes.
         drop((hcq, hpd));

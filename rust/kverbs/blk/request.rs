@@ -22,6 +22,9 @@ use kernel::{prelude::*, sync::ArcBorrow, types::Opaque};
 /// for the `ARef` of the completion callback; otherwise 0.
 pub(crate) struct Pdu {
     refs: AtomicU32,
+    /// The times the request was requeued since blk-mq first handed it
+    /// to the driver (set to 0 then, by `dispatching`).
+    requeues: AtomicU32,
 }
 
 /// What [`super::Operations::timeout`] did (`enum blk_eh_timer_return`).
@@ -234,6 +237,38 @@ impl<T: Operations> Request<T> {
         Self::end(this, Ok(()))
     }
 
+    /// Gives the request back to the block layer, which dispatches it
+    /// again: `queue_rq` gets it anew (its data as it was, a new start
+    /// and timer), once its queue runs (at once; after the queue is
+    /// unquiesced, if it is quiesced). From any context; `Err` gives the
+    /// `ARef` back if others remain. For a command to send again: a
+    /// retry of a status that says so, or what a lost connection
+    /// carried (`blk_mq_requeue_request`). It is dispatched again at once:
+    /// a driver that requeues what it cannot send yet (its link down)
+    /// should quiesce its queue meanwhile, or the requeues go round, and a
+    /// disk's deletion waits for them to stop.
+    pub fn requeue(this: ARef<Self>) -> Result<(), ARef<Self>> {
+        let rq = Self::count_out(this)?;
+        // SAFETY: Live until given back below, of a tag set of `T`.
+        let _ = unsafe { pdu_of(rq) }.requeues.fetch_update(
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+            |n| n.checked_add(1),
+        );
+        // SAFETY: The request was the driver's, with this one reference,
+        // now counted out: given back once; blk-mq owns it until it hands
+        // it to `queue_rq` again (`Request::take`).
+        unsafe { bindings::kverbs_rq_requeue(rq) };
+        Ok(())
+    }
+
+    /// The times the request was given back by [`Request::requeue`] (or
+    /// requeued by [`crate::io`] for a retry) since the block layer first
+    /// handed it to the driver (0 then).
+    pub fn requeues(&self) -> u32 {
+        self.pdu().requeues.load(Ordering::Relaxed)
+    }
+
     /// Completes the request on the CPU that submitted it, where blk-mq
     /// calls [`Operations::complete`] with it (softirq), or here, now; for
     /// a completion from an interrupt or another CPU. `Err` gives the
@@ -289,6 +324,26 @@ impl<T: Operations> Request<T> {
 unsafe fn pdu_of<'a>(rq: *mut bindings::request) -> &'a Pdu {
     // SAFETY: By the caller's guarantee.
     unsafe { &*bindings::kverbs_rq_pdu(rq).cast::<Pdu>() }
+}
+
+/// Notes a request blk-mq hands to `queue_rq`, before it is started (and
+/// its timer with it, whose expiry also writes the request's flags): on
+/// its first dispatch, not one after a requeue, its count of requeues is
+/// set to 0.
+///
+/// # Safety
+///
+/// `rq` is a request of a tag set of the layer's, given to `queue_rq`, not
+/// started yet.
+pub(super) unsafe fn dispatching(rq: *mut bindings::request) {
+    // SAFETY: The driver's request, not started: its flags are the
+    // driver's to set (as `nvme_setup_cmd` sets them before
+    // `nvme_start_request`).
+    if unsafe { bindings::kverbs_rq_first_dispatch(rq) } {
+        // SAFETY: A request of a tag set of the layer's (the caller's
+        // guarantee): its PDU is a `Pdu`.
+        unsafe { pdu_of(rq) }.requeues.store(0, Ordering::Relaxed);
+    }
 }
 
 /// The one `ARef` of a request, its driver type erased: what the layer
@@ -383,6 +438,38 @@ impl RqRef {
             // out: ended once.
             unsafe { bindings::kverbs_rq_end(rq, err) };
         }
+    }
+}
+
+impl RqRef {
+    /// Requeues the request (as [`Request::requeue`]) if it was requeued
+    /// fewer than `max` times and may be sent again (not fail-fast, its
+    /// disk not going); else ends it with `status`. Whether it was
+    /// requeued.
+    pub(crate) fn retry_or_end(self, status: Result, max: u32) -> bool {
+        let rq = self.0.as_ptr();
+        // SAFETY: Live, of a tag set of the layer's (type invariant).
+        let pdu = unsafe { pdu_of(rq) };
+        // SAFETY: As above: it reads the request's flags and queue.
+        let may = unsafe { bindings::kverbs_rq_may_retry(rq) };
+        if pdu.requeues.load(Ordering::Relaxed) >= max || !may {
+            self.end(status);
+            return false;
+        }
+        core::mem::forget(self);
+        // The count is 1, this reference (type invariant): counted out.
+        if pdu
+            .refs
+            .compare_exchange(1, 0, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            return false;
+        }
+        pdu.requeues.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: The driver's request, its only reference counted out:
+        // given back once.
+        unsafe { bindings::kverbs_rq_requeue(rq) };
+        true
     }
 }
 

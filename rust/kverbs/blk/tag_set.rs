@@ -85,6 +85,9 @@ impl<T: Operations> OperationsVTable<T> {
         // SAFETY: `bd` is valid for the call; its request is the driver's
         // to dispatch, not started yet.
         let (rq, last) = unsafe { ((*bd).rq, (*bd).last) };
+        // SAFETY: As above: a request of a tag set of the layer's (`T`'s),
+        // not started.
+        unsafe { super::request::dispatching(rq) };
         // SAFETY: As above.
         unsafe { bindings::kverbs_rq_start(rq) };
         // SAFETY: The disk's queue data, live until the disk is deleted,

@@ -205,9 +205,15 @@ pub(super) unsafe extern "C" fn recv_done(_cq: *mut bindings::ib_cq, wc: *mut bi
             // SAFETY: With `IB_WC_WITH_INVALIDATE` the union holds the
             // rkey the peer invalidated.
             .then(|| unsafe { wc.ex.invalidate_rkey });
-        if let Some(Answer { tag, cid, status }) = answer {
+        if let Some(Answer {
+            tag,
+            cid,
+            status,
+            retry,
+        }) = answer
+        {
             let e = status.err().map_or(0, |e| e.to_errno());
-            let m = sh.respond(tag, cid, e, inv);
+            let m = sh.respond(tag, cid, e, retry, inv);
             if inv.is_some() && matches!(m, Marked::Finish(_) | Marked::Set) {
                 bump(&sh.stats.remote_invalidated);
             }

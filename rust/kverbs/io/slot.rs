@@ -35,6 +35,8 @@ const POSTED: u64 = 1 << 1;
 pub(super) const SEND_DONE: u64 = 1 << 2;
 const RESPONDED: u64 = 1 << 3;
 pub(super) const REG_DEAD: u64 = 1 << 4;
+/// The response's failed status may be retried ([`super::Answer::retry`]).
+const RETRY: u64 = 1 << 5;
 const FLAGS: u64 = 0xff;
 /// What a request waits for before it is finished: its send's completion,
 /// its response, and the end of its memory registration (at once for a
@@ -263,6 +265,7 @@ pub(super) struct Stats {
     pub(super) remote_invalidated: AtomicU64,
     local_invalidated: AtomicU64,
     inline: AtomicU64,
+    retried: AtomicU64,
 }
 
 impl Stats {
@@ -279,6 +282,7 @@ impl Stats {
             remote_invalidated: g(&self.remote_invalidated),
             local_invalidated: g(&self.local_invalidated),
             inline: g(&self.inline),
+            retried: g(&self.retried),
         }
     }
 }
@@ -525,20 +529,29 @@ impl Shared {
 
     /// A response to the slot of `tag` for command `cid` with status `e`,
     /// which invalidated `inv`, if any: sets `RESPONDED`, and `REG_DEAD`
-    /// if it invalidated the slot's live registration.
-    pub(super) fn respond(&self, tag: u16, cid: u16, e: i32, inv: Option<u32>) -> Marked {
+    /// if it invalidated the slot's live registration, and `RETRY` if
+    /// `retry` and the status failed.
+    pub(super) fn respond(
+        &self,
+        tag: u16,
+        cid: u16,
+        e: i32,
+        retry: bool,
+        inv: Option<u32>,
+    ) -> Marked {
         let Some(slot) = self.slots.get(usize::from(tag)) else {
             return Marked::Refused;
         };
+        let retry = if retry && e != 0 { RETRY } else { 0 };
         slot.set(e, |s| {
             if flags(s) & POSTED == 0 || flags(s) & RESPONDED != 0 || cid != self::cid(s) {
                 return Err(Marked::Refused);
             }
             let live = flags(s) & REG_DEAD == 0;
             match inv {
-                None => Ok(RESPONDED),
+                None => Ok(RESPONDED | retry),
                 Some(k) if live && k == slot.rkey.load(Ordering::Relaxed) => {
-                    Ok(RESPONDED | REG_DEAD)
+                    Ok(RESPONDED | REG_DEAD | retry)
                 }
                 Some(k) => Err(Marked::Bogus(k)),
             }
@@ -581,7 +594,8 @@ impl Shared {
 
     /// Ends the request of the slot of `tag`, which the caller finished
     /// with state `s`: unmaps it, frees the slot (the request's end may
-    /// hand its tag to the next), ends it.
+    /// hand its tag to the next), ends it -- or requeues it, for a retry
+    /// its response asked for (`RETRY`) while it has retries left.
     ///
     /// # Safety
     ///
@@ -599,16 +613,22 @@ impl Shared {
         unsafe { self.unmap_with(tag, map) };
         slot.free(s);
         let e = err(s);
-        if e != 0 {
-            bump(&self.stats.failed);
-        }
         bump(&self.stats.finished);
-        if let Some(rq) = rq {
-            rq.end(if e == 0 {
-                Ok(())
-            } else {
-                Err(Error::from_errno(e))
-            });
+        let Some(rq) = rq else {
+            return;
+        };
+        if e == 0 {
+            rq.end(Ok(()));
+            return;
+        }
+        let status = Err(Error::from_errno(e));
+        if flags(s) & RETRY == 0 {
+            bump(&self.stats.failed);
+            rq.end(status);
+        } else if rq.retry_or_end(status, self.cfg.max_retries) {
+            bump(&self.stats.retried);
+        } else {
+            bump(&self.stats.failed);
         }
     }
 

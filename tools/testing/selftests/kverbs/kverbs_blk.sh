@@ -132,6 +132,28 @@ busy_next() {
 	[ "$(counter 0 busy)" = 3 ] || { kv_msg "busy: $(counter 0 busy)"; return 1; }
 }
 
+# requeue_next 3: the driver requeues the write three times
+# (Request::requeue), blk-mq dispatches it again each time (each a
+# dispatch of a request requeued before), and it completes with its data,
+# its count of requeues 3; then 200 reads, every request struct of the
+# disk's 64 reused: none comes with a count of requeues (the count is
+# reset on a first dispatch); one read requeued once has 1.
+requeue_next() {
+	local seen
+	echo "requeue_next 0 3" >"$CTL" || return 1
+	roundtrip /dev/kvblk0 300 16 || return 1
+	[ "$(counter 0 requeued)" = 3 ] || { kv_msg "requeued: $(counter 0 requeued)"; return 1; }
+	seen=$(counter 0 requeued_seen)
+	[ "$seen" = 3 ] || { kv_msg "dispatches of requeued requests: $seen, want 3"; return 1; }
+	dd if=/dev/kvblk0 of=/dev/null bs=4096 count=200 iflag=direct 2>/dev/null || return 1
+	kv_msg "$(grep kvblk0 "$CTL")"
+	[ "$(counter 0 requeued_seen)" = 3 ] ||
+		{ kv_msg "after 200 new reads: $(counter 0 requeued_seen) dispatches of requeued requests"; return 1; }
+	echo "requeue_next 0 1" >"$CTL" || return 1
+	dd if=/dev/kvblk0 of=/dev/null bs=4096 count=1 iflag=direct 2>/dev/null || return 1
+	[ "$(counter 0 last_requeues)" = 1 ] || { kv_msg "last_requeues: $(counter 0 last_requeues), want 1"; return 1; }
+}
+
 # A disk that holds its requests: with a 1 s timeout, a read times out,
 # the driver's timeout ends it with ETIMEDOUT and the reader gets an error;
 # another read held is ended by release, and passes.
@@ -267,7 +289,7 @@ rmmod_deletes_disks() {
 	kv_load_selftest
 }
 
-kv_begin 14
+kv_begin 15
 kv_case setup_load_selftest_add_ram_disk setup
 kv_case blk_size_block_size_and_queue_limits_as_built limits
 kv_case blk_data_round_trips_o_direct_two_hw_queues data_direct
@@ -275,6 +297,7 @@ kv_case blk_data_round_trips_ended_by_complete_callback data_complete
 kv_case blk_fsync_sends_flush_to_driver flush
 kv_case blk_request_ended_with_error_gives_eio fail_next
 kv_case blk_requests_given_back_busy_requeued_and_done busy_next
+kv_case blk_request_requeued_by_driver_dispatched_again_counted requeue_next
 kv_case blk_held_request_timed_out_ended_by_driver_etimedout timeout
 kv_case blk_open_disk_pins_module open_pins_module
 kv_case blk_disk_deleted_with_file_open_reads_fail del_with_file_open

@@ -11,8 +11,9 @@
 # kernel's C host (nvme-rdma) verifies what fio wrote through kverbs_nvme
 # and the reverse, on the same namespace. A sector corrupted on the
 # target's RAM disk is caught by fio's verification through the disk:
-# the checks can fail. And ext4 made on the disk, mounted, filled,
-# unmounted, checked clean by e2fsck and read back.
+# the checks can fail. And ext4 made on the disk, mounted (the module
+# pinned), filled, unmounted, checked clean by e2fsck and read back; then
+# rmmod deletes the controller.
 
 # shellcheck source=kverbs_lib.sh
 . "$(dirname "$(readlink -f "$0")")/kverbs_lib.sh"
@@ -146,13 +147,18 @@ verify_catches_corruption() {
 	grep -q -i -E 'verify.*(bad|fail)|bad (magic|header)|crc32c' "$OUT.corrupt_verified.err" "$OUT.corrupt_verified"
 }
 
-# ext4 on the disk, as a user would: made (mkfs.ext4), mounted, the
-# guest's modules and 8 MiB of noise copied in, unmounted; e2fsck finds
-# it clean; mounted again, every file reads back the same.
+# ext4 on the disk, as a user would: made (mkfs.ext4), mounted (rmmod
+# refused then: the disk is in use), the guest's modules and 8 MiB of
+# noise copied in, unmounted; e2fsck finds it clean; mounted again, every
+# file reads back the same.
 ext4_mkfs_mount_copy_fsck() {
 	local m=/tmp/kvnvme.mnt r=0 f
 	mkfs.ext4 -q -F "$DISK" >"$OUT.mkfs" 2>&1 || { kv_msg "mkfs.ext4: $(tail -n 2 "$OUT.mkfs")"; return 1; }
 	mkdir -p $m && mount -t ext4 "$DISK" $m || return 1
+	if rmmod "$KV_NVME" 2>/dev/null; then
+		kv_msg "rmmod passed with $DISK mounted"
+		return 1
+	fi
 	dd if=/dev/urandom of=/tmp/kvnvme.noise bs=1M count=8 2>/dev/null &&
 		cp -r /kverbs $m/ && cp /tmp/kvnvme.noise $m/noise || r=1
 	umount $m || return 1
@@ -171,25 +177,31 @@ ext4_mkfs_mount_copy_fsck() {
 }
 
 # Every request finished, none failed or timed out; the target
-# invalidated every key. Then the controller disconnects, and the
-# target's controller goes.
+# invalidated every key.
 counters_clean() {
 	kv_msg "$(controllers)"
 	[ "$(counter failed)" = 0 ] && [ "$(counter submitted)" = "$(counter finished)" ] &&
 		[ "$(counter status_errors)" = 0 ] && [ "$(counter timeouts)" = 0 ] &&
-		[ "$(counter remote_inv)" = "$(counter registered)" ] && [ "$(counter local_inv)" = 0 ] ||
-		return 1
-	echo all >"$DIR/disconnect" || return 1
+		[ "$(counter remote_inv)" = "$(counter registered)" ] && [ "$(counter local_inv)" = 0 ]
+}
+
+# With the file system unmounted, rmmod with the controller connected
+# passes: the controller is deleted (its disk, its queues), and the
+# target's controller goes.
+rmmod_unmounted() {
+	rmmod "$KV_NVME" || { kv_msg "rmmod refused with $DISK unmounted"; return 1; }
+	[ ! -e "$DISK" ] || { kv_msg "$DISK is still there"; return 1; }
 	kv_wait kv_nvmet_no_ctrls || { kv_msg "the target's controllers: $(kv_nvmet_ctrls)"; return 1; }
 }
 
-kv_begin 9
+kv_begin 10
 kv_case setup_nvmet_load_connect setup
 kv_case nvme_fio_seq_write_verify_512b_to_1m_capsule_and_keyed seq_write_verify_block_sizes
 kv_case nvme_fio_rand_write_verify_qd_1_32_128 rand_write_verify_queue_depths
 kv_case nvme_fio_randrw_mixed_sizes_verify mixed_sizes_verify
 kv_case nvme_fio_c_host_verifies_ours_and_we_verify_its c_host_verifies_ours_and_reverse
 kv_case nvme_fio_verify_catches_sector_corrupted_on_target verify_catches_corruption
-kv_case nvme_fs_ext4_mkfs_mount_copy_umount_fsck_clean ext4_mkfs_mount_copy_fsck
-kv_case nvme_fio_every_request_finished_key_invalidated_disconnect counters_clean
+kv_case nvme_fio_every_request_finished_key_invalidated counters_clean
+kv_case nvme_fs_ext4_made_filled_fsck_clean_rmmod_refused_while_mounted ext4_mkfs_mount_copy_fsck
+kv_case nvme_rmmod_unmounted_deletes_controller_and_target_ctrl rmmod_unmounted
 kv_end

@@ -13,7 +13,8 @@
 # request's key is invalidated by
 # the target (SEND with invalidate: no LOCAL_INV); the kernel's C host
 # (nvme-rdma) reads what kverbs_nvme wrote and the reverse, on the same
-# namespace; the disk held open keeps the module; the target gone during writes ends them with EIO, not
+# namespace; a status without DNR retried 5 times; the disk held open
+# keeps the module; the target gone during writes ends them with EIO, not
 # a hang; the RDMA device removed during writes deletes the controller
 # and its disks; a disconnect deletes the disks and the target's
 # controller.
@@ -259,6 +260,29 @@ c_host_cross_check() {
 	return $r
 }
 
+# A failed status without Do Not Retry is sent again: with the target's
+# ANA group inaccessible (nvmet answers every I/O "asymmetric access
+# inaccessible", a path error without DNR), a read goes 6 times (5
+# retries, the C host's nvme_max_retries), each a requeue of the request
+# (kverbs::io, Answer::retry), then fails; the group back to optimized, it
+# passes.
+ana_retries() {
+	local ana=$KV_NVMET/ports/$KV_NVMET_PORT/ana_groups/1/ana_state r0 s0 f0 r=0
+	[ -e "$ana" ] || { kv_msg "no $ana"; return 1; }
+	r0=$(counter retried) s0=$(counter status_errors) f0=$(counter failed)
+	echo inaccessible >"$ana" || return 1
+	if kv_dio r "$DISK" 0 8 /tmp/kvnvme.ana 0 0 2>/dev/null; then
+		kv_msg "the read passed with the ANA group inaccessible"
+		r=1
+	fi
+	echo optimized >"$ana" || return 1
+	kv_msg "retried $(($(counter retried) - r0)), status errors $(($(counter status_errors) - s0)), failed $(($(counter failed) - f0))"
+	[ $(($(counter retried) - r0)) = 5 ] && [ $(($(counter status_errors) - s0)) = 6 ] &&
+		[ $(($(counter failed) - f0)) = 1 ] || r=1
+	same "$DISK" /dev/ram0 0 8 || r=1
+	return $r
+}
+
 # The disk open keeps the module: rmmod refused; closed, the module stays
 # usable.
 rmmod_refused_while_open() {
@@ -352,7 +376,7 @@ connect_again() {
 	connect && same "$DISK" /dev/ram0 0 64 && disconnect
 }
 
-kv_begin 16
+kv_begin 17
 kv_case setup_nvmet_two_namespaces_load_connect setup
 kv_case nvme_io_disk_per_namespace_with_rdma_limits disks_of_namespaces
 kv_case nvme_io_data_matches_target_ram_disk_both_ways data
@@ -363,6 +387,7 @@ kv_case nvme_io_parallel_writers_readers parallel
 kv_case nvme_io_fsync_sends_flush flush
 kv_case nvme_io_every_key_invalidated_by_target keys_invalidated_by_target
 kv_case nvme_io_c_host_reads_ours_and_we_read_its c_host_cross_check
+kv_case nvme_io_status_without_dnr_retried_5_times_then_fails ana_retries
 kv_case nvme_io_rmmod_refused_while_disk_open rmmod_refused_while_open
 kv_case nvme_io_target_gone_during_dd_eio_not_hang target_gone_during_dd
 kv_case nvme_io_device_removed_during_dd_deletes_disks device_removed_during_dd
