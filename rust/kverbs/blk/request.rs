@@ -249,16 +249,8 @@ impl<T: Operations> Request<T> {
     /// disk's deletion waits for them to stop.
     pub fn requeue(this: ARef<Self>) -> Result<(), ARef<Self>> {
         let rq = Self::count_out(this)?;
-        // SAFETY: Live until given back below, of a tag set of `T`.
-        let _ = unsafe { pdu_of(rq) }.requeues.fetch_update(
-            Ordering::Relaxed,
-            Ordering::Relaxed,
-            |n| n.checked_add(1),
-        );
-        // SAFETY: The request was the driver's, with this one reference,
-        // now counted out: given back once; blk-mq owns it until it hands
-        // it to `queue_rq` again (`Request::take`).
-        unsafe { bindings::kverbs_rq_requeue(rq) };
+        // SAFETY: Counted out just now, of a tag set of `T`.
+        unsafe { requeue_counted_out(rq) };
         Ok(())
     }
 
@@ -346,6 +338,25 @@ pub(super) unsafe fn dispatching(rq: *mut bindings::request) {
     }
 }
 
+/// Gives a request back to blk-mq for another dispatch, one more requeue
+/// counted.
+///
+/// # Safety
+///
+/// `rq` is a request of a tag set of the layer's whose only reference the
+/// caller counted out (1 to 0) and has neither ended nor given back since;
+/// the caller does not use `rq` after.
+unsafe fn requeue_counted_out(rq: *mut bindings::request) {
+    // SAFETY: The caller's guarantee: a live request of the layer's.
+    let _ =
+        unsafe { pdu_of(rq) }
+            .requeues
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_add(1));
+    // SAFETY: The caller's guarantee: given back once; blk-mq owns it
+    // until it hands it to `queue_rq` again (`Request::take`).
+    unsafe { bindings::kverbs_rq_requeue(rq) };
+}
+
 /// The one `ARef` of a request, its driver type erased: what the layer
 /// holds for a driver that handed it a request to end from kverbs.ko's
 /// own code ([`crate::io`]), which runs no code of the driver's module.
@@ -418,30 +429,34 @@ impl RqRef {
         unsafe { ARef::from_raw(raw.cast()) }
     }
 
+    /// Counts out the reference (count 1 to 0, as the type invariant has
+    /// it): the request, no longer held by an `RqRef`. `None` if the count
+    /// was not 1, which the type invariant rules out: the reference is
+    /// then forgotten, not dropped (the count unchanged).
+    fn count_out(self) -> Option<*mut bindings::request> {
+        let rq = self.0.as_ptr();
+        core::mem::forget(self);
+        // SAFETY: Live, of a tag set of the layer's (type invariant).
+        let pdu = unsafe { pdu_of(rq) };
+        pdu.refs
+            .compare_exchange(1, 0, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+            .then_some(rq)
+    }
+
     /// Ends the request with `status`, from any context.
     pub(crate) fn end(self, status: Result) {
         let err = match status {
             Ok(()) => 0,
             Err(e) => e.to_errno(),
         };
-        let rq = self.0.as_ptr();
-        core::mem::forget(self);
-        // SAFETY: Live, of a tag set of the layer's (type invariant).
-        let pdu = unsafe { pdu_of(rq) };
-        // The count is 1, this reference (type invariant): counted out.
-        if pdu
-            .refs
-            .compare_exchange(1, 0, Ordering::Acquire, Ordering::Relaxed)
-            .is_ok()
-        {
+        if let Some(rq) = self.count_out() {
             // SAFETY: The driver's request, its only reference counted
             // out: ended once.
             unsafe { bindings::kverbs_rq_end(rq, err) };
         }
     }
-}
 
-impl RqRef {
     /// Requeues the request (as [`Request::requeue`]) if it was requeued
     /// fewer than `max` times and may be sent again (not fail-fast, its
     /// disk not going); else ends it with `status`. Whether it was
@@ -449,26 +464,18 @@ impl RqRef {
     pub(crate) fn retry_or_end(self, status: Result, max: u32) -> bool {
         let rq = self.0.as_ptr();
         // SAFETY: Live, of a tag set of the layer's (type invariant).
-        let pdu = unsafe { pdu_of(rq) };
+        let requeues = unsafe { pdu_of(rq) }.requeues.load(Ordering::Relaxed);
         // SAFETY: As above: it reads the request's flags and queue.
         let may = unsafe { bindings::kverbs_rq_may_retry(rq) };
-        if pdu.requeues.load(Ordering::Relaxed) >= max || !may {
+        if requeues >= max || !may {
             self.end(status);
             return false;
         }
-        core::mem::forget(self);
-        // The count is 1, this reference (type invariant): counted out.
-        if pdu
-            .refs
-            .compare_exchange(1, 0, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
+        let Some(rq) = self.count_out() else {
             return false;
-        }
-        pdu.requeues.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: The driver's request, its only reference counted out:
-        // given back once.
-        unsafe { bindings::kverbs_rq_requeue(rq) };
+        };
+        // SAFETY: Counted out just now, of a tag set of the layer's.
+        unsafe { requeue_counted_out(rq) };
         true
     }
 }
