@@ -58,17 +58,13 @@ c_connect() {
 }
 
 setup() {
-	local r
 	kv_nvmet_up || { say "fail nvme setup - 0 0 0 (the target's setup failed)"; return 1; }
 	# Every page of the RAM disk allocated: reads of a page brd never
 	# wrote are a memset.
 	dd if=/dev/zero of=/dev/ram0 bs=1M count=64 oflag=direct 2>/dev/null
 	insmod /kverbs/kverbs_nvme.ko || { say "fail nvme setup - 0 0 0 (insmod kverbs_nvme)"; return 1; }
-	printf 'transport=rdma,traddr=%s,trsvcid=%s,nqn=%s' "$KV_NVME_ADDR" "$KV_NVME_SVCID" "$KV_NVME_NQN" \
-		>/sys/kernel/debug/kverbs_nvme/connect || { say "fail nvme setup - 0 0 0 (connect)"; return 1; }
-	r=$(cat /sys/kernel/debug/kverbs_nvme/connect)
-	[[ $r =~ ^instance=([0-9]+)$ ]] || { say "fail nvme setup - 0 0 0 (connect: $r)"; return 1; }
-	DEV[kverbs_nvme]=/dev/kvnvme${BASH_REMATCH[1]}n1
+	kv_nvme_connect || { say "fail nvme setup - 0 0 0 (connect)"; return 1; }
+	DEV[kverbs_nvme]=/dev/kvnvme${KV_NVME_INST}n1
 	kv_wait test -b "${DEV[kverbs_nvme]}" || { say "fail nvme setup - 0 0 0 (no disk)"; return 1; }
 	{ c_connect nvme_rdma 1 1 && c_connect nvme_rdma_2q 2 2; } ||
 		{ say "fail nvme setup - 0 0 0 (the C host's connect)"; return 1; }

@@ -21,7 +21,6 @@
 . "$(dirname "$(readlink -f "$0")")/kverbs_nvme_lib.sh"
 
 DIR=/sys/kernel/debug/$KV_NVME
-OPTS="transport=rdma,traddr=$KV_NVME_ADDR,trsvcid=$KV_NVME_SVCID,nqn=$KV_NVME_NQN"
 OUT=/tmp/kvnvme.fio
 # The controller's instance and its disk, set by setup.
 INST=
@@ -37,14 +36,11 @@ counter() {
 }
 
 setup() {
-	local r
 	kv_nvmet_up || { kv_msg "the target's setup failed"; return 1; }
 	{ kv_load_layer && insmod "$KV_MODDIR/$KV_NVME.ko"; } || { kv_msg "insmod failed"; return 1; }
 	command -v fio >/dev/null || { kv_msg "no fio in the guest (tools/build-fio.sh)"; return 1; }
-	printf '%s' "$OPTS" >"$DIR/connect" || return 1
-	r=$(cat "$DIR/connect")
-	[[ $r =~ ^instance=([0-9]+)$ ]] || { kv_msg "connect: $r"; return 1; }
-	INST=${BASH_REMATCH[1]}
+	kv_nvme_connect || return 1
+	INST=$KV_NVME_INST
 	DISK=/dev/kvnvme${INST}n1
 	kv_wait test -b "$DISK" || { kv_msg "no disk: $(controllers)"; return 1; }
 }

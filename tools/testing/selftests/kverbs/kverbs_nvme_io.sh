@@ -25,7 +25,6 @@
 . "$(dirname "$(readlink -f "$0")")/kverbs_nvme_lib.sh"
 
 DIR=/sys/kernel/debug/$KV_NVME
-OPTS="transport=rdma,traddr=$KV_NVME_ADDR,trsvcid=$KV_NVME_SVCID,nqn=$KV_NVME_NQN"
 PAT=/tmp/kvnvme.pat
 # The controller's instance (kvnvme<INST>) and its first namespace's disk,
 # set by connect.
@@ -48,11 +47,8 @@ counter() {
 # connect: a controller connected (INST), its two disks there (DISK the
 # first).
 connect() {
-	local r
-	printf '%s' "$OPTS" >"$DIR/connect" || return 1
-	r=$(cat "$DIR/connect")
-	[[ $r =~ ^instance=([0-9]+)$ ]] || { kv_msg "connect: $r"; return 1; }
-	INST=${BASH_REMATCH[1]}
+	kv_nvme_connect || return 1
+	INST=$KV_NVME_INST
 	DISK=/dev/kvnvme${INST}n1
 	kv_wait test -b "$DISK" -a -b "/dev/kvnvme${INST}n2" || { kv_msg "no disks: $(controllers)"; return 1; }
 }
