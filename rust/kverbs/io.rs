@@ -22,7 +22,9 @@
 //!   slot that carries no such command is an
 //!   [`IoError::UnknownCommand`] and ends nothing;
 //! - [`IoQueue::shutdown`] closes the queue, drains and destroys the QP,
-//!   ends every request still carried with `EIO` and drops the handler.
+//!   ends every request still carried with `EIO`, or requeues it for the
+//!   driver's next queue ([`Carried::Retry`]: a ULP's error recovery), and
+//!   drops the handler.
 //!
 //! # Safety of the I/O path
 //!
@@ -58,7 +60,7 @@ use crate::owned::Owned;
 use crate::qp::{Qp, Queue, RemoteBuf, Rts};
 use crate::wc::WcStatus;
 use crate::ARef;
-use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use kernel::{
     impl_has_work, new_condvar, new_mutex, new_work,
     prelude::*,
@@ -239,6 +241,30 @@ pub trait IoHandler: Send + Sync {
     }
 }
 
+/// What a shutdown does with the requests the queue still carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Carried {
+    /// Ends them with `EIO`.
+    Fail,
+    /// Requeues them (`queue_rq` gets them anew: a driver's error recovery
+    /// then gives them back busy until its next queue is up, as the C NVMe
+    /// host's), counting against [`IoConfig::max_retries`] as an
+    /// [`Answer::retry`] does; one past it, fail-fast or of a disk going
+    /// ends with `EIO`.
+    Retry,
+}
+
+impl Carried {
+    /// The value of [`Inner::carried`]: `Fail` is larger, so that it
+    /// wins.
+    fn rank(self) -> u8 {
+        match self {
+            Carried::Retry => 1,
+            Carried::Fail => 2,
+        }
+    }
+}
+
 /// A queue's counters.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct IoStats {
@@ -251,6 +277,8 @@ pub struct IoStats {
     pub failed: u64,
     /// Requests ended with `EIO` by the shutdown.
     pub ended_by_shutdown: u64,
+    /// Requests requeued by the shutdown ([`Carried::Retry`]).
+    pub requeued_by_shutdown: u64,
     /// Responses that answered no request carried.
     pub unknown: u64,
     /// Errors told to the handler.
@@ -273,12 +301,13 @@ impl core::fmt::Display for IoStats {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         write!(
             f,
-            "submitted {} finished {} failed {} shutdown_ended {} unknown {} errors {} \
-             registered {} remote_inv {} local_inv {} inline {} retried {}",
+            "submitted {} finished {} failed {} shutdown_ended {} shutdown_requeued {} unknown {} \
+             errors {} registered {} remote_inv {} local_inv {} inline {} retried {}",
             self.submitted,
             self.finished,
             self.failed,
             self.ended_by_shutdown,
+            self.requeued_by_shutdown,
             self.unknown,
             self.errors,
             self.registered,
@@ -299,6 +328,7 @@ crate::kernel_display!(IoStats);
 ///
 /// `qp` is `Some` until the shutdown, which closes `shared` before it
 /// drops the QP, taken by the task whose address is then in `shutter`;
+/// `carried` is the largest [`Carried::rank`] asked for, 0 for none;
 /// `down` (and `is_down`) are set once that shutdown is over, its handler
 /// dropped. `owned` is initialised from [`IoQueue::new`] on (pinned: an
 /// `Arc`'s).
@@ -308,6 +338,7 @@ struct Inner {
     #[pin]
     qp: Mutex<Option<Qp<Rts>>>,
     shutter: AtomicUsize,
+    carried: AtomicU8,
     #[pin]
     down: Mutex<bool>,
     #[pin]
@@ -340,10 +371,17 @@ impl WorkItem for Inner {
 }
 
 impl Inner {
-    /// Closes the queue, drops the QP (drain, destroy), ends what is left
-    /// and drops the handler; once: another call waits for that one to be
-    /// over, unless made by its own task (the handler's drop, which may
-    /// drop or shut down its queue). Process context.
+    /// Asks for `c`: the shutdown fails the requests it carries if any
+    /// call asked for [`Carried::Fail`] before it ends them.
+    fn ask(&self, c: Carried) {
+        self.carried.fetch_max(c.rank(), Ordering::AcqRel);
+    }
+
+    /// Closes the queue, drops the QP (drain, destroy), ends or requeues
+    /// what is left as asked ([`Inner::ask`]) and drops the handler; once:
+    /// another call waits for that one to be over, unless made by its own
+    /// task (the handler's drop, which may drop or shut down its queue).
+    /// Process context.
     fn shutdown(&self) {
         let me = crate::current_task();
         let q = self.qp.lock().take();
@@ -359,8 +397,13 @@ impl Inner {
         self.shutter.store(me, Ordering::Release);
         self.shared.close();
         drop(q);
+        let carried = if self.carried.load(Ordering::Acquire) == Carried::Retry.rank() {
+            Carried::Retry
+        } else {
+            Carried::Fail
+        };
         // Dropped with no lock held.
-        drop(self.shared.finish_closed());
+        drop(self.shared.finish_closed(carried));
         *self.down.lock() = true;
         self.is_down.store(true, Ordering::Release);
         self.down_cv.notify_all();
@@ -392,6 +435,7 @@ unsafe extern "C" fn orphan(o: *mut crate::bindings::kverbs_owned) {
     // which waits for `Owned::done`.
     let inner: &Inner = unsafe { Owned::owner(o, core::mem::offset_of!(Inner, owned)) };
     let _mark = crate::event::mark_delivering();
+    inner.ask(Carried::Fail);
     inner.shutdown();
     inner.owned.done();
 }
@@ -438,6 +482,7 @@ impl IoQueue {
                 shared,
                 qp <- new_mutex!(Some(qp)),
                 shutter: AtomicUsize::new(0),
+                carried: AtomicU8::new(0),
                 down <- new_mutex!(false),
                 down_cv <- new_condvar!(),
                 is_down: AtomicBool::new(false),
@@ -461,7 +506,7 @@ impl IoQueue {
         // orphans wait for the requests it carries.
         unsafe { q.inner.owned.add_first() };
         if let Err(e) = attached.and_then(|()| q.inner.shared.post_recvs()) {
-            q.shutdown();
+            q.shutdown(Carried::Fail);
             return Err(e);
         }
         Ok(q)
@@ -518,21 +563,25 @@ impl IoQueue {
 
     /// Shuts the queue down: nothing is submitted or answered after; the
     /// QP is drained and destroyed, every request still carried ends with
-    /// `EIO`, and the handler is dropped. Once; later calls return at
-    /// once, or waits for the one in progress (returns at once when called
-    /// by its own task: from the handler's drop). Process context (it
-    /// sleeps): never from the handler's `response` or `error`.
-    pub fn shutdown(&self) {
+    /// `EIO` or is requeued, as `carried` says (unless another call asked
+    /// for [`Carried::Fail`] before the requests are ended: it wins), and
+    /// the handler is dropped. Once; later calls return at once, or wait
+    /// for the one in progress (return at once when called by its own
+    /// task: from the handler's drop). Process context (it sleeps): never
+    /// from the handler's `response` or `error`.
+    pub fn shutdown(&self, carried: Carried) {
+        self.inner.ask(carried);
         self.inner.shutdown();
     }
 
     /// Starts [`IoQueue::shutdown`] on kverbs.ko's events workqueue and
     /// returns: from any context, a callback's too (a driver's error
     /// recovery, a request's timeout). A later `shutdown` waits for it.
-    pub fn shutdown_async(&self) {
+    pub fn shutdown_async(&self, carried: Carried) {
         if self.is_shut_down() {
             return;
         }
+        self.inner.ask(carried);
         // SAFETY: `kverbs_events_wq` is the workqueue kverbs.ko allocates
         // in its init and destroys in its exit (draining it first), which
         // has not run: `inner` holds a `LayerRef`.
@@ -555,7 +604,15 @@ impl IoQueue {
 }
 
 impl Drop for IoQueue {
+    /// Starts the shutdown, if it was not: as asked before (no call can
+    /// ask after, this is the only handle), else with [`Carried::Fail`].
     fn drop(&mut self) {
-        self.shutdown_async();
+        let asked = self.inner.carried.load(Ordering::Acquire) != 0;
+        self.shutdown_async(if asked {
+            // Adds nothing to what was asked.
+            Carried::Retry
+        } else {
+            Carried::Fail
+        });
     }
 }

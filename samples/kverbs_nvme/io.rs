@@ -29,7 +29,7 @@ use core::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use kernel::{prelude::*, sync::Arc};
 use kverbs::{
     cm::CmSink,
-    io::{Answer, IoConfig, IoError, IoHandler, IoQueue, IoStats},
+    io::{Answer, Carried, IoConfig, IoError, IoHandler, IoQueue, IoStats},
     qp::Cancel,
     IrqLock,
 };
@@ -115,7 +115,7 @@ impl IoPath {
     /// once.
     pub(crate) fn kill(&self) {
         if let Some(q) = self.queue() {
-            q.shutdown_async();
+            q.shutdown_async(Carried::Fail);
         }
     }
 
@@ -123,7 +123,7 @@ impl IoPath {
     /// started (process context).
     pub(crate) fn shutdown(&self) {
         if let Some(q) = self.queue.with(|q| q.take()) {
-            q.shutdown();
+            q.shutdown(Carried::Fail);
         }
     }
 

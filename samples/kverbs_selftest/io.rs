@@ -28,10 +28,12 @@
 //!   status (their requests end with `EIO`);
 //! - `drop_in_handler N`: the handler drops the disk's queue at its next
 //!   response (the queue then shuts down on kverbs.ko's workqueue);
-//! - `shutdown N [nested]`: shuts the disk's queue down, leaving it in
-//!   place (its requests then end with `EIO`); `nested`: the handler's
+//! - `shutdown N [nested|retry]`: shuts the disk's queue down, leaving it
+//!   in place (its requests then end with `EIO`); `nested`: the handler's
 //!   drop, which the shutdown makes, takes the queue and shuts it down
-//!   again;
+//!   again; `retry`: the requests it carries are requeued instead
+//!   (`Carried::Retry`), and come back to `queue_rq`, which ends them for
+//!   a queue shut down;
 //! - `del N`: shuts the queue down (the requests it carries end with
 //!   `EIO`), stops the peer, deletes the disk;
 //! - `forget N`: stops the peer, then leaks the disk, and with it its
@@ -55,7 +57,7 @@ use kverbs::{
     cq::{Cq, PollCtx},
     device::Device,
     dma::DmaBuf,
-    io::{Answer, IoConfig, IoError, IoHandler, IoQueue},
+    io::{Answer, Carried, IoConfig, IoError, IoHandler, IoQueue},
     pd::Pd,
     qp::{Access, Qp, QpCaps, Rts},
     sg::SgTable,
@@ -238,7 +240,7 @@ impl Drop for Handler {
             // Dropped by the queue's shutdown, on its task: this returns
             // at once.
             if let Some(q) = self.dev.queue.with(|q| q.take()) {
-                q.shutdown();
+                q.shutdown(Carried::Fail);
                 bump(&self.dev.c.drop_shutdowns);
             }
         }
@@ -301,7 +303,7 @@ impl Drop for Disk {
             // leaked (the device's reference is not).
             core::mem::forget(self.disk.take());
         } else if let Some(q) = self.queue_data.queue.with(|q| q.take()) {
-            q.shutdown();
+            q.shutdown(Carried::Fail);
         }
         self.ctl.stop();
         // Then the disk, a field, is deleted.
@@ -476,7 +478,9 @@ impl IoFile {
             // A request of 512 KiB, unaligned: 129 pages.
             max_pages: if mode == Mode::Rdma { MAX_PAGES } else { 0 },
             inline_segments: 0,
-            max_retries: 0,
+            // No response asks for a retry; `shutdown N retry` requeues
+            // what its queue carries, once.
+            max_retries: 1,
         };
         // The host's CQ and PD stay with its QP, which the queue takes.
         drop((hcq, hpd));
@@ -507,7 +511,7 @@ impl IoFile {
             Ok(d) => d,
             Err(e) => {
                 if let Some(q) = qd.queue.with(|q| q.take()) {
-                    q.shutdown();
+                    q.shutdown(Carried::Fail);
                 }
                 stop(&ctl);
                 return Err(e);
@@ -588,9 +592,10 @@ impl Store for IoFile {
                 self.with(n, |d| d.queue_data.drop_next.store(true, Ordering::Relaxed))
             }
             "shutdown" => {
-                let nested = match rest[..] {
-                    [] => false,
-                    ["nested"] => true,
+                let (nested, carried) = match rest[..] {
+                    [] => (false, Carried::Fail),
+                    ["nested"] => (true, Carried::Fail),
+                    ["retry"] => (false, Carried::Retry),
                     _ => return Err(EINVAL),
                 };
                 let mut q = None;
@@ -600,7 +605,7 @@ impl Store for IoFile {
                     q = m.queue.with(|q| q.clone());
                 })?;
                 // Outside the list's lock: it waits for the drain.
-                q.ok_or(ENOENT)?.shutdown();
+                q.ok_or(ENOENT)?.shutdown(carried);
                 Ok(())
             }
             "del" => {

@@ -11,7 +11,7 @@
 mod submit;
 
 use super::done::{inv_done, recv_done, reg_done, send_done, Done, RecvCqe, SendCqe};
-use super::{IoConfig, IoError, IoHandler, IoStats};
+use super::{Carried, IoConfig, IoError, IoHandler, IoStats};
 use crate::bindings;
 use crate::blk::RqRef;
 use crate::dma::DmaBuf;
@@ -259,6 +259,7 @@ pub(super) struct Stats {
     finished: AtomicU64,
     failed: AtomicU64,
     ended_by_shutdown: AtomicU64,
+    requeued_by_shutdown: AtomicU64,
     pub(super) unknown: AtomicU64,
     errors: AtomicU64,
     registered: AtomicU64,
@@ -276,6 +277,7 @@ impl Stats {
             finished: g(&self.finished),
             failed: g(&self.failed),
             ended_by_shutdown: g(&self.ended_by_shutdown),
+            requeued_by_shutdown: g(&self.requeued_by_shutdown),
             unknown: g(&self.unknown),
             errors: g(&self.errors),
             registered: g(&self.registered),
@@ -683,10 +685,10 @@ impl Shared {
 
     /// After [`Shared::close`] and the QP's drop: if the QP was quiesced,
     /// releases the buffers and ends every request still carried with
-    /// `EIO` (else the device may still reach them: they are leaked).
-    /// Returns the handler, revoked, for the caller to drop with no lock
-    /// held (its drop may drop this queue's handle).
-    pub(super) fn finish_closed(&self) -> Option<KBox<Arc<dyn IoHandler>>> {
+    /// `EIO`, or requeues it (`carried`), else the device may still reach
+    /// them: they are leaked. Returns the handler, revoked, for the caller
+    /// to drop with no lock held (its drop may drop this queue's handle).
+    pub(super) fn finish_closed(&self, carried: Carried) -> Option<KBox<Arc<dyn IoHandler>>> {
         if self.quiesced.load(Ordering::Acquire) {
             // SAFETY: Closed, and the wait for the sections is over: only
             // the caller reaches the buffers and slots (type invariant).
@@ -696,7 +698,7 @@ impl Shared {
             let bufs = unsafe { &mut *self.bufs.get() };
             if bufs.as_mut().is_some_and(|b| b.dereg()) {
                 // SAFETY: As above.
-                unsafe { self.end_carried() };
+                unsafe { self.end_carried(carried) };
                 drop(bufs.take());
             } else {
                 // An MR may still give access to a request's pages: the
@@ -712,14 +714,15 @@ impl Shared {
 }
 
 impl Shared {
-    /// Unmaps and ends with `EIO` every request the slots still carry,
-    /// after the registrations were deregistered.
+    /// Unmaps every request the slots still carry, after the registrations
+    /// were deregistered, and ends it with `EIO`, or requeues it if
+    /// `carried` says so and it has retries left ([`RqRef::retry_or_end`]).
     ///
     /// # Safety
     ///
     /// The caller alone reaches the slots and the buffers, which are
     /// `Some`; the device touches none of them any more.
-    unsafe fn end_carried(&self) {
+    unsafe fn end_carried(&self, carried: Carried) {
         for (tag, slot) in self.slots.iter().enumerate() {
             let s = slot.state.load(Ordering::Acquire);
             if flags(s) & POSTED == 0 {
@@ -730,10 +733,21 @@ impl Shared {
             // SAFETY: As above; `tag` is below the depth.
             unsafe { self.unmap(tag as u16) };
             slot.free(s);
-            if let Some(rq) = rq {
-                bump(&self.stats.ended_by_shutdown);
-                rq.end(Err(EIO));
-            }
+            let Some(rq) = rq else {
+                continue;
+            };
+            let requeued = match carried {
+                Carried::Retry => rq.retry_or_end(Err(EIO), self.cfg.max_retries),
+                Carried::Fail => {
+                    rq.end(Err(EIO));
+                    false
+                }
+            };
+            bump(if requeued {
+                &self.stats.requeued_by_shutdown
+            } else {
+                &self.stats.ended_by_shutdown
+            });
         }
     }
 }
@@ -752,7 +766,7 @@ impl Drop for Shared {
                 // SAFETY: Dropped: nothing else reaches the slots; the
                 // buffers are there; the device no longer reaches them
                 // (the QP is gone, else it would hold this).
-                unsafe { self.end_carried() };
+                unsafe { self.end_carried(Carried::Fail) };
             } else {
                 // As in `finish_closed`: leaked.
                 core::mem::forget(self.bufs.get_mut().take());

@@ -192,6 +192,29 @@ shutdown_in_place() {
 	return $r
 }
 
+# Shut down with Carried::Retry: the read it carries is not ended but
+# requeued, and comes back to queue_rq, which ends it for a queue shut
+# down (the driver's no_queue); a later read too.
+shutdown_retry_requeues() {
+	local pid r=0
+	echo "add 13 rxe_lo" >"$CTL" && kv_wait test -b /dev/kvio13 || return 1
+	echo "stop 13" >"$CTL" || return 1
+	dd if=/dev/kvio13 of=/dev/null bs=4096 count=1 skip=2 iflag=direct 2>/dev/null &
+	pid=$!
+	kv_wait test "$(counter 13 unanswered)" = 1 || r=1
+	[ "$(counter 13 no_queue)" = 0 ] || r=1
+	echo "shutdown 13 retry" >"$CTL" || r=1
+	wait "$pid" && { kv_msg "the read carried passed"; r=1; }
+	kv_msg "$(grep "^kvio13: " "$CTL")"
+	grep -q "^kvio13: queue down .* shutdown_ended 0 shutdown_requeued 1 " "$CTL" || r=1
+	[ "$(counter 13 no_queue)" = 1 ] || { kv_msg "the requeued read did not reach queue_rq"; r=1; }
+	dd if=/dev/kvio13 of=/dev/null bs=4096 count=1 iflag=direct 2>/dev/null &&
+		{ kv_msg "a read after the shutdown passed"; r=1; }
+	[ "$(counter 13 no_queue)" = 2 ] || r=1
+	echo "del 13" >"$CTL" || r=1
+	return $r
+}
+
 # The shutdown drops the handler, whose drop takes the queue and shuts it
 # down again, on the same task: that call returns (it waited for itself
 # before: a deadlock), and the first ends.
@@ -292,14 +315,14 @@ device_removal() {
 	kill -0 "$pid" 2>/dev/null || { kv_msg "the reader ended before the removal"; r=1; }
 	kv_rxe_del rxe_lo || r=1
 	wait "$pid"
-	kv_msg "the reader ended; disks: $(find /sys/block -maxdepth 1 -name 'kvio*' -printf '%f ')"
+	kv_msg "the reader ended; disks: $(cd /sys/block && echo kvio*)"
 	[ ! -e /sys/block/kvio5 ] && [ ! -e /sys/block/kvio0 ] || r=1
 	grep -q "^kvio" "$CTL" && { kv_msg "disks still listed"; r=1; }
 	kv_rxe_add rxe_lo lo || r=1
 	return $r
 }
 
-kv_begin 16
+kv_begin 17
 kv_case setup_rxe_lo_load_selftest_add_io_disk setup
 kv_case io_data_round_trips_every_capsule_answered data
 kv_case io_parallel_readers_writers_all_answered parallel
@@ -310,6 +333,7 @@ kv_case io_silent_peer_requests_ended_eio_by_shutdown silent_peer
 kv_case io_handler_drops_own_queue_in_callback handler_drops_queue
 kv_case io_shutdown_in_place_ends_carried_and_later_requests_eio shutdown_in_place
 kv_case io_shutdown_nested_in_handler_drop_returns shutdown_nested_in_handler_drop
+kv_case io_shutdown_retry_requeues_carried_back_to_queue_rq shutdown_retry_requeues
 kv_case io_rdma_data_remote_invalidation_no_local_inv rdma_inv 10 remote
 kv_case io_rdma_data_plain_send_local_inv_each rdma_inv 11 local
 kv_case io_rdma_swapped_invalidations_refused_ended_eio_by_del rdma_swapped_inv
