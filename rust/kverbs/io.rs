@@ -44,8 +44,10 @@
 //! kverbs.ko's events workqueue, so it may be dropped in any context (a
 //! callback of the handler included). The handler is the only code of the
 //! driver's module the queue calls, and one the module leaked (an `Arc`
-//! cycle) is shut down when that module goes: its requests end with `EIO`,
-//! and its handler is dropped, before the module's memory is.
+//! cycle) is shut down when that module goes: its requests end with `EIO`
+//! (unless a shutdown with [`Carried::Retry`] had destroyed its QP
+//! already: they are requeued), and its handler is dropped, before the
+//! module's memory is.
 
 mod done;
 mod slot;
@@ -250,7 +252,13 @@ pub enum Carried {
     /// then gives them back busy until its next queue is up, as the C NVMe
     /// host's), counting against [`IoConfig::max_retries`] as an
     /// [`Answer::retry`] does; one past it, fail-fast or of a disk going
-    /// ends with `EIO`.
+    /// ends with `EIO`. They come back at once (nothing is quiesced): a
+    /// driver that gives them back busy must end them once no queue will
+    /// come (its disk being deleted waits for them). A request's timeout
+    /// that starts such a shutdown returns
+    /// [`TimeoutAction::Done`](crate::blk::TimeoutAction::Done): the
+    /// shutdown may requeue the request before the handler returns, and a
+    /// timer reset would then touch a request blk-mq has again.
     Retry,
 }
 
@@ -372,7 +380,8 @@ impl WorkItem for Inner {
 
 impl Inner {
     /// Asks for `c`: the shutdown fails the requests it carries if any
-    /// call asked for [`Carried::Fail`] before it ends them.
+    /// call asked for [`Carried::Fail`] before it read what was asked,
+    /// once the QP is destroyed.
     fn ask(&self, c: Carried) {
         self.carried.fetch_max(c.rank(), Ordering::AcqRel);
     }
@@ -563,9 +572,10 @@ impl IoQueue {
 
     /// Shuts the queue down: nothing is submitted or answered after; the
     /// QP is drained and destroyed, every request still carried ends with
-    /// `EIO` or is requeued, as `carried` says (unless another call asked
-    /// for [`Carried::Fail`] before the requests are ended: it wins), and
-    /// the handler is dropped. Once; later calls return at once, or wait
+    /// `EIO` or is requeued, as `carried` says (a [`Carried::Fail`] asked
+    /// by any call before the shutdown destroyed the QP wins; one asked
+    /// after is too late: this call then waits for a shutdown that
+    /// requeued them), and the handler is dropped. Once; later calls return at once, or wait
     /// for the one in progress (return at once when called by its own
     /// task: from the handler's drop). Process context (it sleeps): never
     /// from the handler's `response` or `error`.
@@ -607,12 +617,12 @@ impl Drop for IoQueue {
     /// Starts the shutdown, if it was not: as asked before (no call can
     /// ask after, this is the only handle), else with [`Carried::Fail`].
     fn drop(&mut self) {
-        let asked = self.inner.carried.load(Ordering::Acquire) != 0;
-        self.shutdown_async(if asked {
-            // Adds nothing to what was asked.
-            Carried::Retry
-        } else {
-            Carried::Fail
-        });
+        let _ = self.inner.carried.compare_exchange(
+            0,
+            Carried::Fail.rank(),
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+        self.shutdown_async(Carried::Retry);
     }
 }
