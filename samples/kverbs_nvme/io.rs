@@ -16,21 +16,23 @@
 //! Retry sends the request again, up to 5 times, as the C host's
 //! `nvme_decide_disposition`. Any error of the queue (a completion
 //! in error, a response to no command, an invalidation of another key, a
-//! request timed out) shuts it down, as the C host's error recovery
-//! starts: the requests it carries end with `EIO` (reconnection is a later
-//! stage).
+//! request timed out) starts the controller's error recovery
+//! (`state.rs`), which shuts the queue down with what it carries requeued
+//! and connects a new one in the same path ([`restart`]): the disks and
+//! their tags' counters stay.
 
 use crate::admin::{Admin, CmdError, Data};
 use crate::ctrl::{Info, StartError};
 use crate::options::Options;
 use crate::queue::{Conn, Queue};
+use crate::state::{State, Status, Why};
 use crate::wire::{self, Cmd, ConnectData, Cqe};
 use core::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use kernel::{prelude::*, sync::Arc};
 use kverbs::{
     cm::CmSink,
     io::{Answer, Carried, IoConfig, IoError, IoHandler, IoQueue, IoStats},
-    qp::Cancel,
+    qp::{Cancel, Qp, Rts},
     IrqLock,
 };
 
@@ -58,6 +60,8 @@ pub(crate) struct Counters {
     pub(crate) unsupported: AtomicU64,
     /// Requests given back busy (their tag's slot still in use).
     pub(crate) busy: AtomicU64,
+    /// Requests given back busy while the controller reconnects.
+    pub(crate) not_live: AtomicU64,
     /// Requests ended with `EIO` for a queue shut down.
     pub(crate) no_queue: AtomicU64,
     /// Responses with a status other than success.
@@ -75,11 +79,14 @@ pub(crate) fn bump(a: &AtomicU64) {
 /// id counters, the counters.
 #[pin_data]
 pub(crate) struct IoPath {
-    /// `None` once shut down by [`IoPath::shutdown`]. Cloned out to be
-    /// used: no lock is held while a request is submitted (its failure
-    /// may call the handler, which takes this lock).
+    /// `None` once shut down by [`IoPath::shutdown`] or taken out by the
+    /// recovery, until its next queue. Cloned out to be used: no lock is
+    /// held while a request is submitted (its failure may call the
+    /// handler, which takes this lock).
     #[pin]
     queue: IrqLock<Option<Arc<IoQueue>>>,
+    /// The controller's state, and its recovery.
+    pub(crate) status: Arc<Status>,
     /// A counter a tag: the top bits of its next command id.
     genctr: KVec<AtomicU8>,
     /// The queue's entries, and its tags: one fewer (a queue of N entries
@@ -127,6 +134,16 @@ impl IoPath {
         }
     }
 
+    /// Takes the queue out, for the recovery to shut down.
+    pub(crate) fn take_queue(&self) -> Option<Arc<IoQueue>> {
+        self.queue.with(|q| q.take())
+    }
+
+    /// Whether requests are given back busy (the controller reconnects).
+    pub(crate) fn waits(&self) -> bool {
+        matches!(self.status.state(), State::Resetting | State::Connecting)
+    }
+
     /// The queue's counters, and whether it is shut down.
     pub(crate) fn stats(&self) -> Option<(IoStats, bool)> {
         self.queue().map(|q| (q.stats(), q.is_shut_down()))
@@ -161,30 +178,45 @@ impl IoHandler for Handler {
 
     fn error(&self, _e: IoError) {
         bump(&self.path.c.errors);
-        self.path.kill();
+        self.path.status.error(Why::IoError);
+    }
+}
+
+/// What an I/O queue's connection gives: its QP, its connection, and the
+/// data limits it allows.
+struct Connected {
+    qp: Qp<Rts>,
+    conn: Conn,
+    /// The pages a request's registration takes.
+    max_pages: u32,
+    /// In-capsule data: the segments and bytes.
+    inline_segments: u32,
+    inline_max: u32,
+}
+
+fn start_err(e: Error) -> StartError {
+    StartError {
+        step: "I/O queue",
+        err: CmdError::Error(e),
     }
 }
 
 /// Connects I/O queue `qid` of `size` entries to the controller of
-/// `info` (its events to `sink`, its waits ended by `gone`), sends its
-/// Fabrics Connect, and gives its QP to a capsule queue; the shared path of
-/// the disks, with the queue in it, and the connection (kept beside it).
-pub(crate) fn start(
+/// `info` (its events to `sink`, its waits ended by `gone`) and sends its
+/// Fabrics Connect.
+fn connect(
     opts: &Options,
     info: &Info,
     qid: u16,
     size: u16,
     sink: Arc<dyn CmSink>,
     gone: Arc<Cancel>,
-) -> Result<(Arc<IoPath>, Conn), StartError> {
-    let err = |e: Error| StartError {
-        step: "I/O queue",
-        err: CmdError::Error(e),
-    };
+) -> Result<Connected, StartError> {
+    let err = start_err;
     if size < 2 {
         return Err(err(EINVAL));
     }
-    let q = match Queue::connect(opts, qid, size, info.cntlid, sink) {
+    let q = match Queue::connect(opts, qid, size, info.cntlid, sink, &gone) {
         Ok(q) => q,
         Err(f) => {
             pr_err!(
@@ -224,7 +256,6 @@ pub(crate) fn start(
     if max_pages < 2 {
         return Err(err(EINVAL));
     }
-    let tags = size - 1;
     // In-capsule data as the C host's: if the controller takes an SGL
     // offset, up to its capsule's room after the command.
     let (inline_segments, inline_max) = if info.id.sgls & (1 << 20) != 0 {
@@ -235,6 +266,59 @@ pub(crate) fn start(
     } else {
         (0, 0)
     };
+    Ok(Connected {
+        qp,
+        conn,
+        max_pages,
+        inline_segments,
+        inline_max: if inline_segments > 0 { inline_max } else { 0 },
+    })
+}
+
+/// Gives the QP of `c` to a capsule queue of `path`'s shape, put in
+/// `path`; its connection back.
+fn attach(path: &Arc<IoPath>, c: Connected) -> Result<Conn, StartError> {
+    let err = start_err;
+    let handler =
+        Arc::new(Handler { path: path.clone() }, GFP_KERNEL).map_err(|e| err(e.into()))?;
+    let cfg = IoConfig {
+        depth: path.tags,
+        capsule_len: Cmd::LEN,
+        response_len: Cqe::LEN,
+        max_pages: path.max_pages,
+        inline_segments: c.inline_segments,
+        max_retries: MAX_RETRIES,
+    };
+    let q = IoQueue::new(c.qp, cfg, handler).map_err(err)?;
+    let q = match Arc::new(q, GFP_KERNEL) {
+        Ok(q) => q,
+        // The queue, dropped, shuts down on kverbs.ko's workqueue.
+        Err(e) => return Err(err(e.into())),
+    };
+    let old = path.queue.with(|slot| slot.replace(q));
+    if let Some(old) = old {
+        // Not reached: the recovery took the last one out.
+        old.shutdown_async(Carried::Retry);
+    }
+    Ok(c.conn)
+}
+
+/// Connects I/O queue `qid` of `size` entries to the controller of
+/// `info` (its events to `sink`, its waits ended by `gone`), sends its
+/// Fabrics Connect, and gives its QP to a capsule queue; the shared path of
+/// the disks, with the queue in it, and the connection (kept beside it).
+pub(crate) fn start(
+    opts: &Options,
+    info: &Info,
+    qid: u16,
+    size: u16,
+    sink: Arc<dyn CmSink>,
+    gone: Arc<Cancel>,
+    status: Arc<Status>,
+) -> Result<(Arc<IoPath>, Conn), StartError> {
+    let err = start_err;
+    let c = connect(opts, info, qid, size, sink, gone)?;
+    let tags = size - 1;
     let mut genctr =
         KVec::with_capacity(usize::from(tags), GFP_KERNEL).map_err(|e| err(e.into()))?;
     for _ in 0..tags {
@@ -245,32 +329,41 @@ pub(crate) fn start(
     let path = Arc::pin_init(
         pin_init!(IoPath {
             queue <- IrqLock::new(None),
+            status,
             genctr,
             size,
             tags,
-            max_pages,
-            inline_max: if inline_segments > 0 { inline_max } else { 0 },
+            max_pages: c.max_pages,
+            inline_max: c.inline_max,
             c: Counters::default(),
         }),
         GFP_KERNEL,
     )
     .map_err(err)?;
-    let handler =
-        Arc::new(Handler { path: path.clone() }, GFP_KERNEL).map_err(|e| err(e.into()))?;
-    let cfg = IoConfig {
-        depth: tags,
-        capsule_len: Cmd::LEN,
-        response_len: Cqe::LEN,
-        max_pages,
-        inline_segments,
-        max_retries: MAX_RETRIES,
-    };
-    let q = IoQueue::new(qp, cfg, handler).map_err(err)?;
-    let q = match Arc::new(q, GFP_KERNEL) {
-        Ok(q) => q,
-        // The queue, dropped, shuts down on kverbs.ko's workqueue.
-        Err(e) => return Err(err(e.into())),
-    };
-    path.queue.with(|slot| *slot = Some(q));
+    let conn = attach(&path, c)?;
     Ok((path, conn))
+}
+
+/// Connects the I/O queue of `path` again, after the recovery took its
+/// last one out: the same qid, size and limits (`EINVAL` if the device
+/// now allows others: the disks have them).
+pub(crate) fn restart(
+    path: &Arc<IoPath>,
+    opts: &Options,
+    info: &Info,
+    sink: Arc<dyn CmSink>,
+    gone: Arc<Cancel>,
+) -> Result<Conn, StartError> {
+    let c = connect(opts, info, 1, path.size, sink, gone)?;
+    if c.max_pages != path.max_pages || c.inline_max != path.inline_max {
+        pr_err!(
+            "kverbs_nvme: I/O queue: pages {} and in-capsule bytes {}, were {} and {}\n",
+            c.max_pages,
+            c.inline_max,
+            path.max_pages,
+            path.inline_max
+        );
+        return Err(start_err(EINVAL));
+    }
+    attach(path, c)
 }

@@ -12,7 +12,12 @@
 //! half the keep-alive timeout, on a layer timer) until it is shut down.
 //! Then one I/O queue (`io.rs`), qid 1, on the layer's capsule queue, and
 //! a disk a namespace, `/dev/kvnvme<C>n<N>` (`ns.rs`): Read, Write and
-//! Flush, each request's pages registered for the target by FRWR.
+//! Flush, each request's pages registered for the target by FRWR. An
+//! error (the target gone, a Keep Alive failed, an error of the I/O
+//! queue, a request timed out) starts the error recovery (`state.rs`,
+//! `recovery.rs`): the queues torn down, what the I/O queue carried
+//! requeued, then a reconnect every `reconnect_delay` until the
+//! controller is live again, or deleted after `ctrl_loss_tmo`.
 //!
 //! Its debugfs directory, `kverbs_nvme/`:
 //!
@@ -24,8 +29,9 @@
 //!
 //! A controller goes when its device is removed, and with the module. A
 //! disconnect deletes its disks (their data flushed), then its I/O queue,
-//! then shuts it down; a target gone, or a device removed, shuts the I/O
-//! queue down first (what it carries ends with `EIO`).
+//! then shuts it down; a device removed, or a recovery past
+//! `ctrl_loss_tmo`, shuts the I/O queue down first (what it carries ends
+//! with `EIO`).
 
 #![deny(unsafe_code)]
 
@@ -35,11 +41,13 @@ mod io;
 mod ns;
 mod options;
 mod queue;
+mod recovery;
+mod state;
 mod wire;
 
 use admin::{Admin, Data};
 use core::{
-    fmt::Write,
+    fmt::{self, Write},
     sync::atomic::{AtomicU32, Ordering},
 };
 use io::IoPath;
@@ -52,7 +60,8 @@ use kverbs::{
     Show, Store,
 };
 use options::{Options, Text};
-use queue::{Conn, Queue, AQ_DEPTH};
+use queue::{Conn, ConnectFailure, Queue, AQ_DEPTH};
+use state::{State, Status, StatusRef, Why};
 
 module! {
     type: KverbsNvme,
@@ -61,46 +70,57 @@ module! {
     license: "GPL",
 }
 
-/// A controller: its admin queue, its keep-alive, what its bring-up
-/// learned, its I/O queue and disks.
+/// A controller: its state, its association (admin queue, keep-alive,
+/// I/O queue's connection) while it has one, what its bring-up learned,
+/// its I/O path and disks.
+///
+/// Dropped: deleting (requests end with `EIO` once the I/O queue is gone,
+/// the recovery stops), the I/O queue shut down (what it carries ends with
+/// `EIO`), the disks deleted, the association dropped. An orderly
+/// disconnect deletes the disks first ([`shut_down`]).
 struct Ctrl {
+    instance: u32,
+    opts: Options,
+    status: StatusRef,
+    assoc: Option<Assoc>,
+    info: ctrl::Info,
+    disks: KVec<ns::Disk>,
+    path: Option<Arc<IoPath>>,
+    /// Reconnections that made it live again.
+    reconnects: u32,
+}
+
+impl Drop for Ctrl {
+    fn drop(&mut self) {
+        self.status.delete();
+        if let Some(p) = &self.path {
+            p.shutdown();
+        }
+        drop(core::mem::take(&mut self.disks));
+        drop(self.assoc.take());
+    }
+}
+
+/// A controller's association: its admin queue, its keep-alive, its I/O
+/// queue's connection (the capsule queue on its QP is in the I/O path).
+struct Assoc {
     /// Dropped first: no Keep Alive is sent after (its drop waits for one
     /// under way, but from a delivery, the CM sink's).
     ka: Option<Delayed>,
-    /// Then the I/O queue and the disks (before the admin queue).
-    io: Option<IoCtrl>,
-    instance: u32,
-    opts: Options,
+    /// Then the I/O queue's connection, then the admin queue.
+    io: Option<Conn>,
     core: Arc<CtrlCore>,
-    info: ctrl::Info,
 }
 
-/// A controller's I/O queue and its namespaces' disks.
-///
-/// Dropped: the queue is shut down first (the requests it carries end with
-/// `EIO`), then the disks are deleted, then the connection goes. An
-/// orderly disconnect deletes the disks first ([`IoCtrl::delete_disks`]).
-struct IoCtrl {
-    disks: KVec<ns::Disk>,
-    path: Arc<IoPath>,
-    conn: Conn,
-}
-
-impl IoCtrl {
-    /// Deletes the disks while the queue carries their last requests
-    /// (`del_gendisk` writes their dirty pages back and waits for them).
-    fn delete_disks(&mut self) {
-        drop(core::mem::take(&mut self.disks));
+impl Assoc {
+    /// Whether the device of one of its queues is being removed.
+    fn device_removed(&self) -> bool {
+        self.core.admin.lock().q.device_removed()
+            || self.io.as_ref().is_some_and(|q| q.device_removed())
     }
 }
 
-impl Drop for IoCtrl {
-    fn drop(&mut self) {
-        self.path.shutdown();
-    }
-}
-
-/// What a controller shares with its keep-alive: the admin queue, one
+/// What an association shares with its keep-alive: the admin queue, one
 /// command at a time (a connect's or disconnect's, a Keep Alive).
 ///
 /// Lock order: the controllers' list, then `admin`.
@@ -108,8 +128,9 @@ impl Drop for IoCtrl {
 struct CtrlCore {
     #[pin]
     admin: Mutex<Admin>,
-    /// The admin queue's token, closed when the target disconnects or the
-    /// device goes: no command can be answered any more.
+    /// The association's token, closed when the target disconnects, the
+    /// device goes or the recovery tears it down: no command can be
+    /// answered any more.
     gone: Arc<Cancel>,
     /// Keep Alive commands the controller answered.
     ka_sent: AtomicU32,
@@ -117,9 +138,10 @@ struct CtrlCore {
 
 /// A controller's keep-alive (`nvme_keep_alive_work`): a Keep Alive every
 /// `every_ms`, half the keep-alive timeout; the first that fails is the
-/// last (error recovery comes with a later stage).
+/// last, and starts the error recovery.
 struct KeepAlive {
     core: Arc<CtrlCore>,
+    status: Arc<Status>,
     instance: u32,
     every_ms: u32,
 }
@@ -149,6 +171,7 @@ impl DelayedHandler for KeepAlive {
                             err: e
                         }
                     );
+                    self.status.error(Why::KeepAlive);
                 }
                 None
             }
@@ -179,61 +202,62 @@ fn take(list: &mut KVec<Option<Ctrl>>, instance: u32) -> Option<Ctrl> {
         .take()
 }
 
-/// The sink of a controller's connection events: on its device's removal
-/// it drops the controller (the removal waits for that), on a disconnect
-/// it marks it. Either closes `gone`, the token of its admin queue's waits,
-/// and starts the shutdown of its I/O queue, first: a bring-up or a
-/// shutdown under way, not in the list, ends at once instead of at its
-/// timeout.
+/// Controller `instance` of `list`, if there.
+fn find(list: &mut KVec<Option<Ctrl>>, instance: u32) -> Option<&mut Ctrl> {
+    list.iter_mut().flatten().find(|c| c.instance == instance)
+}
+
+/// The sink of an association's connection events. A disconnect closes
+/// `gone`, the token of the association's waits (a bring-up under way
+/// ends at once), and starts the controller's error recovery (or, before
+/// it is live, shuts its I/O queue down). A device's removal closes
+/// `gone` too and drops the controller if the association is its current
+/// one (the removal waits for that); one being torn down by the recovery
+/// goes with its teardown, and the controller reconnects.
 #[pin_data]
 struct CtrlSink {
     ctrls: Arc<Ctrls>,
     instance: u32,
     gone: Arc<Cancel>,
-    /// The I/O path, once made (its queue holds nothing after its
-    /// shutdown, which the controller's drop makes).
-    #[pin]
-    io: Mutex<Option<Arc<IoPath>>>,
+    status: Arc<Status>,
 }
 
 impl CmSink for CtrlSink {
     fn event(&self, ev: &CmEvent) {
-        // The sink is its controller's queues' (one ID a `CmEvents`).
-        let lost = matches!(
-            ev.kind(),
-            CmEventKind::DeviceRemoval | CmEventKind::Disconnected
-        );
-        if lost {
-            self.gone.close();
-            if let Some(p) = self.io.lock().as_ref() {
-                p.kill();
+        match ev.kind() {
+            CmEventKind::Disconnected | CmEventKind::AddrChange => {
+                if self.gone.is_closed() {
+                    return;
+                }
+                self.gone.close();
+                // Under the list's lock, which a connect holds while it
+                // makes the controller live: either the association is
+                // refused, or this sees it live.
+                let _list = self.ctrls.list.lock();
+                self.status.error(Why::Disconnected);
+                return;
             }
+            CmEventKind::DeviceRemoval => {
+                self.gone.close();
+                // Brought up or being deleted: its I/O queue shut down,
+                // which no request then waits for.
+                if self.status.state() != State::Live {
+                    self.status.error(Why::Disconnected);
+                }
+            }
+            CmEventKind::EventsLost => {}
+            _ => return,
         }
+        // Its device goes: the controller is deleted (as the C host's
+        // `nvme_rdma_remove_one`), whichever association is its own now.
         let gone = {
             let mut list = self.ctrls.list.lock();
-            let Some(c) = list
-                .iter_mut()
-                .flatten()
-                .find(|c| c.instance == self.instance)
-            else {
+            let Some(c) = find(&mut list, self.instance) else {
                 return;
             };
-            // A disconnect is marked by `gone` (closed above): the
-            // controller is kept, not reconnected (a later stage), its I/O
-            // queue shut down (its requests end with `EIO`, those after at
-            // once).
-            let removed = {
-                let a = c.core.admin.lock();
-                let io = c.io.as_ref().map(|io| &io.conn);
-                match ev.kind() {
-                    CmEventKind::DeviceRemoval => a.q.is_of(ev) || io.is_some_and(|q| q.is_of(ev)),
-                    CmEventKind::EventsLost => {
-                        a.q.device_removed() || io.is_some_and(|q| q.device_removed())
-                    }
-                    _ => false,
-                }
-            };
-            if !removed {
+            if ev.kind() == CmEventKind::EventsLost
+                && !c.assoc.as_ref().is_some_and(|a| a.device_removed())
+            {
                 return;
             }
             take(&mut list, self.instance)
@@ -247,7 +271,177 @@ impl CmSink for CtrlSink {
     }
 }
 
+/// Why an association was not made.
+enum AssocError {
+    /// The admin queue did not connect.
+    Admin(ConnectFailure),
+    /// A step of the bring-up failed.
+    Start(ctrl::StartError),
+    /// Memory, or the controller deleted meanwhile.
+    Other(Error),
+}
+
+impl AssocError {
+    fn errno(&self) -> Error {
+        match self {
+            AssocError::Admin(f) => f.errno(),
+            AssocError::Start(e) => e.errno(),
+            AssocError::Other(e) => *e,
+        }
+    }
+}
+
+impl fmt::Display for AssocError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AssocError::Admin(c) => write!(f, "admin queue: {}", c),
+            AssocError::Start(e) => write!(f, "{}", e),
+            AssocError::Other(e) => write!(f, "error {}", e.to_errno()),
+        }
+    }
+}
+
+kverbs::kernel_display!(AssocError);
+
+impl From<Error> for AssocError {
+    fn from(e: Error) -> Self {
+        AssocError::Other(e)
+    }
+}
+
+impl From<kernel::alloc::AllocError> for AssocError {
+    fn from(_: kernel::alloc::AllocError) -> Self {
+        AssocError::Other(ENOMEM)
+    }
+}
+
+/// What [`Ctrls::associate`] made.
+struct Made {
+    assoc: Assoc,
+    info: ctrl::Info,
+    /// The I/O path, if it made it (the first association).
+    path: Option<Arc<IoPath>>,
+}
+
 impl Ctrls {
+    /// Makes an association of controller `instance` with the target of
+    /// `opts`: the admin queue connected and the controller brought up,
+    /// kept alive, and its I/O queue connected, in `path` if it has one
+    /// (a reconnect) or in a new one.
+    fn associate(
+        this: &Arc<Self>,
+        instance: u32,
+        opts: &Options,
+        status: &Arc<Status>,
+        path: Option<&Arc<IoPath>>,
+    ) -> Result<Made, AssocError> {
+        let gone = Arc::new(Cancel::new(), GFP_KERNEL)?;
+        status.set_cancel(Some(gone.clone()))?;
+        let made = Self::associate_with(this, instance, opts, status, path, gone);
+        // Kept on success: an error before the association is the
+        // controller's refuses it ([`Status::go_live`]).
+        if made.is_err() {
+            let _ = status.set_cancel(None);
+        }
+        made
+    }
+
+    fn associate_with(
+        this: &Arc<Self>,
+        instance: u32,
+        opts: &Options,
+        status: &Arc<Status>,
+        path: Option<&Arc<IoPath>>,
+        gone: Arc<Cancel>,
+    ) -> Result<Made, AssocError> {
+        let (ctrls, sink_gone, sink_status) = (this.clone(), gone.clone(), status.clone());
+        let sink = Arc::pin_init(
+            pin_init!(CtrlSink {
+                ctrls,
+                instance,
+                gone: sink_gone,
+                status: sink_status,
+            }),
+            GFP_KERNEL,
+        )?;
+        let q =
+            Queue::connect(opts, 0, AQ_DEPTH, 0, sink.clone(), &gone).map_err(AssocError::Admin)?;
+        pr_info!(
+            "kvnvme{}: admin queue connected to {}:{}, the controller's receive queue {}\n",
+            instance,
+            opts.traddr,
+            opts.trsvcid,
+            q.conn.crqsize
+        );
+        let mut admin = Admin::new(q, gone.clone())?;
+        let info = ctrl::start(&mut admin, opts).map_err(AssocError::Start)?;
+        pr_info!(
+            "kvnvme{}: controller {} ready, NVMe {}, model '{}', serial '{}'\n",
+            instance,
+            info.cntlid,
+            wire::Version(info.vs),
+            wire::ascii(&info.id.mn),
+            wire::ascii(&info.id.sn)
+        );
+        let core_gone = gone.clone();
+        let core = Arc::pin_init(
+            pin_init!(CtrlCore {
+                admin <- new_mutex!(admin),
+                gone: core_gone,
+                ka_sent: AtomicU32::new(0),
+            }),
+            GFP_KERNEL,
+        )?;
+        // Keep Alive at half the timeout (the C host's period without
+        // traffic based keep-alive), the first half a timeout from now:
+        // kept alive while the disks are added (their partitions read).
+        let every_ms = opts.keep_alive_tmo * 500;
+        let ka = Delayed::new(Arc::new(
+            KeepAlive {
+                core: core.clone(),
+                status: status.clone(),
+                instance,
+                every_ms,
+            },
+            GFP_KERNEL,
+        )?)?;
+        if !opts.test_no_keep_alive {
+            ka.arm(every_ms);
+        }
+        let mut made = Made {
+            assoc: Assoc {
+                ka: Some(ka),
+                io: None,
+                core,
+            },
+            info,
+            path: None,
+        };
+        let info = &made.info;
+        if info.io_queues == 0 {
+            if path.is_some() {
+                pr_err!(
+                    "kvnvme{}: the controller grants no I/O queue now\n",
+                    instance
+                );
+                return Err(AssocError::Other(EINVAL));
+            }
+            return Ok(made);
+        }
+        let conn = match path {
+            Some(p) => io::restart(p, opts, info, sink, gone),
+            None => {
+                let size = opts.queue_size.min(u32::from(info.mqes()) + 1) as u16;
+                io::start(opts, info, 1, size, sink, gone, status.clone()).map(|(p, conn)| {
+                    made.path = Some(p);
+                    conn
+                })
+            }
+        };
+        made.assoc.io = Some(conn.map_err(AssocError::Start)?);
+        Ok(made)
+    }
+
     /// Connects a controller with the options `input`.
     fn connect(this: &Arc<Self>, input: &[u8]) -> Result {
         let opts = match Options::parse(input) {
@@ -265,129 +459,88 @@ impl Ctrls {
             *n += 1;
             i
         };
-        let gone = Arc::new(Cancel::new(), GFP_KERNEL)?;
-        let (ctrls, sink_gone) = (this.clone(), gone.clone());
-        let sink = Arc::pin_init(
-            pin_init!(CtrlSink {
-                ctrls,
-                instance,
-                gone: sink_gone,
-                io <- new_mutex!(None),
-            }),
-            GFP_KERNEL,
-        )?;
-        let q = match Queue::connect(&opts, 0, AQ_DEPTH, 0, sink.clone()) {
-            Ok(q) => q,
-            Err(f) => {
-                pr_err!(
-                    "kvnvme{}: {}:{}: admin queue: {}\n",
-                    instance,
-                    opts.traddr,
-                    opts.trsvcid,
-                    f
-                );
-                this.said(format_args!("error: admin queue: {}", f));
-                return Err(f.errno());
-            }
-        };
-        pr_info!(
-            "kvnvme{}: admin queue connected to {}:{}, the controller's receive queue {}\n",
-            instance,
-            opts.traddr,
-            opts.trsvcid,
-            q.conn.crqsize
-        );
-        let mut admin = match Admin::new(q, gone.clone()) {
-            Ok(a) => a,
-            Err(e) => {
-                this.said(format_args!("error: admin queue: error {}", e.to_errno()));
-                return Err(e);
-            }
-        };
-        let info = match ctrl::start(&mut admin, &opts) {
-            Ok(i) => i,
-            Err(e) => {
-                pr_err!("kvnvme{}: {}\n", instance, e);
-                this.said(format_args!("error: {}", e));
-                return Err(e.errno());
-            }
-        };
-        pr_info!(
-            "kvnvme{}: controller {} ready, NVMe {}, model '{}', serial '{}'\n",
-            instance,
-            info.cntlid,
-            wire::Version(info.vs),
-            wire::ascii(&info.id.mn),
-            wire::ascii(&info.id.sn)
-        );
-        let core = Arc::pin_init(
-            pin_init!(CtrlCore {
-                admin <- new_mutex!(admin),
-                gone,
-                ka_sent: AtomicU32::new(0),
-            }),
-            GFP_KERNEL,
-        );
-        let core = match core {
-            Ok(c) => c,
+        let made = Status::new().and_then(|st| {
+            let recovery = recovery::timer(this, instance, &st)?;
+            Ok((StatusRef(st), recovery))
+        });
+        let (status, timer) = match made {
+            Ok(m) => m,
             Err(e) => {
                 this.said(format_args!("error: out of memory"));
                 return Err(e);
             }
         };
-        // Keep Alive at half the timeout (the C host's period without
-        // traffic based keep-alive), the first half a timeout from now.
-        let every_ms = opts.keep_alive_tmo * 500;
-        let h = Arc::new(
-            KeepAlive {
-                core: core.clone(),
-                instance,
-                every_ms,
-            },
-            GFP_KERNEL,
-        );
-        let ka = match h.map_err(Error::from).and_then(|h| Delayed::new(h)) {
-            Ok(ka) => {
-                if !opts.test_no_keep_alive {
-                    ka.arm(every_ms);
+        let made = match Self::associate(this, instance, &opts, &status.0, None) {
+            Ok(m) => m,
+            Err(e) => {
+                if let AssocError::Admin(_) = e {
+                    pr_err!(
+                        "kvnvme{}: {}:{}: {}\n",
+                        instance,
+                        opts.traddr,
+                        opts.trsvcid,
+                        e
+                    );
+                } else {
+                    pr_err!("kvnvme{}: {}\n", instance, e);
                 }
-                Some(ka)
-            }
-            Err(e) => {
-                this.said(format_args!("error: keep-alive: error {}", e.to_errno()));
-                return Err(e);
-            }
-        };
-        // The I/O queue and the disks, kept alive meanwhile (a disk's
-        // partitions are read as it is added).
-        let io = match Self::start_io(this, instance, &opts, &info, sink, &core.gone) {
-            Ok(io) => io,
-            Err(e) => {
-                pr_err!("kvnvme{}: {}\n", instance, e);
                 this.said(format_args!("error: {}", e));
                 return Err(e.errno());
             }
         };
-        let ctrl = Ctrl {
-            ka,
-            io,
+        status.attach(timer, made.path.clone());
+        // An error from here on shuts the I/O queue down; one before was
+        // the association's refusal.
+        if made.assoc.core.gone.is_closed() {
+            pr_err!(
+                "kvnvme{}: the association failed during the bring-up\n",
+                instance
+            );
+            this.said(format_args!(
+                "error: the association failed during the bring-up"
+            ));
+            return Err(kverbs::errno::econnreset());
+        }
+        let mut ctrl = Ctrl {
             instance,
             opts,
-            core,
-            info,
+            status,
+            assoc: Some(made.assoc),
+            info: made.info,
+            disks: KVec::new(),
+            path: made.path,
+            reconnects: 0,
         };
-        // Into the list, unless its device is being removed: the sink
-        // was then told before the controller was there, found nothing to
-        // drop, and the removal waits for it. Under the list's lock, which
-        // the sink takes: a removal told after is the sink's. A controller
-        // not kept is dropped outside the lock (its sink's events take
-        // it), so a push must not fail: room is made first.
+        if let Some(p) = &ctrl.path {
+            match ns::add_disks(instance, &ctrl.info, p, this.module) {
+                Ok(d) => ctrl.disks = d,
+                Err(e) => {
+                    pr_err!(
+                        "kvnvme{}: namespace disks: error {}\n",
+                        instance,
+                        e.to_errno()
+                    );
+                    this.said(format_args!(
+                        "error: namespace disks: error {}",
+                        e.to_errno()
+                    ));
+                    return Err(e);
+                }
+            }
+        }
+        // Into the list, live, unless its device is being removed: the
+        // sink was then told before the controller was there, found
+        // nothing to drop, and the removal waits for it. Under the list's
+        // lock, which the sink takes: a removal or a disconnect told after
+        // is the sink's. A controller not kept is dropped outside the lock
+        // (its sink's events take it), so a push must not fail: room is
+        // made first.
         let refused = {
             let mut list = this.list.lock();
-            let io = ctrl.io.as_ref().map(|io| &io.conn);
-            if ctrl.core.admin.lock().q.device_removed() || io.is_some_and(|q| q.device_removed()) {
+            let assoc = ctrl.assoc.as_ref();
+            if assoc.is_some_and(|a| a.device_removed()) {
                 Err((ctrl, ENODEV))
-            } else if ctrl.core.gone.is_closed() {
+            } else if !assoc.is_some_and(|a| ctrl.status.go_live(State::New, &a.core.gone)) {
                 Err((ctrl, kverbs::errno::econnreset()))
             } else if let Some(free) = list.iter().position(|s| s.is_none()) {
                 list[free] = Some(ctrl);
@@ -404,7 +557,9 @@ impl Ctrls {
             if e == ENODEV {
                 this.said(format_args!("error: the device went"));
             } else if e == kverbs::errno::econnreset() {
-                this.said(format_args!("error: the target disconnected"));
+                this.said(format_args!(
+                    "error: the association failed during the bring-up"
+                ));
             } else {
                 this.said(format_args!("error: out of memory"));
             }
@@ -412,41 +567,6 @@ impl Ctrls {
         }
         this.said(format_args!("instance={}", instance));
         Ok(())
-    }
-
-    /// The I/O queue of a controller brought up (`None` if it granted
-    /// none), and its namespaces' disks: queue 1, of `queue_size` entries
-    /// or as many as the controller takes (CAP.MQES).
-    fn start_io(
-        this: &Arc<Self>,
-        instance: u32,
-        opts: &Options,
-        info: &ctrl::Info,
-        sink: Arc<CtrlSink>,
-        gone: &Arc<Cancel>,
-    ) -> Result<Option<IoCtrl>, ctrl::StartError> {
-        if info.io_queues == 0 {
-            return Ok(None);
-        }
-        let size = opts.queue_size.min(u32::from(info.mqes()) + 1) as u16;
-        let (path, conn) = io::start(opts, info, 1, size, sink.clone(), gone.clone())?;
-        // The sink starts the queue's shutdown when the target or the
-        // device goes, from here on.
-        *sink.io.lock() = Some(path.clone());
-        if gone.is_closed() {
-            path.kill();
-        }
-        let mut io = IoCtrl {
-            disks: KVec::new(),
-            path,
-            conn,
-        };
-        io.disks =
-            ns::add_disks(instance, info, &io.path, this.module).map_err(|e| ctrl::StartError {
-                step: "namespace disks",
-                err: admin::CmdError::Error(e),
-            })?;
-        Ok(Some(io))
     }
 
     fn said(&self, args: core::fmt::Arguments<'_>) {
@@ -486,25 +606,37 @@ impl Ctrls {
     }
 }
 
-/// Shuts the controllers of `gone` down (those whose target is still
+/// Shuts the controllers of `gone` down (those live, their target still
 /// connected), then drops each: outside the list's lock, as their queues'
 /// drops wait for their drains.
 fn shut_down(gone: impl IntoIterator<Item = Ctrl>) {
     for mut c in gone {
-        if c.core.gone.is_closed() {
-            drop(c.ka.take());
-            pr_info!("kvnvme{}: disconnected (the target had)\n", c.instance);
+        let state = c.status.state();
+        // Deleting: a recovery no longer starts, nor goes on.
+        c.status.delete();
+        let connected = c.assoc.as_ref().is_some_and(|a| !a.core.gone.is_closed());
+        if state != State::Live || !connected {
+            let why = if state == State::Live {
+                "the target had"
+            } else {
+                state.name()
+            };
+            pr_info!("kvnvme{}: disconnected ({})\n", c.instance, why);
             continue;
         }
         // The disks while the I/O queue carries their last data, then the
         // queue, then the controller's shutdown.
-        if let Some(io) = c.io.as_mut() {
-            io.delete_disks();
+        drop(core::mem::take(&mut c.disks));
+        if let Some(p) = &c.path {
+            p.shutdown();
         }
-        drop(c.io.take());
+        let Some(a) = c.assoc.as_mut() else {
+            continue;
+        };
+        drop(a.io.take());
         // No Keep Alive after (one under way is waited for).
-        drop(c.ka.take());
-        match ctrl::shutdown(&mut c.core.admin.lock(), &c.info) {
+        drop(a.ka.take());
+        match ctrl::shutdown(&mut a.core.admin.lock(), &c.info) {
             Ok(()) => pr_info!("kvnvme{}: shut down, disconnected\n", c.instance),
             Err(e) => pr_err!("kvnvme{}: {}; disconnected\n", c.instance, e),
         }
@@ -550,97 +682,121 @@ struct CtrlsFile(Arc<Ctrls>);
 impl Show for CtrlsFile {
     fn show(&self, out: &mut dyn Write) -> Result {
         for c in self.0.list.lock().iter().flatten() {
-            write!(out, "kvnvme{}: ", c.instance)?;
-            out.write_str(if c.core.gone.is_closed() {
-                "disconnected"
-            } else {
-                "connected"
-            })?;
-            let (i, a) = (&c.info, &*c.core.admin.lock());
+            let state = c.status.state();
             write!(
                 out,
-                ", {}:{}, subsysnqn {}, admin queue: qid {}, QP {}, controller's receive queue {}, device ",
+                "kvnvme{}: {}, {}:{}, subsysnqn {}",
+                c.instance,
+                state.name(),
                 c.opts.traddr,
                 c.opts.trsvcid,
-                c.opts.nqn.as_str(),
-                a.q.conn.qid,
-                a.q.qp_num(),
-                a.q.conn.crqsize
+                c.opts.nqn.as_str()
             )?;
-            a.q.device_name(out)?;
-            write!(
-                out,
-                "; cntlid {}, NVMe {}, model '{}', serial '{}', firmware '{}', MQES {}, MDTS {}, \
-                 IOCCSZ {}, IORCSZ {}, SGLS {:#x}, KAS {}, NN {}; admin data commands {}, \
-                 invalidated by the target {}; keep-alive {} s, {} sent; I/O queues {} of {} asked; \
-                 namespaces {}",
-                i.cntlid,
-                wire::Version(i.vs),
-                wire::ascii(&i.id.mn),
-                wire::ascii(&i.id.sn),
-                wire::ascii(&i.id.fr),
-                i.mqes(),
-                i.id.mdts,
-                i.id.ioccsz,
-                i.id.iorcsz,
-                i.id.sgls,
-                i.id.kas,
-                i.id.nn,
-                a.data_cmds,
-                a.remote_invalidations,
-                c.opts.keep_alive_tmo,
-                c.core.ka_sent.load(Ordering::Relaxed),
-                i.io_queues,
-                i.io_queues_asked,
-                i.namespaces.len()
-            )?;
-            for ns in i.namespaces.iter() {
+            if state != State::Live {
                 write!(
                     out,
-                    ", nsid {}: {} blocks of {} bytes",
-                    ns.nsid, ns.blocks, ns.block_size
+                    ", since {} ms: {}",
+                    c.status.lost_ms(),
+                    c.status.why().msg()
                 )?;
             }
-            if let Some(io) = &c.io {
-                show_io(out, c.instance, io)?;
+            match &c.assoc {
+                Some(a) => show_assoc(out, c, a)?,
+                None => out.write_str(", no association")?,
             }
-            out.write_str("\n")?;
+            if let Some(p) = &c.path {
+                show_io(out, c, p)?;
+            }
+            writeln!(out, "; reconnects {}", c.reconnects)?;
         }
         Ok(())
     }
 }
 
-/// A controller's I/O queue and disks, in the controllers file.
-fn show_io(out: &mut dyn Write, instance: u32, io: &IoCtrl) -> core::fmt::Result {
-    let p = &io.path;
+/// A controller's association, in the controllers file.
+fn show_assoc(out: &mut dyn Write, c: &Ctrl, a: &Assoc) -> core::fmt::Result {
+    let (i, core, admin) = (&c.info, &a.core, &*a.core.admin.lock());
+    write!(
+        out,
+        ", admin queue: qid {}, QP {}, controller's receive queue {}, device ",
+        admin.q.conn.qid,
+        admin.q.qp_num(),
+        admin.q.conn.crqsize
+    )?;
+    admin.q.device_name(out)?;
+    write!(
+        out,
+        "; cntlid {}, NVMe {}, model '{}', serial '{}', firmware '{}', MQES {}, MDTS {}, \
+         IOCCSZ {}, IORCSZ {}, SGLS {:#x}, KAS {}, NN {}; admin data commands {}, \
+         invalidated by the target {}; keep-alive {} s, {} sent; I/O queues {} of {} asked; \
+         namespaces {}",
+        i.cntlid,
+        wire::Version(i.vs),
+        wire::ascii(&i.id.mn),
+        wire::ascii(&i.id.sn),
+        wire::ascii(&i.id.fr),
+        i.mqes(),
+        i.id.mdts,
+        i.id.ioccsz,
+        i.id.iorcsz,
+        i.id.sgls,
+        i.id.kas,
+        i.id.nn,
+        admin.data_cmds,
+        admin.remote_invalidations,
+        c.opts.keep_alive_tmo,
+        core.ka_sent.load(Ordering::Relaxed),
+        i.io_queues,
+        i.io_queues_asked,
+        i.namespaces.len()
+    )?;
+    for ns in i.namespaces.iter() {
+        write!(
+            out,
+            ", nsid {}: {} blocks of {} bytes",
+            ns.nsid, ns.blocks, ns.block_size
+        )?;
+    }
+    Ok(())
+}
+
+/// A controller's I/O path and disks, in the controllers file.
+fn show_io(out: &mut dyn Write, c: &Ctrl, p: &IoPath) -> core::fmt::Result {
+    let conn = c.assoc.as_ref().and_then(|a| a.io.as_ref());
     write!(
         out,
         " | I/O queue: qid {}, size {}, tags {}, controller's receive queue {}, pages {}, \
          inline_max {}",
-        io.conn.qid, p.size, p.tags, io.conn.crqsize, p.max_pages, p.inline_max
+        conn.map_or(1, |q| q.qid),
+        p.size,
+        p.tags,
+        conn.map_or(0, |q| q.crqsize),
+        p.max_pages,
+        p.inline_max
     )?;
     match p.stats() {
         Some((s, down)) => write!(out, ", {}, {}", if down { "down" } else { "up" }, s)?,
         None => out.write_str(", gone")?,
     }
-    let c = |a: &core::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    let n = |a: &core::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
     write!(
         out,
-        " | reads {} writes {} flushes {} write_zeroes {} unsupported {} busy {} no_queue {} \
-         status_errors {} errors {} timeouts {} | disks",
-        c(&p.c.reads),
-        c(&p.c.writes),
-        c(&p.c.flushes),
-        c(&p.c.write_zeroes),
-        c(&p.c.unsupported),
-        c(&p.c.busy),
-        c(&p.c.no_queue),
-        c(&p.c.status_errors),
-        c(&p.c.errors),
-        c(&p.c.timeouts)
+        " | reads {} writes {} flushes {} write_zeroes {} unsupported {} busy {} not_live {} \
+         no_queue {} status_errors {} errors {} timeouts {} | disks",
+        n(&p.c.reads),
+        n(&p.c.writes),
+        n(&p.c.flushes),
+        n(&p.c.write_zeroes),
+        n(&p.c.unsupported),
+        n(&p.c.busy),
+        n(&p.c.not_live),
+        n(&p.c.no_queue),
+        n(&p.c.status_errors),
+        n(&p.c.errors),
+        n(&p.c.timeouts)
     )?;
-    for d in io.disks.iter() {
-        write!(out, " kvnvme{}n{}", instance, d.nsid)?;
+    for d in c.disks.iter() {
+        write!(out, " kvnvme{}n{}", c.instance, d.nsid)?;
     }
     Ok(())
 }

@@ -46,6 +46,12 @@ impl Operations for NsDisk {
         _is_last: bool,
     ) -> Result<(), ARef<Request<Self>>> {
         let p = &ns.path;
+        // The controller reconnects: given back busy, blk-mq sends it again
+        // 3 ms later (the C host's `nvmf_fail_nonready_command`).
+        if p.waits() {
+            bump(&p.c.not_live);
+            return Err(rq);
+        }
         let op = rq.op();
         let (slba, blocks) = (
             rq.sector() >> (ns.lba_shift - 9),
@@ -106,6 +112,11 @@ impl Operations for NsDisk {
                 bump(&p.c.busy);
                 Err(rq)
             }
+            // The queue taken out or shut down by a recovery under way.
+            Err((rq, _)) if p.waits() => {
+                bump(&p.c.not_live);
+                Err(rq)
+            }
             Err((rq, _)) => {
                 bump(&p.c.no_queue);
                 let _ = Request::end(rq, Err(EIO));
@@ -119,11 +130,14 @@ impl Operations for NsDisk {
     }
 
     fn timeout(ns: &NsData, _tag: u32, _hw_queue: u32) -> TimeoutAction {
-        // The C host's error recovery, without the reconnection: the
-        // queue's shutdown ends the request, with every other it carries.
+        // The C host's error recovery: the shutdown of the queue that
+        // carries the request requeues it, with every other (or ends them
+        // with `EIO` if the controller is not live). Done, not a timer
+        // reset: the request is requeued or ended by that shutdown, maybe
+        // before this returns, and blk-mq must not touch it after.
         bump(&ns.path.c.timeouts);
-        ns.path.kill();
-        TimeoutAction::ResetTimer
+        ns.path.status.error(crate::state::Why::Timeout);
+        TimeoutAction::Done
     }
 }
 

@@ -120,11 +120,6 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
-    /// Whether `ev` is of this queue's connection.
-    pub(crate) fn is_of(&self, ev: &kverbs::cm::CmEvent) -> bool {
-        ev.is_of(&self.id)
-    }
-
     /// Whether its device is being removed.
     pub(crate) fn device_removed(&self) -> bool {
         self.id.device_removed()
@@ -134,18 +129,19 @@ impl Conn {
 impl Queue {
     /// Connects queue `qid` of `size` entries of controller `cntlid` (0
     /// for the admin queue's) to the target of `opts`; the queue's
-    /// connection events go to `sink`.
+    /// connection events go to `sink`, its waits end when `c` is
+    /// cancelled.
     pub(crate) fn connect(
         opts: &Options,
         qid: u16,
         size: u16,
         cntlid: u16,
         sink: Arc<dyn CmSink>,
+        c: &Cancel,
     ) -> Result<Queue, ConnectFailure> {
-        let c = Cancel::new();
         let events = CmEvents::with_sink(1, sink)?;
         let id = CmId::new(&events)?;
-        id.resolve(opts.traddr, opts.trsvcid, CM_TIMEOUT_MS, &c)?;
+        id.resolve(opts.traddr, opts.trsvcid, CM_TIMEOUT_MS, c)?;
         let dev: &Device = id.device().ok_or(ENODEV)?;
         let pd = Pd::new(dev)?;
         // Sends: a command each, with its memory registration and
@@ -182,7 +178,7 @@ impl Queue {
             initiator_depth: 0,
             ..ConnParam::default()
         };
-        let (qp, reply) = id.connect_with(qp, &param, CM_TIMEOUT_MS, &c)?;
+        let (qp, reply) = id.connect_with(qp, &param, CM_TIMEOUT_MS, c)?;
         let Some(rep) = CmRep::decode(reply.as_bytes()) else {
             return Err(ConnectFailure::Error(kverbs::errno::eproto()));
         };
@@ -200,11 +196,6 @@ impl Queue {
                 _events: events,
             },
         })
-    }
-
-    /// Whether `ev` is of this queue's connection.
-    pub(crate) fn is_of(&self, ev: &kverbs::cm::CmEvent) -> bool {
-        self.conn.is_of(ev)
     }
 
     /// Whether its device is being removed.

@@ -154,18 +154,23 @@ keep_alive_holds() {
 }
 
 # test_no_keep_alive=1: Connect asks for 2 s but no Keep Alive is sent;
-# the target's timer expires, it deletes its controller and disconnects,
-# and the host marks the controller disconnected (then deleted without a
-# shutdown).
+# the target's timer expires, it deletes its controller and disconnects;
+# with ctrl_loss_tmo=0 the host does not reconnect: the controller is reset
+# and deleted (without a shutdown: no command could be answered).
 no_keep_alive_target_kills() {
-	connect_last "$OPTS,keep_alive_tmo=2,test_no_keep_alive=1" || return 1
-	kv_wait ctrl_disconnected "$CTRL_INST" || { kv_msg "controllers: $(controllers)"; return 1; }
+	connect_last "$OPTS,keep_alive_tmo=2,test_no_keep_alive=1,ctrl_loss_tmo=0" || return 1
+	kv_wait ctrl_gone "$CTRL_INST" || { kv_msg "controllers: $(controllers)"; return 1; }
 	kv_logged "nvmet: ctrl [0-9]* keep-alive timer (2 seconds) expired!" ||
 		{ kv_msg "the target did not say its keep-alive timer expired"; return 1; }
-	[ "$(ka_sent "$CTRL_INST")" = 0 ] || { kv_msg "controllers: $(controllers)"; return 1; }
 	kv_wait absent "$CTRL_ID" || { kv_msg "the target still has $CTRL_ID"; return 1; }
-	echo "$CTRL_INST" >"$DIR/disconnect" || return 1
-	kv_logged "kvnvme$CTRL_INST: disconnected (the target had)"
+	kv_logged "kvnvme$CTRL_INST: the target disconnected: resetting" || return 1
+	kv_logged "kvnvme$CTRL_INST: not live again within ctrl_loss_tmo 0 s: controller deleted" || return 1
+	! kv_logged "kvnvme$CTRL_INST: shut down"
+}
+
+# ctrl_gone INSTANCE: the controllers file no longer lists it.
+ctrl_gone() {
+	! controllers | grep -q "^kvnvme$1: "
 }
 
 # instances: the controllers' names (their lines change as they are kept
@@ -243,27 +248,23 @@ no_listener_rejected() {
 	rejected trsvcid=4421 "rejected: reason 8 (invalid service ID: nothing listens there)"
 }
 
-# ctrl_disconnected INSTANCE: the controllers file says it disconnected.
-ctrl_disconnected() {
-	[[ "$(controllers)" == *"kvnvme$1: disconnected,"* ]]
-}
-
 # The target goes (the subsystem unlinked from the port: nvmet deletes
 # every controller of it there and disconnects their queues, so this case
-# runs when no other is connected): the controller is
-# marked disconnected, and deleted without a shutdown (no command could
-# be answered). The link is made again for the cases after.
+# runs when no other is connected): with ctrl_loss_tmo=0 the controller is
+# reset and deleted at once, without a shutdown (no command could be
+# answered). The link is made again for the cases after.
 target_gone() {
 	local port=$KV_NVMET/ports/$KV_NVMET_PORT sub=$KV_NVMET/subsystems/$KV_NVME_NQN inst rc=0
 	[ -z "$(controllers)" ] || { kv_msg "another controller is connected: $(controllers)"; return 1; }
-	printf '%s' "$OPTS" >"$DIR/connect" || return 1
+	printf '%s' "$OPTS,ctrl_loss_tmo=0" >"$DIR/connect" || return 1
 	inst=$(cat "$DIR/connect")
 	inst=${inst#instance=}
 	rm "$port/subsystems/$KV_NVME_NQN" || return 1
-	kv_wait ctrl_disconnected "$inst" || { kv_msg "controllers: $(controllers)"; rc=1; }
-	echo "$inst" >"$DIR/disconnect" || rc=1
+	kv_wait ctrl_gone "$inst" || { kv_msg "controllers: $(controllers)"; rc=1; }
 	ln -s "$sub" "$port/subsystems/$KV_NVME_NQN" || return 1
-	[ $rc = 0 ] && kv_logged "kvnvme$inst: disconnected (the target had)"
+	[ $rc = 0 ] || return 1
+	kv_logged "kvnvme$inst: not live again within ctrl_loss_tmo 0 s: controller deleted" || return 1
+	! kv_logged "kvnvme$inst: shut down"
 }
 
 disconnects() {

@@ -14,10 +14,12 @@
 # the target (SEND with invalidate: no LOCAL_INV); the kernel's C host
 # (nvme-rdma) reads what kverbs_nvme wrote and the reverse, on the same
 # namespace; a status without DNR retried 5 times; the disk held open
-# keeps the module; the target gone during writes ends them with EIO, not
-# a hang; the RDMA device removed during writes deletes the controller
-# and its disks; a disconnect deletes the disks and the target's
-# controller.
+# keeps the module; the target gone for 3 s during writes: the controller
+# reconnects and nothing is lost; gone past ctrl_loss_tmo: the writes end
+# with EIO and the controller is deleted; a disconnect while it
+# reconnects; the RDMA device removed during writes deletes the
+# controller and its disks; a disconnect deletes the disks and the
+# target's controller.
 
 # shellcheck source=kverbs_lib.sh
 . "$(dirname "$(readlink -f "$0")")/kverbs_lib.sh"
@@ -44,10 +46,14 @@ counter() {
 	kv_counter "$DIR/controllers" "kvnvme$INST: " "$1"
 }
 
+# The recovery's options: a reconnect every second, the controller
+# deleted 5 s after it lost its target.
+RECOVERY=reconnect_delay=1,ctrl_loss_tmo=5
+
 # connect: a controller connected (INST), its two disks there (DISK the
 # first).
 connect() {
-	kv_nvme_connect || return 1
+	kv_nvme_connect $RECOVERY || return 1
 	INST=$KV_NVME_INST
 	DISK=/dev/kvnvme${INST}n1
 	kv_wait test -b "$DISK" -a -b "/dev/kvnvme${INST}n2" || { kv_msg "no disks: $(controllers)"; return 1; }
@@ -320,22 +326,98 @@ dd_failed() {
 	grep -q "Input/output error" $DD_ERR
 }
 
-# The target goes during a dd (the subsystem unlinked from the port:
-# nvmet deletes its controller and disconnects the queues): the I/O queue
-# is shut down, the dd's requests end with EIO at once, not at a timeout;
-# the controller, marked disconnected, is deleted with its disks.
-target_gone_during_dd() {
-	local port=$KV_NVMET/ports/$KV_NVMET_PORT sub=$KV_NVMET/subsystems/$KV_NVME_NQN r=0
+# ctrl_field NAME: the number after NAME in the controller's line.
+ctrl_field() {
+	local line
+	line=$(controllers | grep "^kvnvme$INST: ")
+	[[ $line =~ [\;,\ ]$1\ ([0-9]+) ]] && echo "${BASH_REMATCH[1]}"
+}
+
+# state_is STATE: the controller's state.
+state_is() {
+	controllers | grep -q "^kvnvme$INST: $1, "
+}
+
+PORT_LINK=$KV_NVMET/ports/$KV_NVMET_PORT/subsystems/$KV_NVME_NQN
+
+# target_away / target_back: the subsystem unlinked from the port (nvmet
+# deletes its controllers there, disconnects their queues and, the port
+# left without a subsystem, stops listening), and linked again.
+target_away() {
+	rm "$PORT_LINK"
+}
+target_back() {
+	ln -s "$KV_NVMET/subsystems/$KV_NVME_NQN" "$PORT_LINK"
+}
+
+# The target goes for 3 s while a writer writes 40 blocks of 64 KiB one
+# after another (each its own process): the controller is reset (what its
+# I/O queue carried requeued), reconnects every second (refused: nothing
+# listens) and is live again once the target is back; no write fails, the writes made while it was away were held back
+# (given back busy), and the target's RAM disk, zeroed first, holds every
+# block.
+target_back_during_writes() {
+	local i pid r=0 zero=/tmp/kvnvme.zero got=/tmp/kvnvme.got
+	head -c $((40 * 65536)) /dev/zero >$zero && kv_dio w /dev/ram0 0 5120 $zero 0 0 || return 1
+	(for ((i = 0; i < 40; i++)); do
+		kv_dio w "$DISK" $((i * 128)) 128 $PAT $((i * 128)) 0 || exit 1
+	done) 2>$DD_ERR &
+	pid=$!
+	sleep 0.5
+	target_away || return 1
+	kv_wait state_is connecting || r=1
+	sleep 3
+	target_back || return 1
+	kv_wait state_is connected || r=1
+	wait "$pid" || { kv_msg "a write failed: $(tr '\n' ' ' <$DD_ERR)"; r=1; }
+	kv_msg "writes held back $(counter not_live) times; reconnects $(ctrl_field reconnects);" \
+		"$(kv_log_since "$KV_CASE" | grep -o "I/O queue down: .*")"
+	kv_logged "kvnvme$INST: I/O queue down: [0-9]* requests requeued, 0 ended" || r=1
+	[ "$(ctrl_field reconnects)" = 1 ] || r=1
+	[ "$(counter not_live)" -ge 1 ] || { kv_msg "no write was held back"; r=1; }
+	kv_logged "kvnvme$INST: the target disconnected: resetting" || r=1
+	kv_logged "kvnvme$INST: reconnected: controller [0-9]*, live" || r=1
+	kv_dio r /dev/ram0 0 5120 $got 0 0 || return 1
+	head -c $((40 * 65536)) $PAT | cmp -s - $got || { kv_msg "the target's RAM disk differs"; r=1; }
+	rm -f $zero $got
+	return $r
+}
+
+# The target goes during a dd and stays away past ctrl_loss_tmo (5 s): the
+# dd's writes wait, then end with EIO when the controller is deleted, with
+# its disks; no request timed out.
+target_gone_past_ctrl_loss_tmo() {
+	local r=0 t0
 	: >$DD_ERR
 	dd_bg || return 1
-	rm "$port/subsystems/$KV_NVME_NQN" || return 1
+	read -r t0 _ </proc/uptime
+	target_away || return 1
 	dd_failed || r=1
-	kv_msg "$(controllers)"
-	[[ "$(controllers)" == *"kvnvme$INST: disconnected,"* ]] || r=1
-	[ "$(counter timeouts)" = 0 ] || { kv_msg "a request timed out"; r=1; }
-	echo all >"$DIR/disconnect" || r=1
+	kv_msg "the dd's EIO after $(kv_secs_since "$t0") s"
+	[ -z "$(controllers)" ] || { kv_msg "left: $(controllers)"; r=1; }
 	[ ! -e "$DISK" ] || { kv_msg "$DISK is still there"; r=1; }
-	ln -s "$sub" "$port/subsystems/$KV_NVME_NQN" || return 1
+	kv_logged "kvnvme$INST: not live again within ctrl_loss_tmo 5 s: controller deleted" || r=1
+	! kv_logged "kvnvme$INST: .*timed out" || r=1
+	target_back || return 1
+	[ $r = 0 ] && connect
+}
+
+# A disconnect while the controller reconnects: it goes at once (its
+# attempt under way given up), with its disks; a read of a disk meanwhile
+# ends with EIO.
+disconnect_while_reconnecting() {
+	local pid r=0
+	target_away || return 1
+	kv_wait state_is connecting || { kv_msg "$(controllers)"; r=1; }
+	kv_dio r "$DISK" 0 8 /tmp/kvnvme.r 0 0 2>$DD_ERR &
+	pid=$!
+	sleep 1
+	echo "$INST" >"$DIR/disconnect" || r=1
+	wait "$pid" && { kv_msg "the read passed"; r=1; }
+	[ -z "$(controllers)" ] || { kv_msg "left: $(controllers)"; r=1; }
+	[ ! -e "$DISK" ] || { kv_msg "$DISK is still there"; r=1; }
+	kv_logged "kvnvme$INST: disconnected (connecting)" || r=1
+	target_back || return 1
 	[ $r = 0 ] && connect
 }
 
@@ -372,7 +454,7 @@ connect_again() {
 	connect && same "$DISK" /dev/ram0 0 64 && disconnect
 }
 
-kv_begin 17
+kv_begin 19
 kv_case setup_nvmet_two_namespaces_load_connect setup
 kv_case nvme_io_disk_per_namespace_with_rdma_limits disks_of_namespaces
 kv_case nvme_io_data_matches_target_ram_disk_both_ways data
@@ -385,7 +467,9 @@ kv_case nvme_io_every_key_invalidated_by_target keys_invalidated_by_target
 kv_case nvme_io_c_host_reads_ours_and_we_read_its c_host_cross_check
 kv_case nvme_io_status_without_dnr_retried_5_times_then_fails ana_retries
 kv_case nvme_io_rmmod_refused_while_disk_open rmmod_refused_while_open
-kv_case nvme_io_target_gone_during_dd_eio_not_hang target_gone_during_dd
+kv_case nvme_io_target_back_in_3s_during_writes_reconnected_nothing_lost target_back_during_writes
+kv_case nvme_io_target_gone_past_ctrl_loss_tmo_dd_eio_controller_deleted target_gone_past_ctrl_loss_tmo
+kv_case nvme_io_disconnect_while_reconnecting_goes_at_once disconnect_while_reconnecting
 kv_case nvme_io_device_removed_during_dd_deletes_disks device_removed_during_dd
 kv_case nvme_io_disconnect_deletes_disks_and_target_ctrl disconnect_deletes_disks
 kv_case nvme_io_connect_again_read_disconnect connect_again

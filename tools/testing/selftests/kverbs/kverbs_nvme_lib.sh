@@ -117,15 +117,16 @@ kv_nvme_c_connect() {
 	KV_NVME_INSTANCE=${BASH_REMATCH[1]}
 }
 
-# kv_nvme_connect: kverbs_nvme (loaded) connected to the fixture's target
-# through its connect file; KV_NVME_INST its controller's instance
-# (kvnvme<N>), as the file answers.
+# kv_nvme_connect [OPTIONS]: kverbs_nvme (loaded) connected to the
+# fixture's target through its connect file, with OPTIONS (a,b=c) too;
+# KV_NVME_INST its controller's instance (kvnvme<N>), as the file answers.
+# shellcheck disable=SC2120 # OPTIONS is optional
 kv_nvme_connect() {
 	# shellcheck disable=SC2153 # KV_NVME is kverbs_lib.sh's, sourced first
 	local kv_c=/sys/kernel/debug/$KV_NVME/connect kv_r
 	KV_NVME_INST=
-	printf 'transport=rdma,traddr=%s,trsvcid=%s,nqn=%s' "$KV_NVME_ADDR" "$KV_NVME_SVCID" \
-		"$KV_NVME_NQN" >"$kv_c" || return 1
+	printf 'transport=rdma,traddr=%s,trsvcid=%s,nqn=%s%s' "$KV_NVME_ADDR" "$KV_NVME_SVCID" \
+		"$KV_NVME_NQN" "${1:+,$1}" >"$kv_c" || return 1
 	kv_r=$(cat "$kv_c")
 	[[ $kv_r =~ ^instance=([0-9]+)$ ]] || { kv_msg "connect: $kv_r"; return 1; }
 	# shellcheck disable=SC2034 # used by the programs
