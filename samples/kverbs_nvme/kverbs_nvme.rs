@@ -53,9 +53,11 @@ use core::{
 use io::IoPath;
 use kernel::{c_str, new_mutex, prelude::*, sync::Arc, sync::Mutex};
 use kverbs::{
+    client::{Client, Registration},
     cm::{CmEvent, CmEventKind, CmSink},
     debugfs::{Dir, File},
     delayed::{Delayed, DelayedHandler},
+    device::{Device, Guid},
     qp::Cancel,
     Show, Store,
 };
@@ -88,6 +90,9 @@ struct Ctrl {
     path: Option<Arc<IoPath>>,
     /// Reconnections that made it live again.
     reconnects: u32,
+    /// The node GUID of its last association's device: the controller is
+    /// deleted when that device goes ([`NvmeClient`]).
+    device: Option<Guid>,
 }
 
 impl Drop for Ctrl {
@@ -113,6 +118,11 @@ struct Assoc {
 }
 
 impl Assoc {
+    /// The node GUID of its device.
+    fn device_guid(&self) -> Option<Guid> {
+        self.core.admin.lock().q.device_guid()
+    }
+
     /// Whether the device of one of its queues is being removed.
     fn device_removed(&self) -> bool {
         self.core.admin.lock().q.device_removed()
@@ -505,6 +515,7 @@ impl Ctrls {
             instance,
             opts,
             status,
+            device: made.assoc.device_guid(),
             assoc: Some(made.assoc),
             info: made.info,
             disks: KVec::new(),
@@ -801,8 +812,49 @@ fn show_io(out: &mut dyn Write, c: &Ctrl, p: &IoPath) -> core::fmt::Result {
     Ok(())
 }
 
+/// The host's RDMA client: a device that goes takes the controllers whose
+/// last association was on it, whatever their state (the C host's
+/// `nvme_rdma_remove_one`): one reconnecting has no connection on it for
+/// the CM to tell of its removal.
+struct NvmeClient {
+    ctrls: Arc<Ctrls>,
+}
+
+kverbs::client_slot!(NvmeClient);
+
+impl Client for NvmeClient {
+    type DeviceData = ();
+
+    fn add(&self, _dev: &Device) -> Result {
+        Ok(())
+    }
+
+    fn remove(&self, dev: &Device, _data: ()) {
+        let guid = Some(dev.node_guid());
+        loop {
+            let c = {
+                let mut list = self.ctrls.list.lock();
+                let Some(slot) = list
+                    .iter_mut()
+                    .find(|s| s.as_ref().is_some_and(|c| c.device == guid))
+                else {
+                    return;
+                };
+                slot.take()
+            };
+            if let Some(c) = c {
+                pr_info!("kvnvme{}: device removed: controller deleted\n", c.instance);
+                // Outside the list's lock: its queues' drops wait for
+                // their drains.
+                drop(c);
+            }
+        }
+    }
+}
+
 struct KverbsNvme {
     ctrls: Arc<Ctrls>,
+    _client: Registration<NvmeClient>,
     _connect: File<ConnectFile>,
     _disconnect: File<DisconnectFile>,
     _controllers: File<CtrlsFile>,
@@ -823,8 +875,15 @@ impl kernel::Module for KverbsNvme {
         let connect = root.control_file(c_str!("connect"), ConnectFile(ctrls.clone()))?;
         let disconnect = root.control_file(c_str!("disconnect"), DisconnectFile(ctrls.clone()))?;
         let controllers = root.file(c_str!("controllers"), CtrlsFile(ctrls.clone()))?;
+        let client = Registration::new(
+            c_str!("kverbs_nvme"),
+            NvmeClient {
+                ctrls: ctrls.clone(),
+            },
+        )?;
         Ok(KverbsNvme {
             ctrls,
+            _client: client,
             _connect: connect,
             _disconnect: disconnect,
             _controllers: controllers,

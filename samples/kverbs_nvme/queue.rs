@@ -13,7 +13,7 @@ use kernel::{prelude::*, sync::Arc};
 use kverbs::{
     cm::{CmEvents, CmId, CmSink, ConnParam, ConnectError},
     cq::{Cq, PollCtx},
-    device::Device,
+    device::{Device, Guid},
     pd::Pd,
     qp::{Cancel, Qp, QpCaps, Rts},
 };
@@ -216,6 +216,11 @@ impl Queue {
     /// The QP's number, for the controllers file.
     pub(crate) fn qp_num(&self) -> u32 {
         self.qp.qp_num()
+    }
+
+    /// The node GUID of the queue's device.
+    pub(crate) fn device_guid(&self) -> Option<Guid> {
+        self.conn.id.device().map(|d| d.node_guid())
     }
 
     /// The device of the queue.

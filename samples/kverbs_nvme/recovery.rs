@@ -234,6 +234,7 @@ impl Recovery {
             };
         }
         let cntlid = made.info.cntlid;
+        c.device = made.assoc.device_guid();
         c.assoc = Some(made.assoc);
         c.info = made.info;
         c.reconnects += 1;

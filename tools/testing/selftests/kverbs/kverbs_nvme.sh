@@ -163,9 +163,28 @@ no_keep_alive_target_kills() {
 	kv_logged "nvmet: ctrl [0-9]* keep-alive timer (2 seconds) expired!" ||
 		{ kv_msg "the target did not say its keep-alive timer expired"; return 1; }
 	kv_wait absent "$CTRL_ID" || { kv_msg "the target still has $CTRL_ID"; return 1; }
-	kv_logged "kvnvme$CTRL_INST: the target disconnected: resetting" || return 1
+	kv_logged "kvnvme$CTRL_INST: [a-zA-Z/ ]*: resetting" || return 1
 	kv_logged "kvnvme$CTRL_INST: not live again within ctrl_loss_tmo 0 s: controller deleted" || return 1
 	! kv_logged "kvnvme$CTRL_INST: shut down"
+}
+
+# reconnected INSTANCE: the controller is live again after a reconnect.
+reconnected() {
+	controllers | grep "^kvnvme$1: connected, " | grep -q "; reconnects [1-9][0-9]*$"
+}
+
+# The same with recovery (reconnect_delay=1): the target's keep-alive
+# timer expires, it deletes its controller and disconnects; the host
+# resets and reconnects, a controller of the target again.
+no_keep_alive_host_reconnects() {
+	connect_last "$OPTS,keep_alive_tmo=2,test_no_keep_alive=1,reconnect_delay=1" || return 1
+	kv_wait reconnected "$CTRL_INST" || kv_wait reconnected "$CTRL_INST" ||
+		{ kv_msg "controllers: $(controllers)"; return 1; }
+	kv_logged "nvmet: ctrl [0-9]* keep-alive timer (2 seconds) expired!" || return 1
+	kv_logged "kvnvme$CTRL_INST: [a-zA-Z/ ]*: resetting" || return 1
+	kv_logged "kvnvme$CTRL_INST: reconnected: controller [0-9]*, live" || return 1
+	[ -n "$(kv_nvmet_ctrls)" ] || { kv_msg "the target has no controller"; return 1; }
+	echo "$CTRL_INST" >"$DIR/disconnect"
 }
 
 # ctrl_gone INSTANCE: the controllers file no longer lists it.
@@ -419,7 +438,7 @@ sweep() {
 	[ "$refused" -gt 0 ] || { kv_msg "no armed point made a connect fail"; return 1; }
 }
 
-kv_begin 20
+kv_begin 21
 kv_case setup_nvmet_on_rxe_dummy_and_load setup
 kv_case nvme_host_bad_options_refused_with_reason bad_options
 kv_case nvme_host_admin_queue_connects_target_rq_32 connects
@@ -433,6 +452,7 @@ kv_case nvme_host_connect_recfmt_1_incompatible_format connect_recfmt_refused
 kv_case nvme_host_hostnqn_and_hostid_given_reach_target hostnqn_given
 kv_case nvme_host_keep_alive_holds_idle_controller_3_kato keep_alive_holds
 kv_case nvme_host_no_keep_alive_target_kills_controller no_keep_alive_target_kills
+kv_case nvme_host_keep_alive_expired_on_target_host_reconnects no_keep_alive_host_reconnects
 kv_case nvme_host_disconnect_by_instance disconnects
 kv_case nvme_host_target_gone_controller_deleted_without_shutdown target_gone
 kv_case nvme_host_rmmod_with_controllers_connected rmmod_with_controllers

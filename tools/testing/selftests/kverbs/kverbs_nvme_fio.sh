@@ -11,7 +11,9 @@
 # kernel's C host (nvme-rdma) verifies what fio wrote through kverbs_nvme
 # and the reverse, on the same namespace. A sector corrupted on the
 # target's RAM disk is caught by fio's verification through the disk:
-# the checks can fail. And ext4 made on the disk, mounted (the module
+# the checks can fail. The target away for 2 s during a job: the
+# controller reconnects and the job's every block verifies. And ext4 made
+# on the disk, mounted (the module
 # pinned), filled, unmounted, checked clean by e2fsck and read back; then
 # rmmod deletes the controller.
 
@@ -39,7 +41,8 @@ setup() {
 	kv_nvmet_up || { kv_msg "the target's setup failed"; return 1; }
 	{ kv_load_layer && insmod "$KV_MODDIR/$KV_NVME.ko"; } || { kv_msg "insmod failed"; return 1; }
 	command -v fio >/dev/null || { kv_msg "no fio in the guest (tools/build-fio.sh)"; return 1; }
-	kv_nvme_connect || return 1
+	# A reconnect every second, for the case of the target away.
+	kv_nvme_connect reconnect_delay=1,ctrl_loss_tmo=30 || return 1
 	INST=$KV_NVME_INST
 	DISK=/dev/kvnvme${INST}n1
 	kv_wait test -b "$DISK" || { kv_msg "no disk: $(controllers)"; return 1; }
@@ -181,6 +184,41 @@ counters_clean() {
 		[ "$(counter remote_inv)" = "$(counter registered)" ] && [ "$(counter local_inv)" = 0 ]
 }
 
+# reconnects: the controller's reconnections.
+reconnects() {
+	controllers | grep "^kvnvme$INST: " | sed -n 's/.*; reconnects \([0-9]*\)$/\1/p'
+}
+
+# connecting: the controller reconnects.
+connecting() {
+	controllers | grep -q "^kvnvme$INST: connecting, "
+}
+
+# fio writes 16 MiB at random (64 KiB blocks, queue depth 16) while the
+# target goes for 2 s (the subsystem unlinked from the port) and comes
+# back: the controller reconnects once (what its I/O queue carried
+# requeued, the writes after held back), the job ends without an error,
+# and every block it wrote verifies, read through the disk.
+verify_across_reconnect() {
+	local link=$KV_NVMET/ports/$KV_NVMET_PORT/subsystems/$KV_NVME_NQN pid r=0 n0
+	n0=$(reconnects)
+	set -- --rw=randwrite --bs=64k --iodepth=16 --offset=8m --size=16m --verify=crc32c --do_verify=0
+	fio_run "$DISK" across_reconnect "$@" &
+	pid=$!
+	sleep 1
+	kill -0 $pid 2>/dev/null || { kv_msg "fio ended before the target went"; return 1; }
+	rm "$link" || return 1
+	kv_wait connecting || r=1
+	sleep 2
+	ln -s "$KV_NVMET/subsystems/$KV_NVME_NQN" "$link" || return 1
+	wait $pid || r=1
+	fio_verify "$DISK" across_reconnect_verified "$@" || r=1
+	kv_msg "reconnects $(reconnects), requests held back $(counter not_live)"
+	[ "$(reconnects)" = $((n0 + 1)) ] || r=1
+	kv_logged "kvnvme$INST: reconnected: controller [0-9]*, live" || r=1
+	return $r
+}
+
 # With the file system unmounted, rmmod with the controller connected
 # passes: the controller is deleted (its disk, its queues), and the
 # target's controller goes.
@@ -190,7 +228,7 @@ rmmod_unmounted() {
 	kv_wait kv_nvmet_no_ctrls || { kv_msg "the target's controllers: $(kv_nvmet_ctrls)"; return 1; }
 }
 
-kv_begin 10
+kv_begin 11
 kv_case setup_nvmet_load_connect setup
 kv_case nvme_fio_seq_write_verify_512b_to_1m_capsule_and_keyed seq_write_verify_block_sizes
 kv_case nvme_fio_rand_write_verify_qd_1_32_128 rand_write_verify_queue_depths
@@ -198,6 +236,7 @@ kv_case nvme_fio_randrw_mixed_sizes_verify mixed_sizes_verify
 kv_case nvme_fio_c_host_verifies_ours_and_we_verify_its c_host_verifies_ours_and_reverse
 kv_case nvme_fio_verify_catches_sector_corrupted_on_target verify_catches_corruption
 kv_case nvme_fio_every_request_finished_key_invalidated counters_clean
+kv_case nvme_fio_verify_across_target_away_2s_reconnected verify_across_reconnect
 kv_case nvme_fs_ext4_made_filled_fsck_clean_rmmod_refused_while_mounted ext4_mkfs_mount_copy_fsck
 kv_case nvme_rmmod_unmounted_deletes_controller_and_target_ctrl rmmod_unmounted
 kv_end
