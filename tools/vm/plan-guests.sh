@@ -59,7 +59,7 @@
 
 set -euo pipefail
 
-PEER_PROGS="kverbs_two_hosts.sh kverbs_srq_manual.sh"
+PEER_PROGS="kverbs_two_hosts.sh kverbs_nvme_two_hosts.sh kverbs_srq_manual.sh"
 TIMED_PROGS="kverbs_apm.sh kverbs_soundness.sh kverbs_hardening.sh kverbs_two_hosts.sh kverbs_mcast.sh"
 # KVERBS_TIMED_PROGS: the timed list instead (the harness's tests).
 TIMED_PROGS=${KVERBS_TIMED_PROGS:-$TIMED_PROGS}

@@ -85,8 +85,8 @@ append="console=ttyS0 loglevel=${KVERBS_LOGLEVEL:-4} log_buf_len=8M panic=-1 no_
 # joined to the guest that runs them by a QEMU socket netdev over UDP on
 # 127.0.0.1, both on 169.254.10.0/24; rxe runs on each one's eth0.
 # KVERBS_TWO_HOSTS=0 runs without it; a run without the programs that use
-# it (kverbs_two_hosts.sh, kverbs_srq_manual.sh's last cases: PEER_PROGS in
-# tools/vm/plan-guests.sh) does not boot it. Their NIC is virtio-net, but
+# it (kverbs_two_hosts.sh, kverbs_nvme_two_hosts.sh, kverbs_srq_manual.sh's
+# last cases: PEER_PROGS in tools/vm/plan-guests.sh) does not boot it. Their NIC is virtio-net, but
 # e1000 on 7.x: there virtio-net receives into a page pool, whose free
 # inside rxe's irq-off QP lock stops the VM (Documentation/kverbs.rst,
 # "Known RDMA core problems"); tools/build-kernel.sh adds CONFIG_E1000 to
@@ -381,10 +381,11 @@ host_use="kverbs-time: the guests ran $((SECONDS - t0)) s and took $(echo "$h0 $
 # The KTAP totals of the test programs, each program's time, and a line for
 # everything that kept a test from running (tools/vm/ktap-totals.sh).
 # Under CI (CI=true) a program that skipped itself fails unless the user
-# asked for the skip: KVERBS_TWO_HOSTS=0 asks for kverbs_two_hosts.sh's, and
+# asked for the skip: KVERBS_TWO_HOSTS=0 asks for kverbs_two_hosts.sh's and
+# kverbs_nvme_two_hosts.sh's, and
 # KVERBS_SKIP_ASKED may name more.
 asked=${KVERBS_SKIP_ASKED:-}
-[ "${KVERBS_TWO_HOSTS:-1}" = 1 ] || asked="${asked:+$asked }kverbs_two_hosts.sh"
+[ "${KVERBS_TWO_HOSTS:-1}" = 1 ] || asked="${asked:+$asked }kverbs_two_hosts.sh kverbs_nvme_two_hosts.sh"
 echo "### kverbs: test programs (console log: $log)"
 echo "$host_use"
 KVERBS_SKIP_ASKED=$asked exec "$top/tools/vm/ktap-totals.sh" "$log" "$nprogs"

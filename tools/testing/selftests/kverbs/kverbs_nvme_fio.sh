@@ -23,7 +23,7 @@
 . "$(dirname "$(readlink -f "$0")")/kverbs_nvme_lib.sh"
 
 DIR=/sys/kernel/debug/$KV_NVME
-OUT=/tmp/kvnvme.fio
+OUT=$KV_FIO_OUT
 # The controller's instance and its disk, set by setup.
 INST=
 DISK=
@@ -46,31 +46,6 @@ setup() {
 	INST=$KV_NVME_INST
 	DISK=/dev/kvnvme${INST}n1
 	kv_wait test -b "$DISK" || { kv_msg "no disk: $(controllers)"; return 1; }
-}
-
-# fio_run DEV NAME OPTION...: one fio job NAME on DEV (libaio, O_DIRECT,
-# verification failures fatal, no state file), its report in $OUT.NAME;
-# its errors and the report's error lines shown when it fails.
-fio_run() {
-	local dev=$1 name=$2
-	shift 2
-	if ! fio --name="$name" --filename="$dev" --ioengine=libaio --direct=1 \
-		--verify_fatal=1 --verify_state_save=0 --output="$OUT.$name" "$@" \
-		2>"$OUT.$name.err"; then
-		kv_msg "fio $name on $dev failed: $(grep -h -i -E 'err|bad|verify' "$OUT.$name.err" "$OUT.$name" | head -n 5 | tr '\n' ' ')"
-		return 1
-	fi
-	# A job's summary: its bandwidths and IOPS, for the log.
-	kv_msg "$name: $(grep -E '^ *(read|write):' "$OUT.$name" | sed 's/^ *//' | tr '\n' ' ')"
-}
-
-# fio_verify DEV NAME OPTION...: the verification alone of the job of
-# OPTIONS, written before (verify_only), on DEV; it must have read (fio's
-# verify_only with do_verify=0 reads nothing and passes: seen, when the
-# writing job's do_verify=0 was passed on).
-fio_verify() {
-	fio_run "$@" --verify_only=1 --do_verify=1 || return 1
-	grep -q '^ *read: IOPS=[1-9]' "$OUT.$2" || { kv_msg "fio $2 read nothing"; return 1; }
 }
 
 # Sequential writes, each block verified by reading it back, at block

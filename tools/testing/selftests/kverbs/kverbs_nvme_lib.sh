@@ -43,14 +43,18 @@ kv_nvme_modprobe() {
 	modprobe "$1" || { kv_msg "cannot load $1 (not in /lib/modules/$(uname -r)?)"; return 1; }
 }
 
-# kv_nvmet_up: the target listening: rxe on dummy0, the subsystem
+# kv_nvmet_up: the target listening: rxe on dummy0 (or KV_NVMET_RXE), the subsystem
 # $KV_NVME_NQN open to any host with namespace 1 on $KV_NVMET_DISK, linked
 # into an RDMA port at $KV_NVME_ADDR:$KV_NVME_SVCID.
 kv_nvmet_up() {
 	local sub=$KV_NVMET/subsystems/$KV_NVME_NQN port=$KV_NVMET/ports/$KV_NVMET_PORT
 	kv_nvme_modprobe nvmet-rdma || return 1
-	kv_dummy_up || return 1
-	[ -e /sys/class/infiniband/rxe_dummy ] || kv_rxe_add rxe_dummy dummy0 || return 1
+	# On rxe over dummy0, unless on a device of its own (KV_NVMET_RXE: the
+	# peer VM's rxe_eth, in kverbs_nvme_two_hosts.sh).
+	if [ -z "${KV_NVMET_RXE:-}" ]; then
+		kv_dummy_up || return 1
+		[ -e /sys/class/infiniband/rxe_dummy ] || kv_rxe_add rxe_dummy dummy0 || return 1
+	fi
 	if [ ! -d "$KV_NVMET" ]; then
 		mount -t configfs none "$KV_CONFIGFS" ||
 			{ kv_msg "cannot mount configfs on $KV_CONFIGFS"; return 1; }
@@ -173,4 +177,32 @@ kv_nvme_c_disconnect_all() {
 kv_nvme_cleanup() {
 	kv_nvme_c_disconnect_all
 	kv_nvmet_down
+}
+
+# Where fio_run puts a job's report ($KV_FIO_OUT.NAME) and errors.
+KV_FIO_OUT=/tmp/kvnvme.fio
+
+# fio_run DEV NAME OPTION...: one fio job NAME on DEV (libaio, O_DIRECT,
+# verification failures fatal, no state file), its report in $KV_FIO_OUT.NAME;
+# its errors and the report's error lines shown when it fails.
+fio_run() {
+	local dev=$1 name=$2
+	shift 2
+	if ! fio --name="$name" --filename="$dev" --ioengine=libaio --direct=1 \
+		--verify_fatal=1 --verify_state_save=0 --output="$KV_FIO_OUT.$name" "$@" \
+		2>"$KV_FIO_OUT.$name.err"; then
+		kv_msg "fio $name on $dev failed: $(grep -h -i -E 'err|bad|verify' "$KV_FIO_OUT.$name.err" "$KV_FIO_OUT.$name" | head -n 5 | tr '\n' ' ')"
+		return 1
+	fi
+	# A job's summary: its bandwidths and IOPS, for the log.
+	kv_msg "$name: $(grep -E '^ *(read|write):' "$KV_FIO_OUT.$name" | sed 's/^ *//' | tr '\n' ' ')"
+}
+
+# fio_verify DEV NAME OPTION...: the verification alone of the job of
+# OPTIONS, written before (verify_only), on DEV; it must have read (fio's
+# verify_only with do_verify=0 reads nothing and passes: seen, when the
+# writing job's do_verify=0 was passed on).
+fio_verify() {
+	fio_run "$@" --verify_only=1 --do_verify=1 || return 1
+	grep -q '^ *read: IOPS=[1-9]' "$KV_FIO_OUT.$2" || { kv_msg "fio $2 read nothing"; return 1; }
 }
