@@ -52,6 +52,31 @@ kv_msg() {
 	ktap_print_msg "$@"
 }
 
+# The peer VM of the two-host programs (tools/vm/run.sh boots it beside
+# the guest that runs them, at this address, its command server on port
+# 7000: tools/vm/peer-cmd.sh).
+KV_PEER_ADDR=169.254.10.2
+
+# kv_peer CMD: runs CMD on the peer VM; its output, then its status. The
+# shell talks to the peer's command server itself (the output, then a last
+# line "rc=STATUS"), without a process of its own (under TCG a bash costs
+# 0.5 s of a vCPU to start).
+kv_peer() {
+	local fd out='' l
+	exec {fd}<>"/dev/tcp/$KV_PEER_ADDR/7000" || return 255
+	printf '%s\n' "$1" >&"$fd"
+	while IFS= read -r l <&"$fd" || [ -n "$l" ]; do
+		out+=$l$'\n'
+	done
+	exec {fd}<&-
+	# Without its trailing newlines, as $(...) would give it.
+	while [[ $out == *$'\n' ]]; do
+		out=${out%$'\n'}
+	done
+	[[ $out != *$'\n'* ]] || printf '%s\n' "${out%$'\n'*}"
+	return "${out##*rc=}"
+}
+
 # grep [-qxcE]... [--] PATTERN [FILE]: grep(1) done by this shell, the
 # same answer without a process, for the forms the test programs use most:
 # the options -q, -x, -c (not with -q) and -E, one pattern, one file or

@@ -159,39 +159,13 @@ counters_clean() {
 		[ "$(counter remote_inv)" = "$(counter registered)" ] && [ "$(counter local_inv)" = 0 ]
 }
 
-# reconnects: the controller's reconnections.
-reconnects() {
-	controllers | grep "^kvnvme$INST: " | sed -n 's/.*; reconnects \([0-9]*\)$/\1/p'
-}
-
-# connecting: the controller reconnects.
-connecting() {
-	controllers | grep -q "^kvnvme$INST: connecting, "
-}
-
-# fio writes 16 MiB at random (64 KiB blocks, queue depth 16) while the
-# target goes for 2 s (the subsystem unlinked from the port) and comes
-# back: the controller reconnects once (what its I/O queue carried
-# requeued, the writes after held back), the job ends without an error,
-# and every block it wrote verifies, read through the disk.
+# fio writes 16 MiB at random while the target goes for 2 s and comes
+# back: the controller reconnects, and every block verifies
+# (kv_nvme_fio_across_away).
 verify_across_reconnect() {
-	local link=$KV_NVMET/ports/$KV_NVMET_PORT/subsystems/$KV_NVME_NQN pid r=0 n0
-	n0=$(reconnects)
-	set -- --rw=randwrite --bs=64k --iodepth=16 --offset=8m --size=16m --verify=crc32c --do_verify=0
-	fio_run "$DISK" across_reconnect "$@" &
-	pid=$!
-	sleep 1
-	kill -0 $pid 2>/dev/null || { kv_msg "fio ended before the target went"; return 1; }
-	rm "$link" || return 1
-	kv_wait connecting || r=1
-	sleep 2
-	ln -s "$KV_NVMET/subsystems/$KV_NVME_NQN" "$link" || return 1
-	wait $pid || r=1
-	fio_verify "$DISK" across_reconnect_verified "$@" || r=1
-	kv_msg "reconnects $(reconnects), requests held back $(counter not_live)"
-	[ "$(reconnects)" = $((n0 + 1)) ] || r=1
-	kv_logged "kvnvme$INST: reconnected: controller [0-9]*, live" || r=1
-	return $r
+	local link=$KV_NVMET/ports/$KV_NVMET_PORT/subsystems/$KV_NVME_NQN
+	kv_nvme_fio_across_away "$DISK" "$INST" 8m 16m 16 "rm $link" \
+		"ln -s $KV_NVMET/subsystems/$KV_NVME_NQN $link"
 }
 
 # With the file system unmounted, rmmod with the controller connected

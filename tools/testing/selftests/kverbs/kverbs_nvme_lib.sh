@@ -206,3 +206,46 @@ fio_verify() {
 	fio_run "$@" --verify_only=1 --do_verify=1 || return 1
 	grep -q '^ *read: IOPS=[1-9]' "$KV_FIO_OUT.$2" || { kv_msg "fio $2 read nothing"; return 1; }
 }
+
+# kv_nvme_ctrls: kverbs_nvme's controllers file.
+kv_nvme_ctrls() {
+	cat "/sys/kernel/debug/$KV_NVME/controllers"
+}
+
+# kv_nvme_reconnects INST: the reconnections of controller kvnvme<INST>.
+kv_nvme_reconnects() {
+	kv_nvme_ctrls | grep "^kvnvme$1: " | sed -n 's/.*; reconnects \([0-9]*\)$/\1/p'
+}
+
+# kv_nvme_connecting INST: controller kvnvme<INST> reconnects.
+kv_nvme_connecting() {
+	kv_nvme_ctrls | grep -q "^kvnvme$1: connecting, "
+}
+
+# kv_nvme_fio_across_away DISK INST OFFSET SIZE DEPTH AWAY BACK: fio
+# writes SIZE at random from OFFSET of DISK (64 KiB blocks, queue depth
+# DEPTH) while the target goes (the command AWAY: the subsystem unlinked
+# from its port) for 2 s and comes back (BACK): controller kvnvme<INST>
+# reconnects once (what its I/O queue carried requeued, the writes after
+# held back), the job ends without an error, and every block it wrote
+# verifies, read through DISK.
+kv_nvme_fio_across_away() {
+	local disk=$1 inst=$2 away=$6 back=$7 pid r=0 n0
+	n0=$(kv_nvme_reconnects "$inst")
+	set -- --rw=randwrite --bs=64k --iodepth="$5" --offset="$3" --size="$4" --verify=crc32c --do_verify=0
+	fio_run "$disk" across_reconnect "$@" &
+	pid=$!
+	sleep 1
+	kill -0 $pid 2>/dev/null || { kv_msg "fio ended before the target went"; return 1; }
+	eval "$away" || return 1
+	kv_wait kv_nvme_connecting "$inst" || r=1
+	sleep 2
+	eval "$back" || return 1
+	wait $pid || r=1
+	fio_verify "$disk" across_reconnect_verified "$@" || r=1
+	kv_msg "reconnects $(kv_nvme_reconnects "$inst"), requests held back" \
+		"$(kv_counter "/sys/kernel/debug/$KV_NVME/controllers" "kvnvme$inst: " not_live)"
+	[ "$(kv_nvme_reconnects "$inst")" = $((n0 + 1)) ] || r=1
+	kv_logged "kvnvme$inst: reconnected: controller [0-9]*, live" || r=1
+	return $r
+}

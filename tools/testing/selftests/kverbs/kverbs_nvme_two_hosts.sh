@@ -18,7 +18,7 @@
 . "$(dirname "$(readlink -f "$0")")/kverbs_nvme_lib.sh"
 
 HERE=169.254.10.1
-THERE=169.254.10.2
+THERE=$KV_PEER_ADDR
 KV_NVME_ADDR=$THERE
 DIR=/sys/kernel/debug/$KV_NVME
 LIB=/kselftest/kverbs/kverbs_nvme_lib.sh
@@ -33,21 +33,9 @@ if [ ! -e /sys/class/net/eth0 ]; then
 	exit "$KSFT_SKIP"
 fi
 
-# peer CMD: runs CMD on the peer VM (tools/vm/peer-cmd.sh); its output,
-# then its status.
+# peer CMD: kv_peer's.
 peer() {
-	local fd out='' l
-	exec {fd}<>"/dev/tcp/$THERE/7000" || return 255
-	printf '%s\n' "$1" >&"$fd"
-	while IFS= read -r l <&"$fd" || [ -n "$l" ]; do
-		out+=$l$'\n'
-	done
-	exec {fd}<&-
-	while [[ $out == *$'\n' ]]; do
-		out=${out%$'\n'}
-	done
-	[[ $out != *$'\n'* ]] || printf '%s\n' "${out%$'\n'*}"
-	return "${out##*rc=}"
+	kv_peer "$1"
 }
 
 peer_ready() {
@@ -136,34 +124,13 @@ c_host_cross_verify() {
 	return $r
 }
 
-reconnects() {
-	controllers | grep "^kvnvme$INST: " | sed -n 's/.*; reconnects \([0-9]*\)$/\1/p'
-}
-
-connecting() {
-	controllers | grep -q "^kvnvme$INST: connecting, "
-}
-
 # The peer's target away for 2 s during a fio job (its subsystem unlinked
-# from its port): the controller reconnects across the wire once, the job
-# ends without an error, and every block verifies.
+# from its port): the controller reconnects across the wire once, and
+# every block verifies (kv_nvme_fio_across_away).
 target_away_reconnect() {
-	local link=$KV_NVMET/ports/$KV_NVMET_PORT/subsystems/$KV_NVME_NQN pid r=0 n0
-	n0=$(reconnects)
-	set -- --rw=randwrite --bs=64k --iodepth=8 --offset=16m --size=8m --verify=crc32c --do_verify=0
-	fio_run "$DISK" across_reconnect "$@" &
-	pid=$!
-	sleep 1
-	kill -0 $pid 2>/dev/null || { kv_msg "fio ended before the target went"; return 1; }
-	peer "rm $link" || return 1
-	kv_wait connecting || r=1
-	sleep 2
-	peer "ln -s $KV_NVMET/subsystems/$KV_NVME_NQN $link" || return 1
-	wait $pid || r=1
-	fio_verify "$DISK" across_reconnect_verified "$@" || r=1
-	kv_msg "reconnects $(reconnects), requests held back $(counter not_live)"
-	[ "$(reconnects)" = $((n0 + 1)) ] || r=1
-	return $r
+	local link=$KV_NVMET/ports/$KV_NVMET_PORT/subsystems/$KV_NVME_NQN
+	kv_nvme_fio_across_away "$DISK" "$INST" 16m 8m 8 "peer 'rm $link'" \
+		"peer 'ln -s $KV_NVMET/subsystems/$KV_NVME_NQN $link'"
 }
 
 # A disconnect: the controller shut down, and the peer's target has no

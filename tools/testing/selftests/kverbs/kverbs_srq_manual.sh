@@ -174,13 +174,9 @@ bad() {
 
 TWO_HOSTS_WHY="no second VM: no eth0 (tools/vm/run.sh boots one with KVERBS_TWO_HOSTS=1)"
 
-# peer CMD: runs CMD on the peer VM; its output, then its status.
+# peer CMD: kv_peer's.
 peer() {
-	local out
-	out=$(bash -c 'exec 3<>/dev/tcp/'$THERE'/7000 || exit 255
-		echo "$1" >&3; cat <&3' peer "$1") || return 255
-	echo "$out" | sed '$d'
-	return "${out##*rc=}"
+	kv_peer "$1"
 }
 
 two_hosts_setup() {

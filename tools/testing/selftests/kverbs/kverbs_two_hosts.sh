@@ -22,24 +22,9 @@ if [ ! -e /sys/class/net/eth0 ]; then
 	exit "$KSFT_SKIP"
 fi
 
-# peer CMD: runs CMD on the peer VM; its output, then its status. The
-# shell talks to the peer's command server itself (tools/vm/peer-cmd.sh:
-# the output, then a last line "rc=STATUS"), without a process of its own
-# (under TCG a bash costs 0.5 s of a vCPU to start).
+# peer CMD: kv_peer's.
 peer() {
-	local fd out='' l
-	exec {fd}<>"/dev/tcp/$THERE/7000" || return 255
-	printf '%s\n' "$1" >&"$fd"
-	while IFS= read -r l <&"$fd" || [ -n "$l" ]; do
-		out+=$l$'\n'
-	done
-	exec {fd}<&-
-	# Without its trailing newlines, as $(...) would give it.
-	while [[ $out == *$'\n' ]]; do
-		out=${out%$'\n'}
-	done
-	[[ $out != *$'\n'* ]] || printf '%s\n' "${out%$'\n'*}"
-	return "${out##*rc=}"
+	kv_peer "$1"
 }
 
 peer_ready() {
