@@ -75,21 +75,52 @@ pub(crate) fn bump(a: &AtomicU64) {
     a.fetch_add(1, Ordering::Relaxed);
 }
 
-/// What the namespaces' disks share: the capsule queue, the tags' command
-/// id counters, the counters.
+/// One I/O queue of the path, a hardware queue of the disks: its capsule
+/// queue and its tags' command id counters.
 #[pin_data]
-pub(crate) struct IoPath {
+pub(crate) struct HwQueue {
     /// `None` once shut down by [`IoPath::shutdown`] or taken out by the
     /// recovery, until its next queue. Cloned out to be used: no lock is
     /// held while a request is submitted (its failure may call the
     /// handler, which takes this lock).
     #[pin]
     queue: IrqLock<Option<Arc<IoQueue>>>,
-    /// The controller's state, and its recovery.
-    pub(crate) status: Arc<Status>,
     /// A counter a tag: the top bits of its next command id.
     genctr: KVec<AtomicU8>,
-    /// The queue's entries, and its tags: one fewer (a queue of N entries
+}
+
+impl HwQueue {
+    fn new(tags: u16) -> Result<Arc<HwQueue>> {
+        let mut genctr = KVec::with_capacity(usize::from(tags), GFP_KERNEL)?;
+        for _ in 0..tags {
+            genctr.push(AtomicU8::new(0), GFP_KERNEL)?;
+        }
+        Arc::pin_init(
+            pin_init!(HwQueue {
+                queue <- IrqLock::new(None),
+                genctr,
+            }),
+            GFP_KERNEL,
+        )
+    }
+
+    fn get(&self) -> Option<Arc<IoQueue>> {
+        self.queue.with(|q| q.clone())
+    }
+
+    fn take(&self) -> Option<Arc<IoQueue>> {
+        self.queue.with(|q| q.take())
+    }
+}
+
+/// What the namespaces' disks share: the I/O queues (qid 1 to N, one a
+/// hardware queue of the disks, blk-mq's map spreading the CPUs over
+/// them), the counters.
+pub(crate) struct IoPath {
+    queues: KVec<Arc<HwQueue>>,
+    /// The controller's state, and its recovery.
+    pub(crate) status: Arc<Status>,
+    /// Each queue's entries, and its tags: one fewer (a queue of N entries
     /// holds N - 1 commands, as the C host's `sqsize`).
     pub(crate) size: u16,
     pub(crate) tags: u16,
@@ -103,40 +134,56 @@ pub(crate) struct IoPath {
 }
 
 impl IoPath {
-    /// The command id of the next request of `tag`.
-    pub(crate) fn cid(&self, tag: u32) -> Option<u16> {
+    /// The I/O queues, and the disks' hardware queues.
+    pub(crate) fn nr_queues(&self) -> u32 {
+        self.queues.len() as u32
+    }
+
+    /// The command id of the next request of `tag` of hardware queue `hw`.
+    pub(crate) fn cid(&self, hw: u32, tag: u32) -> Option<u16> {
         let g = self
+            .queues
+            .get(hw as usize)?
             .genctr
             .get(tag as usize)?
             .fetch_add(1, Ordering::Relaxed);
         Some(u16::from(g.wrapping_add(1) & 0xf) << TAG_BITS | tag as u16)
     }
 
-    /// The queue, if it is still there.
-    pub(crate) fn queue(&self) -> Option<Arc<IoQueue>> {
-        self.queue.with(|q| q.clone())
+    /// The I/O queue of hardware queue `hw`, if it is there.
+    pub(crate) fn queue(&self, hw: u32) -> Option<Arc<IoQueue>> {
+        self.queues.get(hw as usize)?.get()
     }
 
-    /// Starts the queue's shutdown, on kverbs.ko's workqueue (from any
-    /// context): its requests end with `EIO`, those after with `EIO` at
+    /// Starts the queues' shutdown, on kverbs.ko's workqueue (from any
+    /// context): their requests end with `EIO`, those after with `EIO` at
     /// once.
     pub(crate) fn kill(&self) {
-        if let Some(q) = self.queue() {
-            q.shutdown_async(Carried::Fail);
+        for hq in self.queues.iter() {
+            if let Some(q) = hq.get() {
+                q.shutdown_async(Carried::Fail);
+            }
         }
     }
 
-    /// Shuts the queue down, or waits for the shutdown [`IoPath::kill`]
+    /// Shuts the queues down, or waits for the shutdowns [`IoPath::kill`]
     /// started (process context).
     pub(crate) fn shutdown(&self) {
-        if let Some(q) = self.queue.with(|q| q.take()) {
-            q.shutdown(Carried::Fail);
-        }
+        self.take_down(Carried::Fail);
     }
 
-    /// Takes the queue out, for the recovery to shut down.
-    pub(crate) fn take_queue(&self) -> Option<Arc<IoQueue>> {
-        self.queue.with(|q| q.take())
+    /// Takes the queues out and shuts them down, what they carry ended or
+    /// requeued as `carried` says (process context); their counters,
+    /// summed.
+    pub(crate) fn take_down(&self, carried: Carried) -> IoStats {
+        let mut sum = IoStats::default();
+        for hq in self.queues.iter() {
+            if let Some(q) = hq.take() {
+                q.shutdown(carried);
+                add(&mut sum, &q.stats());
+            }
+        }
+        sum
     }
 
     /// Whether requests are given back busy (the controller reconnects).
@@ -144,10 +191,40 @@ impl IoPath {
         matches!(self.status.state(), State::Resetting | State::Connecting)
     }
 
-    /// The queue's counters, and whether it is shut down.
-    pub(crate) fn stats(&self) -> Option<(IoStats, bool)> {
-        self.queue().map(|q| (q.stats(), q.is_shut_down()))
+    /// The capsules each queue sent (0 for one not there).
+    pub(crate) fn submitted(&self) -> impl Iterator<Item = u64> + '_ {
+        self.queues
+            .iter()
+            .map(|hq| hq.get().map_or(0, |q| q.stats().submitted))
     }
+
+    /// The queues' counters, summed, and whether one is shut down; `None`
+    /// if none is there.
+    pub(crate) fn stats(&self) -> Option<(IoStats, bool)> {
+        let mut r: Option<(IoStats, bool)> = None;
+        for q in self.queues.iter().filter_map(|hq| hq.get()) {
+            let (sum, down) = r.get_or_insert((IoStats::default(), false));
+            add(sum, &q.stats());
+            *down |= q.is_shut_down();
+        }
+        r
+    }
+}
+
+/// Adds the counters of `b` to `a`.
+fn add(a: &mut IoStats, b: &IoStats) {
+    a.submitted += b.submitted;
+    a.finished += b.finished;
+    a.failed += b.failed;
+    a.ended_by_shutdown += b.ended_by_shutdown;
+    a.requeued_by_shutdown += b.requeued_by_shutdown;
+    a.unknown += b.unknown;
+    a.errors += b.errors;
+    a.registered += b.registered;
+    a.remote_invalidated += b.remote_invalidated;
+    a.local_invalidated += b.local_invalidated;
+    a.inline += b.inline;
+    a.retried += b.retried;
 }
 
 /// The handler of an I/O queue: a response capsule is a CQE.
@@ -276,9 +353,10 @@ fn connect(
 }
 
 /// Gives the QP of `c` to a capsule queue of `path`'s shape, put in
-/// `path`; its connection back.
-fn attach(path: &Arc<IoPath>, c: Connected) -> Result<Conn, StartError> {
+/// hardware queue `hw` of `path`; its connection back.
+fn attach(path: &Arc<IoPath>, hw: usize, c: Connected) -> Result<Conn, StartError> {
     let err = start_err;
+    let hq = path.queues.get(hw).ok_or_else(|| err(EINVAL))?;
     let handler =
         Arc::new(Handler { path: path.clone() }, GFP_KERNEL).map_err(|e| err(e.into()))?;
     let cfg = IoConfig {
@@ -295,7 +373,7 @@ fn attach(path: &Arc<IoPath>, c: Connected) -> Result<Conn, StartError> {
         // The queue, dropped, shuts down on kverbs.ko's workqueue.
         Err(e) => return Err(err(e.into())),
     };
-    let old = path.queue.with(|slot| slot.replace(q));
+    let old = hq.queue.with(|slot| slot.replace(q));
     if let Some(old) = old {
         // Not reached: the recovery took the last one out.
         old.shutdown_async(Carried::Retry);
@@ -303,49 +381,52 @@ fn attach(path: &Arc<IoPath>, c: Connected) -> Result<Conn, StartError> {
     Ok(c.conn)
 }
 
-/// Connects I/O queue `qid` of `size` entries to the controller of
-/// `info` (its events to `sink`, its waits ended by `gone`), sends its
-/// Fabrics Connect, and gives its QP to a capsule queue; the shared path of
-/// the disks, with the queue in it, and the connection (kept beside it).
+/// Connects I/O queues 1 to `n` of `size` entries to the controller of
+/// `info` (their events to `sink`, their waits ended by `gone`), sends
+/// their Fabrics Connect, and gives each one's QP to a capsule queue; the
+/// shared path of the disks, with the queues in it, and their connections
+/// (kept beside it).
 pub(crate) fn start(
     opts: &Options,
     info: &Info,
-    qid: u16,
+    n: u16,
     size: u16,
     sink: Arc<dyn CmSink>,
     gone: Arc<Cancel>,
     status: Arc<Status>,
-) -> Result<(Arc<IoPath>, Conn), StartError> {
-    let err = start_err;
-    let c = connect(opts, info, qid, size, sink, gone)?;
+) -> Result<(Arc<IoPath>, KVec<Conn>), StartError> {
+    let err = |e: Error| start_err(e);
+    let c = connect(opts, info, 1, size, sink.clone(), gone.clone())?;
     let tags = size - 1;
-    let mut genctr =
-        KVec::with_capacity(usize::from(tags), GFP_KERNEL).map_err(|e| err(e.into()))?;
-    for _ in 0..tags {
-        genctr
-            .push(AtomicU8::new(0), GFP_KERNEL)
+    let mut queues = KVec::with_capacity(usize::from(n), GFP_KERNEL).map_err(|e| err(e.into()))?;
+    for _ in 0..n {
+        queues
+            .push(HwQueue::new(tags).map_err(err)?, GFP_KERNEL)
             .map_err(|e| err(e.into()))?;
     }
-    let path = Arc::pin_init(
-        pin_init!(IoPath {
-            queue <- IrqLock::new(None),
+    let path = Arc::new(
+        IoPath {
+            queues,
             status,
-            genctr,
             size,
             tags,
             max_pages: c.max_pages,
             inline_max: c.inline_max,
             c: Counters::default(),
-        }),
+        },
         GFP_KERNEL,
     )
-    .map_err(err)?;
-    let conn = attach(&path, c)?;
-    Ok((path, conn))
+    .map_err(|e| err(e.into()))?;
+    let mut conns = KVec::with_capacity(usize::from(n), GFP_KERNEL).map_err(|e| err(e.into()))?;
+    conns
+        .push(attach(&path, 0, c)?, GFP_KERNEL)
+        .map_err(|e| err(e.into()))?;
+    connect_rest(&path, opts, info, 1, sink, gone, &mut conns)?;
+    Ok((path, conns))
 }
 
-/// Connects the I/O queue of `path` again, after the recovery took its
-/// last one out: the same qid, size and limits (`EINVAL` if the device
+/// Connects the I/O queues of `path` again, after the recovery took the
+/// last ones out: the same qids, size and limits (`EINVAL` if the device
 /// now allows others: the disks have them).
 pub(crate) fn restart(
     path: &Arc<IoPath>,
@@ -353,17 +434,42 @@ pub(crate) fn restart(
     info: &Info,
     sink: Arc<dyn CmSink>,
     gone: Arc<Cancel>,
-) -> Result<Conn, StartError> {
-    let c = connect(opts, info, 1, path.size, sink, gone)?;
-    if c.max_pages != path.max_pages || c.inline_max != path.inline_max {
-        pr_err!(
-            "kverbs_nvme: I/O queue: pages {} and in-capsule bytes {}, were {} and {}\n",
-            c.max_pages,
-            c.inline_max,
-            path.max_pages,
-            path.inline_max
-        );
-        return Err(start_err(EINVAL));
+) -> Result<KVec<Conn>, StartError> {
+    let mut conns =
+        KVec::with_capacity(path.queues.len(), GFP_KERNEL).map_err(|e| start_err(e.into()))?;
+    connect_rest(path, opts, info, 0, sink, gone, &mut conns)?;
+    Ok(conns)
+}
+
+/// Connects the queues of `path` from hardware queue `from` on (qid
+/// `from + 1`), into `conns`.
+fn connect_rest(
+    path: &Arc<IoPath>,
+    opts: &Options,
+    info: &Info,
+    from: usize,
+    sink: Arc<dyn CmSink>,
+    gone: Arc<Cancel>,
+    conns: &mut KVec<Conn>,
+) -> Result<(), StartError> {
+    for hw in from..path.queues.len() {
+        let qid = hw as u16 + 1;
+        let c = connect(opts, info, qid, path.size, sink.clone(), gone.clone())?;
+        if c.max_pages != path.max_pages || c.inline_max != path.inline_max {
+            pr_err!(
+                "kverbs_nvme: I/O queue {}: pages {} and in-capsule bytes {}, not {} and {}\n",
+                qid,
+                c.max_pages,
+                c.inline_max,
+                path.max_pages,
+                path.inline_max
+            );
+            return Err(start_err(EINVAL));
+        }
+        let conn = attach(path, hw, c)?;
+        conns
+            .push(conn, GFP_KERNEL)
+            .map_err(|e| start_err(e.into()))?;
     }
-    attach(path, c)
+    Ok(())
 }

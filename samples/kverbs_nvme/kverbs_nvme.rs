@@ -10,8 +10,10 @@
 //! and VS, enable, Identify Controller, queues and namespaces), data by
 //! keyed SGL descriptors over FRWR (`admin.rs`); kept alive (Keep Alive at
 //! half the keep-alive timeout, on a layer timer) until it is shut down.
-//! Then one I/O queue (`io.rs`), qid 1, on the layer's capsule queue, and
-//! a disk a namespace, `/dev/kvnvme<C>n<N>` (`ns.rs`): Read, Write and
+//! Then the I/O queues (`io.rs`), one a CPU online, at most
+//! `nr_io_queues` and as many as the controller grants, qid 1 to N, each on
+//! the layer's capsule queue and a hardware queue of the disks, and a disk
+//! a namespace, `/dev/kvnvme<C>n<N>` (`ns.rs`): Read, Write and
 //! Flush, each request's pages registered for the target by FRWR. An
 //! error (the target gone, a Keep Alive failed, an error of the I/O
 //! queue, a request timed out) starts the error recovery (`state.rs`,
@@ -112,8 +114,8 @@ struct Assoc {
     /// Dropped first: no Keep Alive is sent after (its drop waits for one
     /// under way, but from a delivery, the CM sink's).
     ka: Option<Delayed>,
-    /// Then the I/O queue's connection, then the admin queue.
-    io: Option<Conn>,
+    /// Then the I/O queues' connections, then the admin queue.
+    io: KVec<Conn>,
     core: Arc<CtrlCore>,
 }
 
@@ -125,8 +127,7 @@ impl Assoc {
 
     /// Whether the device of one of its queues is being removed.
     fn device_removed(&self) -> bool {
-        self.core.admin.lock().q.device_removed()
-            || self.io.as_ref().is_some_and(|q| q.device_removed())
+        self.core.admin.lock().q.device_removed() || self.io.iter().any(|q| q.device_removed())
     }
 }
 
@@ -421,7 +422,7 @@ impl Ctrls {
         let mut made = Made {
             assoc: Assoc {
                 ka: Some(ka),
-                io: None,
+                io: KVec::new(),
                 core,
             },
             info,
@@ -438,17 +439,19 @@ impl Ctrls {
             }
             return Ok(made);
         }
-        let conn = match path {
+        let conns = match path {
             Some(p) => io::restart(p, opts, info, sink, gone),
             None => {
                 let size = opts.queue_size.min(u32::from(info.mqes()) + 1) as u16;
-                io::start(opts, info, 1, size, sink, gone, status.clone()).map(|(p, conn)| {
-                    made.path = Some(p);
-                    conn
-                })
+                io::start(opts, info, info.io_queues, size, sink, gone, status.clone()).map(
+                    |(p, conns)| {
+                        made.path = Some(p);
+                        conns
+                    },
+                )
             }
         };
-        made.assoc.io = Some(conn.map_err(AssocError::Start)?);
+        made.assoc.io = conns.map_err(AssocError::Start)?;
         Ok(made)
     }
 
@@ -644,7 +647,7 @@ fn shut_down(gone: impl IntoIterator<Item = Ctrl>) {
         let Some(a) = c.assoc.as_mut() else {
             continue;
         };
-        drop(a.io.take());
+        drop(core::mem::take(&mut a.io));
         // No Keep Alive after (one under way is waited for).
         drop(a.ka.take());
         match ctrl::shutdown(&mut a.core.admin.lock(), &c.info) {
@@ -771,9 +774,10 @@ fn show_assoc(out: &mut dyn Write, c: &Ctrl, a: &Assoc) -> core::fmt::Result {
     Ok(())
 }
 
-/// A controller's I/O path and disks, in the controllers file.
+/// A controller's I/O path and disks, in the controllers file: its first
+/// I/O queue, the others' qids, all their counters summed.
 fn show_io(out: &mut dyn Write, c: &Ctrl, p: &IoPath) -> core::fmt::Result {
-    let conn = c.assoc.as_ref().and_then(|a| a.io.as_ref());
+    let conn = c.assoc.as_ref().and_then(|a| a.io.first());
     write!(
         out,
         " | I/O queue: qid {}, size {}, tags {}, controller's receive queue {}, pages {}, \
@@ -785,9 +789,19 @@ fn show_io(out: &mut dyn Write, c: &Ctrl, p: &IoPath) -> core::fmt::Result {
         p.max_pages,
         p.inline_max
     )?;
+    // The other queues' numbers; the counters are of them all.
+    if let Some(a) = &c.assoc {
+        for q in a.io.iter().skip(1) {
+            write!(out, ", qid {}", q.qid)?;
+        }
+    }
     match p.stats() {
         Some((s, down)) => write!(out, ", {}, {}", if down { "down" } else { "up" }, s)?,
         None => out.write_str(", gone")?,
+    }
+    out.write_str(" by_queue")?;
+    for (i, n) in p.submitted().enumerate() {
+        write!(out, "{}{}", if i == 0 { " " } else { "/" }, n)?;
     }
     let n = |a: &core::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
     write!(

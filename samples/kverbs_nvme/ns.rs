@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! A controller's namespaces as disks, `kvnvme<C>n<N>` (controller
-//! instance `C`, namespace ID `N`), one tag set for them all and one
-//! hardware queue, whose requests go to the controller's I/O queue as
+//! instance `C`, namespace ID `N`), one tag set for them all and a
+//! hardware queue an I/O queue, whose requests go to that I/O queue as
 //! NVMe Read, Write and Flush commands (drivers/nvme/host/core.c,
 //! `nvme_setup_cmd`; host/rdma.c, `nvme_rdma_queue_rq`).
 //!
@@ -57,7 +57,8 @@ impl Operations for NsDisk {
             rq.sector() >> (ns.lba_shift - 9),
             rq.bytes() >> ns.lba_shift,
         );
-        let cmd = p.cid(rq.tag()).and_then(|cid| match op {
+        let hw = rq.hw_queue();
+        let cmd = p.cid(hw, rq.tag()).and_then(|cid| match op {
             Op::Read | Op::Write if blocks > 0 => {
                 bump(if op == Op::Write {
                     &p.c.writes
@@ -91,7 +92,7 @@ impl Operations for NsDisk {
         let cid = cmd.cid();
         // No lock held: a failed submission may call the handler, and
         // end the request.
-        let r = match p.queue() {
+        let r = match p.queue(hw) {
             Some(q) => q.submit_with(rq, cid, p.inline_max, |data, c| {
                 match data {
                     IoData::Registered(r) => cmd.set_keyed_sgl(r.addr, r.len, r.rkey),
@@ -156,7 +157,7 @@ pub(crate) fn add_disks(
     module: &'static ThisModule,
 ) -> Result<KVec<Disk>> {
     let tags = Arc::new(
-        TagSet::new(1, u32::from(path.tags), IO_TIMEOUT_MS)?,
+        TagSet::new(path.nr_queues(), u32::from(path.tags), IO_TIMEOUT_MS)?,
         GFP_KERNEL,
     )?;
     // A request's registration maps whole pages, one more than its

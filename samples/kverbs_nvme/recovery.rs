@@ -86,14 +86,10 @@ enum Outcome {
 
 impl Recovery {
     fn teardown(&self) -> Option<u32> {
-        let (assoc, queue, opts) = {
+        let (assoc, path, opts) = {
             let mut list = self.ctrls.list.lock();
             let c = find(&mut list, self.instance)?;
-            (
-                c.assoc.take(),
-                c.path.as_ref().and_then(|p| p.take_queue()),
-                c.opts,
-            )
+            (c.assoc.take(), c.path.clone(), c.opts)
         };
         pr_info!(
             "kvnvme{}: {}: resetting\n",
@@ -103,11 +99,10 @@ impl Recovery {
         if let Some(a) = &assoc {
             a.core.gone.close();
         }
-        if let Some(q) = queue {
-            q.shutdown(Carried::Retry);
-            let s = q.stats();
+        if let Some(p) = path {
+            let s = p.take_down(Carried::Retry);
             pr_info!(
-                "kvnvme{}: I/O queue down: {} requests requeued, {} ended\n",
+                "kvnvme{}: I/O queues down: {} requests requeued, {} ended\n",
                 self.instance,
                 s.requeued_by_shutdown,
                 s.ended_by_shutdown

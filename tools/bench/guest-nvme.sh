@@ -12,9 +12,9 @@
 #   completion latency's median and 99th percentile;
 #   read and write, 128 KiB, sequential, at queue depth 8: MB/s.
 #
-# Implementations: kverbs_nvme (one I/O queue: the host has one so far),
-# nvme_rdma with nr_io_queues=1 (the comparison), nvme_rdma_2q with
-# nr_io_queues=2 (the C host with a queue per vCPU, for reference). Each run
+# Implementations: kverbs_nvme and nvme_rdma with nr_io_queues=1,
+# kverbs_nvme_2q and nvme_rdma_2q with nr_io_queues=2 (a queue per vCPU,
+# each host's default). Each run
 # is NVME_RUNTIME seconds after a second of ramp, time based, O_DIRECT,
 # libaio; one line per run:
 #
@@ -38,7 +38,7 @@ randwrite_qd1 randwrite 4k 1
 randwrite_qd32 randwrite 4k 32
 seqread_qd8 read 128k 8
 seqwrite_qd8 write 128k 8"}
-NVME_IMPLS=${NVME_IMPLS:-"kverbs_nvme nvme_rdma nvme_rdma_2q"}
+NVME_IMPLS=${NVME_IMPLS:-"kverbs_nvme nvme_rdma kverbs_nvme_2q nvme_rdma_2q"}
 
 say() { echo "kverbs-bench: $*"; }
 
@@ -57,18 +57,24 @@ c_connect() {
 	DEV[$1]=$KV_NVME_C_DISK
 }
 
+# kvnvme_connect IMPL QUEUES: kverbs_nvme connected with QUEUES I/O queues;
+# its disk DEV[IMPL].
+kvnvme_connect() {
+	kv_nvme_connect "nr_io_queues=$2" || { say "fail nvme setup - 0 0 0 (connect $1)"; return 1; }
+	DEV[$1]=/dev/kvnvme${KV_NVME_INST}n1
+	kv_wait test -b "${DEV[$1]}" || { say "fail nvme setup - 0 0 0 (no disk of $1)"; return 1; }
+}
+
 setup() {
 	kv_nvmet_up || { say "fail nvme setup - 0 0 0 (the target's setup failed)"; return 1; }
 	# Every page of the RAM disk allocated: reads of a page brd never
 	# wrote are a memset.
 	dd if=/dev/zero of=/dev/ram0 bs=1M count=64 oflag=direct 2>/dev/null
 	insmod /kverbs/kverbs_nvme.ko || { say "fail nvme setup - 0 0 0 (insmod kverbs_nvme)"; return 1; }
-	kv_nvme_connect || { say "fail nvme setup - 0 0 0 (connect)"; return 1; }
-	DEV[kverbs_nvme]=/dev/kvnvme${KV_NVME_INST}n1
-	kv_wait test -b "${DEV[kverbs_nvme]}" || { say "fail nvme setup - 0 0 0 (no disk)"; return 1; }
+	{ kvnvme_connect kverbs_nvme 1 && kvnvme_connect kverbs_nvme_2q 2; } || return 1
 	{ c_connect nvme_rdma 1 1 && c_connect nvme_rdma_2q 2 2; } ||
 		{ say "fail nvme setup - 0 0 0 (the C host's connect)"; return 1; }
-	say "nvme-setup ${DEV[kverbs_nvme]} ${DEV[nvme_rdma]} ${DEV[nvme_rdma_2q]} runtime=$NVME_RUNTIME"
+	say "nvme-setup ${DEV[kverbs_nvme]} ${DEV[nvme_rdma]} ${DEV[kverbs_nvme_2q]} ${DEV[nvme_rdma_2q]} runtime=$NVME_RUNTIME"
 }
 
 # one TEST RW BS QD IMPL ROUND: one fio run, its line. fio's terse format

@@ -3,7 +3,7 @@
 # The NVMe table of `make bench` (report.py calls it): the runs of
 # tools/bench/guest-nvme.sh ("kverbs-bench: nvme TEST IMPL QD BS ROUND IOPS
 # KIB_S P50_US P99_US"), fio on kverbs_nvme's disk and on the C host's
-# (nvme-rdma, one I/O queue; nvme_rdma_2q: two), against one nvmet-rdma
+# (nvme-rdma, one I/O queue; the _2q ones: two), against one nvmet-rdma
 # target in one guest, taking turns. Per test the medians of the rounds
 # (IOPS for 4 KiB, MB/s for 128 KiB; completion latency p50 and p99 in
 # us), kverbs_nvme over nvme_rdma of the medians, and the geometric mean
@@ -17,7 +17,7 @@ import shutil
 import statistics
 import subprocess
 
-IMPLS = ["kverbs_nvme", "nvme_rdma", "nvme_rdma_2q"]
+IMPLS = ["kverbs_nvme", "nvme_rdma", "kverbs_nvme_2q", "nvme_rdma_2q"]
 FIELDS = ["iops", "kib_s", "p50_us", "p99_us"]
 
 
@@ -69,24 +69,26 @@ def report(out, runs, env, run_keys, p):
     p("")
     p("NVMe over RDMA: fio (libaio, O_DIRECT) on kverbs_nvme and on the C host (nvme-rdma), one nvmet-rdma")
     p("target on rxe, one guest, taking turns; median of rounds. kv/C: kverbs_nvme over nvme_rdma (1 I/O")
-    p("queue each), of the medians; geo: the geometric mean of the rounds' own ratios; C 2q: nvme-rdma, 2 queues")
+    p("queue each), of the medians; geo: the geometric mean of the rounds' own ratios; 2q: 2 I/O queues each")
     p(f"{'test':<15} {'qd':>3} {'bs':>5} {'unit':>5} {'kverbs':>9} {'C':>9} {'kv/C':>6} {'geo':>6}"
-      f" {'C 2q':>9} {'p50 kv':>8} {'p50 C':>8} {'p99 kv':>8} {'p99 C':>8}")
+      f" {'kv 2q':>9} {'C 2q':>9} {'2q kv/C':>7} {'p50 kv':>8} {'p50 C':>8} {'p99 kv':>8} {'p99 C':>8}")
     summary = []
     for test in tests:
         r0 = next(r for r in runs if r["test"] == test)
         key = metric(r0)
-        kv, c, c2 = (med(test, i, key) for i in IMPLS)
+        kv, c, kv2, c2 = (med(test, i, key) for i in IMPLS)
         mine, theirs = of(test, "kverbs_nvme", key), of(test, "nvme_rdma", key)
         ratios = [mine[k] / theirs[k] for k in sorted(set(mine) & set(theirs)) if theirs[k] and mine[k]]
         gm = math.exp(sum(math.log(x) for x in ratios) / len(ratios)) if ratios else None
         lat = {(i, q): med(test, i, q) for i in IMPLS for q in ("p50_us", "p99_us")}
         p(f"{test:<15} {r0['qd']:>3} {r0['bs']:>5} {'MB/s' if key == 'mb_s' else 'IOPS':>5} {fmt(kv)} {fmt(c)}"
           f" {fmt(kv / c if kv is not None and c else None, 6, 2)} {fmt(gm, 6, 2)}"
-          f" {fmt(c2)} {fmt(lat['kverbs_nvme', 'p50_us'], 8, 0)} {fmt(lat['nvme_rdma', 'p50_us'], 8, 0)}"
+          f" {fmt(kv2)} {fmt(c2)} {fmt(kv2 / c2 if kv2 is not None and c2 else None, 7, 2)}"
+          f" {fmt(lat['kverbs_nvme', 'p50_us'], 8, 0)} {fmt(lat['nvme_rdma', 'p50_us'], 8, 0)}"
           f" {fmt(lat['kverbs_nvme', 'p99_us'], 8, 0)} {fmt(lat['nvme_rdma', 'p99_us'], 8, 0)}")
         summary.append(dict(test=test, qd=r0["qd"], bs=r0["bs"], metric=key, kverbs_nvme=kv, nvme_rdma=c,
-                            nvme_rdma_2q=c2, ratio=round(kv / c, 4) if kv is not None and c else None,
+                            kverbs_nvme_2q=kv2, nvme_rdma_2q=c2,
+                            ratio_2q=round(kv2 / c2, 4) if kv2 is not None and c2 else None, ratio=round(kv / c, 4) if kv is not None and c else None,
                             ratio_rounds=round(gm, 4) if gm else None, rounds=len(ratios),
                             p50_kverbs_nvme=lat["kverbs_nvme", "p50_us"], p50_nvme_rdma=lat["nvme_rdma", "p50_us"],
                             p99_kverbs_nvme=lat["kverbs_nvme", "p99_us"], p99_nvme_rdma=lat["nvme_rdma", "p99_us"],
@@ -123,7 +125,7 @@ set grid ytics
 set key below horizontal
 set xtics rotate by -30
 plot '{dat}' using 2:xtic(1) title 'kverbs_nvme (1 queue)', '' using 3 title 'nvme-rdma (1 queue)', \\
-     '' using 4 title 'nvme-rdma (2 queues)'
+     '' using 4 title 'kverbs_nvme (2 queues)', '' using 5 title 'nvme-rdma (2 queues)'
 """
     r = subprocess.run(["gnuplot"], input=script, text=True, capture_output=True, check=False)
     if r.returncode != 0:

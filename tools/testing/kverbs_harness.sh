@@ -495,18 +495,18 @@ plan_ok() {
 	[ "$(printf '%s\n' "$@" | grep -xF -f <(echo "$line" | tr ' ' '\n'))" = "$(echo "$line" | tr ' ' '\n' | sed '/^$/d')" ] ||
 		{ msg "the first guest's programs not in the order given"; return 1; }
 	for p in "$@"; do
-		case $p in kverbs_two_hosts.sh | kverbs_srq_manual.sh) want_peer=1 ;; esac
+		case $p in kverbs_two_hosts.sh | kverbs_srq_manual.sh | kverbs_nvme_two_hosts.sh) want_peer=1 ;; esac
 	done
 	[ "${KVERBS_TWO_HOSTS:-1}" = 1 ] || want_peer=0
 	[ "$kind" = "$([ $want_peer = 1 ] && echo peer || echo solo)" ] || { msg "peer or not: wrong"; return 1; }
 	smp=" $("$top/tools/vm/plan-guests.sh" --smp) "
-	[ "$smp" = " kverbs_exerciser.sh kverbs_soundness.sh kverbs_bench.sh " ] || { msg "two vCPUs for:$smp"; return 1; }
+	[ "$smp" = " kverbs_exerciser.sh kverbs_soundness.sh kverbs_bench.sh kverbs_nvme_two_hosts.sh " ] || { msg "two vCPUs for:$smp"; return 1; }
 	for p in "$@"; do
 		case $p in
 		kverbs_forget.sh) continue ;;
 		kverbs_two_hosts.sh) [ $want_peer = 1 ] && want=first || want=timed ;;
 		kverbs_srq_manual.sh) [ $want_peer = 1 ] && want=first || want=queue ;;
-		kverbs_exerciser.sh | kverbs_soundness.sh | kverbs_bench.sh) want=first ;;
+		kverbs_exerciser.sh | kverbs_soundness.sh | kverbs_bench.sh | kverbs_nvme_two_hosts.sh) want=first ;;
 		kverbs_apm.sh | kverbs_hardening.sh | kverbs_mcast.sh) want=timed ;;
 		*) want=queue ;;
 		esac

@@ -69,8 +69,9 @@ RATE_PROGS="kverbs_bench.sh"
 # tested"); the benchmark's adaptive polling, whose sleeps on the CQ are
 # woken by rxe's completions, done on the other vCPU (on one, rxe's work
 # runs its batch to the end before the sleeper runs again, after its
-# timer: "1 woken by a completion, 64 timed out", 2026-11-27).
-SMP_PROGS="kverbs_exerciser.sh kverbs_soundness.sh kverbs_bench.sh"
+# timer: "1 woken by a completion, 64 timed out", 2026-11-27); kverbs_nvme's
+# I/O queues, one a CPU online.
+SMP_PROGS="kverbs_exerciser.sh kverbs_soundness.sh kverbs_bench.sh kverbs_nvme_two_hosts.sh"
 if [ "${1:-}" = --smp ]; then
 	echo "$SMP_PROGS"
 	exit 0

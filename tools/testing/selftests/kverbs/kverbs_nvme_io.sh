@@ -371,8 +371,8 @@ target_back_during_writes() {
 	kv_wait state_is connected || r=1
 	wait "$pid" || { kv_msg "a write failed: $(tr '\n' ' ' <$DD_ERR)"; r=1; }
 	kv_msg "writes held back $(counter not_live) times; reconnects $(ctrl_field reconnects);" \
-		"$(kv_log_since "$KV_CASE" | grep -o "I/O queue down: .*")"
-	kv_logged "kvnvme$INST: I/O queue down: [0-9]* requests requeued, 0 ended" || r=1
+		"$(kv_log_since "$KV_CASE" | grep -o "I/O queues down: .*")"
+	kv_logged "kvnvme$INST: I/O queues down: [0-9]* requests requeued, 0 ended" || r=1
 	[ "$(ctrl_field reconnects)" = 1 ] || r=1
 	[ "$(counter not_live)" -ge 1 ] || { kv_msg "no write was held back"; r=1; }
 	kv_logged "kvnvme$INST: [a-zA-Z/ ]*: resetting" || r=1

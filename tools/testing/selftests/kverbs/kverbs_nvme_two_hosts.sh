@@ -10,7 +10,9 @@
 # random mix of sizes; the kernel's C host here verifies what kverbs_nvme
 # wrote and the reverse; the target away for 2 s during a job (the
 # controller reconnects across the wire, the job's every block verifies);
-# a disconnect leaves the peer's target no controller.
+# with two CPUs online, two I/O queues, each carrying its CPU's requests
+# (before and after that reconnect); a disconnect leaves the peer's target
+# no controller.
 
 # shellcheck source=kverbs_lib.sh
 . "$(dirname "$(readlink -f "$0")")/kverbs_lib.sh"
@@ -133,6 +135,35 @@ target_away_reconnect() {
 		"peer 'ln -s $KV_NVMET/subsystems/$KV_NVME_NQN $link'"
 }
 
+# With two CPUs online (tools/vm/plan-guests.sh's SMP_PROGS), two I/O
+# queues, qid 1 and 2, a hardware queue of the disk each: a fio job pinned
+# to each CPU, each verified, and each queue sent capsules.
+two_io_queues() {
+	local line pid r=0 before after
+	[ "$(nproc)" -ge 2 ] || { kv_msg "one CPU online: one I/O queue"; return "$KSFT_SKIP"; }
+	line=$(controllers | grep "^kvnvme$INST: ")
+	[[ $line == *"I/O queues 2 of 2 asked"* && $line == *", qid 2, "* ]] ||
+		{ kv_msg "not two I/O queues: $line"; return 1; }
+	before=$(by_queue)
+	set -- --rw=randwrite --bs=16k --iodepth=8 --size=1m --verify=crc32c
+	fio_run "$DISK" on_cpu0 "$@" --offset=24m --cpus_allowed=0 &
+	pid=$!
+	fio_run "$DISK" on_cpu1 "$@" --offset=25m --cpus_allowed=1 || r=1
+	wait $pid || r=1
+	after=$(by_queue)
+	kv_msg "capsules by queue: $before before, $after after"
+	if ! { [ "${after%/*}" -gt "${before%/*}" ] && [ "${after#*/}" -gt "${before#*/}" ]; }; then
+		kv_msg "a queue sent nothing"
+		r=1
+	fi
+	return $r
+}
+
+# by_queue: the capsules each I/O queue sent, A/B.
+by_queue() {
+	controllers | grep "^kvnvme$INST: " | sed -n 's/.* by_queue \([0-9/]*\) .*/\1/p'
+}
+
 # A disconnect: the controller shut down, and the peer's target has no
 # controller left; the target removed on the peer, its log clean.
 disconnect_peer_clean() {
@@ -152,12 +183,13 @@ disconnect_peer_clean() {
 	return 0
 }
 
-kv_begin 8
+kv_begin 9
 kv_case setup_nvmet_in_peer_vm_connect_across_wire setup
 kv_case nvme_two_hosts_seq_write_verify_512b_to_1m seq_write_verify
 kv_case nvme_two_hosts_rand_write_verify_qd_1_32 rand_write_verify
 kv_case nvme_two_hosts_randrw_mixed_sizes_verify mixed_verify
 kv_case nvme_two_hosts_c_host_verifies_ours_and_we_verify_its c_host_cross_verify
 kv_case nvme_two_hosts_target_away_2s_reconnected_verify target_away_reconnect
+kv_case nvme_two_hosts_two_io_queues_each_carries_a_cpu_s_requests two_io_queues
 kv_case nvme_two_hosts_disconnect_peer_target_clean disconnect_peer_clean
 kv_end
