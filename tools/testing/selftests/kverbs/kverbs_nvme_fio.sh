@@ -89,18 +89,7 @@ mixed_sizes_verify() {
 # through kverbs_nvme pass its verification through the C host's disk,
 # and the reverse (verify_only: the same job reads and checks).
 c_host_verifies_ours_and_reverse() {
-	local r=0
-	kv_nvme_c_connect "" || return 1
-	kv_wait kv_nvme_c_disk 1 || { kv_msg "no disk of namespace 1: $(ls /sys/block)"; kv_nvme_c_disconnect; return 1; }
-	C_DISK=$KV_NVME_C_DISK
-	kv_wait test -b "$C_DISK" || { kv_msg "no $C_DISK"; kv_nvme_c_disconnect; return 1; }
-	set -- --rw=randwrite --bs=16k --iodepth=16 --size=4m --verify=crc32c --do_verify=0
-	{ fio_run "$DISK" ours_written "$@" --offset=48m &&
-		fio_verify "$C_DISK" ours_verified_by_c "$@" --offset=48m; } || r=1
-	{ fio_run "$C_DISK" c_written "$@" --offset=52m &&
-		fio_verify "$DISK" c_verified_by_ours "$@" --offset=52m; } || r=1
-	kv_nvme_c_disconnect || return 1
-	return $r
+	kv_nvme_c_cross_verify "$DISK" 48m 52m 4m 16
 }
 
 # fio's verification can fail: blocks written through the disk pass the

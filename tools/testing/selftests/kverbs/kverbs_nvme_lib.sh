@@ -249,3 +249,24 @@ kv_nvme_fio_across_away() {
 	kv_logged "kvnvme$inst: reconnected: controller [0-9]*, live" || r=1
 	return $r
 }
+
+# kv_nvme_c_cross_verify DISK OURS THEIRS SIZE DEPTH: the C host connected
+# to the fixture's target, on the same namespace as DISK (kverbs_nvme's):
+# fio's random 16-KiB blocks (SIZE, queue depth DEPTH) written through DISK
+# at OURS pass the C host's verification, and those written through the
+# C host's disk at THEIRS pass DISK's (verify_only: the same job reads and
+# checks); the C host disconnected after.
+kv_nvme_c_cross_verify() {
+	local disk=$1 ours=$2 theirs=$3 c r=0
+	kv_nvme_c_connect "" || return 1
+	kv_wait kv_nvme_c_disk 1 || { kv_msg "no C host disk of namespace 1: $(ls /sys/block)"; kv_nvme_c_disconnect; return 1; }
+	c=$KV_NVME_C_DISK
+	kv_wait test -b "$c" || { kv_msg "no $c"; kv_nvme_c_disconnect; return 1; }
+	set -- --rw=randwrite --bs=16k --iodepth="$5" --size="$4" --verify=crc32c --do_verify=0
+	{ fio_run "$disk" ours_written "$@" --offset="$ours" &&
+		fio_verify "$c" ours_verified_by_c "$@" --offset="$ours"; } || r=1
+	{ fio_run "$c" c_written "$@" --offset="$theirs" &&
+		fio_verify "$disk" c_verified_by_ours "$@" --offset="$theirs"; } || r=1
+	kv_nvme_c_disconnect || return 1
+	return $r
+}

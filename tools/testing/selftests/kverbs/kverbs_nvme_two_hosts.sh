@@ -112,18 +112,7 @@ mixed_verify() {
 # The C host here, on the same namespace across the wire: it verifies what
 # kverbs_nvme wrote, and kverbs_nvme what it wrote.
 c_host_cross_verify() {
-	local r=0 c_disk
-	kv_nvme_c_connect "" || return 1
-	kv_wait kv_nvme_c_disk 1 || { kv_msg "no C host disk"; kv_nvme_c_disconnect; return 1; }
-	c_disk=$KV_NVME_C_DISK
-	kv_wait test -b "$c_disk" || { kv_nvme_c_disconnect; return 1; }
-	set -- --rw=randwrite --bs=16k --iodepth=8 --size=1m --verify=crc32c --do_verify=0
-	{ fio_run "$DISK" ours_written "$@" --offset=12m &&
-		fio_verify "$c_disk" ours_verified_by_c "$@" --offset=12m; } || r=1
-	{ fio_run "$c_disk" c_written "$@" --offset=13m &&
-		fio_verify "$DISK" c_verified_by_ours "$@" --offset=13m; } || r=1
-	kv_nvme_c_disconnect || return 1
-	return $r
+	kv_nvme_c_cross_verify "$DISK" 12m 13m 1m 8
 }
 
 # The peer's target away for 2 s during a fio job (its subsystem unlinked
